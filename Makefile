@@ -1,0 +1,45 @@
+# Two commands matter: `make run` and `make test`. Both set up everything they need.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+SYSSTAMP := $(VENV)/.sysdeps
+
+export AIWG_STATE_DIR ?= $(CURDIR)/.run
+
+.PHONY: run test lint bench install sysdeps venv clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(SYSSTAMP): scripts/install-system-deps.sh | $(PY)
+	bash scripts/install-system-deps.sh
+	touch $@
+
+$(STAMP): pyproject.toml $(SYSSTAMP) | $(PY)
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q 'libvirt-python>=9' || echo "libvirt-python not installed: VM tests will be skipped" >&2
+	touch $@
+
+sysdeps: $(SYSSTAMP)
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/agentic-hostd --dev
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check proto hostd controller tests bench
+	$(VENV)/bin/ruff format --check proto hostd controller tests bench
+
+bench: $(STAMP)
+	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
+
+install: $(STAMP)
+	bash scripts/install-units.sh
+
+clean:
+	rm -rf $(VENV) .run .pytest_cache

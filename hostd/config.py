@@ -1,0 +1,167 @@
+"""hostd's configuration: one frozen object, built from defaults, environment and flags.
+
+Every setting has one ``AIWG_*`` variable, one flag and one default. ``from_env`` validates and
+raises :class:`ConfigError` with a message that names the setting; ``agentic-hostd`` prints it
+and exits non-zero rather than run half-configured.
+
+Dev mode (``--dev``) keeps state under ``./.run`` and the socket at ``./.run/hostd.sock``,
+allows the invoking user, and does not need root. Production defaults are
+``/var/lib/agentic-sandbox`` and ``/run/agentic-sandbox/hostd.sock``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import msgspec
+
+from proto import DEFAULT_MAX_FRAME_BYTES
+
+SECONDS = 1.0
+MIB = 1024 * 1024
+
+PROD_STATE_DIR = "/var/lib/agentic-sandbox"
+PROD_SOCKET = "/run/agentic-sandbox/hostd.sock"
+DEV_STATE_DIR = ".run"
+
+DEFAULT_RING_FRAMES = 1000
+DEFAULT_RING_BYTES = 4 * MIB
+DEFAULT_STOP_GRACE_S = 5 * SECONDS
+DEFAULT_SOCKET_MODE = 0o660
+DEFAULT_MAX_SESSIONS = 256
+DEFAULT_MAX_CONNECTIONS = 128
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid; the message names it."""
+
+
+class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Everything hostd reads from its environment. Units are in the names."""
+
+    #: Root of hostd's state: instances/, state file. AIWG_STATE_DIR
+    state_dir: str
+    #: The RPC socket. AIWG_HOSTD_SOCKET
+    socket_path: str
+    #: Mode of the socket file. AIWG_HOSTD_SOCKET_MODE (octal)
+    socket_mode: int = DEFAULT_SOCKET_MODE
+    #: Peer uids allowed on the socket (root is always allowed). AIWG_HOSTD_ALLOW_UIDS
+    allow_uids: frozenset[int] = frozenset()
+    #: Peer gids allowed on the socket. AIWG_HOSTD_ALLOW_GIDS
+    allow_gids: frozenset[int] = frozenset()
+    #: Output ring bounds per session/exec. AIWG_RING_FRAMES, AIWG_RING_BYTES
+    ring_frames: int = DEFAULT_RING_FRAMES
+    ring_bytes: int = DEFAULT_RING_BYTES
+    #: Largest frame accepted or sent. AIWG_HOSTD_MAX_FRAME_BYTES
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    #: SIGTERM → SIGKILL grace for stop/kill. AIWG_STOP_GRACE_S
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S
+    #: Concurrent sessions+execs and RPC connections. AIWG_MAX_SESSIONS, AIWG_MAX_CONNECTIONS
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    #: Parent cgroup v2 directory for instances; "" = auto-detect, "off" = never. AIWG_CGROUP_ROOT
+    cgroup_root: str = ""
+    #: Default working directory for instances without one ("" = the instance dir). AIWG_WORKSPACE_ROOT
+    workspace_root: str = ""
+    dev: bool = False
+
+    @property
+    def instances_dir(self) -> Path:
+        return Path(self.state_dir) / "instances"
+
+    @property
+    def state_file(self) -> Path:
+        return Path(self.state_dir) / "hostd-state.json"
+
+    def peer_allowed(self, uid: int, gid: int) -> bool:
+        return uid == 0 or uid in self.allow_uids or gid in self.allow_gids
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, base: int = 10, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw, base)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not 0 <= value <= 3600:
+        raise ConfigError(f"{name}={value} must be between 0 and 3600")
+    return value
+
+
+def _ids(env: Mapping[str, str], name: str) -> frozenset[int]:
+    raw = env.get(name, "").replace(",", " ").split()
+    try:
+        return frozenset(int(x) for x in raw)
+    except ValueError:
+        raise ConfigError(f"{name}={env.get(name)!r} must be a comma-separated list of numeric ids") from None
+
+
+def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> HostdConfig:
+    """Build and validate the configuration from ``env`` (default: ``os.environ``)."""
+    env = os.environ if env is None else env
+    if dev:
+        state_dir = env.get("AIWG_STATE_DIR") or os.path.abspath(DEV_STATE_DIR)
+        socket_path = env.get("AIWG_HOSTD_SOCKET") or os.path.join(state_dir, "hostd.sock")
+    else:
+        state_dir = env.get("AIWG_STATE_DIR") or PROD_STATE_DIR
+        socket_path = env.get("AIWG_HOSTD_SOCKET") or PROD_SOCKET
+    state_dir = os.path.abspath(state_dir)
+    socket_path = os.path.abspath(socket_path)
+    # sun_path holds 108 bytes including the terminating NUL.
+    if len(os.fsencode(socket_path)) > 107:
+        raise ConfigError(f"AIWG_HOSTD_SOCKET={socket_path!r} is longer than a Unix socket path may be (107 bytes)")
+
+    allow_uids = _ids(env, "AIWG_HOSTD_ALLOW_UIDS")
+    allow_gids = _ids(env, "AIWG_HOSTD_ALLOW_GIDS")
+    if dev:
+        # Dev mode serves the user who started it without further configuration.
+        allow_uids |= {os.getuid()}
+
+    ring_frames = _int(env, "AIWG_RING_FRAMES", DEFAULT_RING_FRAMES, minimum=16)
+    ring_bytes = _int(env, "AIWG_RING_BYTES", DEFAULT_RING_BYTES, minimum=64 * 1024)
+    max_frame = _int(env, "AIWG_HOSTD_MAX_FRAME_BYTES", DEFAULT_MAX_FRAME_BYTES, minimum=2 * MIB)
+    mode = _int(env, "AIWG_HOSTD_SOCKET_MODE", DEFAULT_SOCKET_MODE, base=8)
+    if mode & ~0o777:
+        raise ConfigError(f"AIWG_HOSTD_SOCKET_MODE={oct(mode)} is not a permission mode")
+    if mode & 0o007:
+        raise ConfigError(f"AIWG_HOSTD_SOCKET_MODE={oct(mode)} would let any local user drive hostd")
+    cgroup_root = env.get("AIWG_CGROUP_ROOT", "")
+    if cgroup_root not in ("", "off") and not os.path.isabs(cgroup_root):
+        raise ConfigError(f"AIWG_CGROUP_ROOT={cgroup_root!r} must be an absolute path, empty or 'off'")
+    workspace_root = env.get("AIWG_WORKSPACE_ROOT", "")
+    if workspace_root and not os.path.isdir(workspace_root):
+        raise ConfigError(f"AIWG_WORKSPACE_ROOT={workspace_root!r} is not a directory")
+
+    return HostdConfig(
+        state_dir=state_dir,
+        socket_path=socket_path,
+        socket_mode=mode,
+        allow_uids=allow_uids,
+        allow_gids=allow_gids,
+        ring_frames=ring_frames,
+        ring_bytes=ring_bytes,
+        max_frame_bytes=max_frame,
+        stop_grace_s=_float(env, "AIWG_STOP_GRACE_S", DEFAULT_STOP_GRACE_S),
+        max_sessions=_int(env, "AIWG_MAX_SESSIONS", DEFAULT_MAX_SESSIONS, minimum=1),
+        max_connections=_int(env, "AIWG_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, minimum=1),
+        cgroup_root=cgroup_root,
+        workspace_root=os.path.abspath(workspace_root) if workspace_root else "",
+        dev=dev,
+    )

@@ -1,0 +1,279 @@
+"""Whole-tree process control: cgroups where the host allows, process groups and sweeps where not.
+
+Every tree hostd starts is marked three ways so that it can be killed whole:
+
+* its leader starts a new session, so the tree shares a process group (``pgid == leader pid``);
+* its environment carries ``AIWG_TREE=<tree id>``, inherited by every descendant, including
+  double-forked daemons that left the process group and were reparented to init;
+* where cgroup v2 can be written, it runs in its own cgroup under hostd's subtree, and
+  ``cgroup.kill`` ends everything in it, escapees included, in one write.
+
+:func:`terminate_tree` sends SIGTERM, waits the grace period, then SIGKILLs whatever is left,
+by every mark it has. Zombies count as dead: PID 1 on some hosts does not reap orphans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import psutil
+import trio
+
+log = logging.getLogger(__name__)
+
+TREE_ENV = "AIWG_TREE"
+CGROUP_SUBTREE = "agentic-sandbox"
+_CGROUP_CANDIDATES = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
+_POLL_S = 0.02
+_KILL_WAIT_S = 3.0
+
+
+class Cgroups:
+    """hostd's cgroup v2 subtree, or nothing (``root is None``) where none can be made."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+
+    @property
+    def available(self) -> bool:
+        return self.root is not None
+
+    @classmethod
+    def detect(cls, configured: str = "") -> Cgroups:
+        """Find a writable cgroup v2 hierarchy and make ``agentic-sandbox/`` in it.
+
+        ``configured``: "" tries the usual mount points, "off" disables cgroups, a path is
+        used as the parent directly.
+        """
+        if configured == "off":
+            return cls(None)
+        candidates = (configured,) if configured else _CGROUP_CANDIDATES
+        for base in candidates:
+            base_path = Path(base)
+            if not (base_path / "cgroup.procs").exists() or not (base_path / "cgroup.subtree_control").exists():
+                continue  # not a cgroup v2 directory
+            root = base_path if configured else base_path / CGROUP_SUBTREE
+            try:
+                root.mkdir(exist_ok=True)
+                probe = root / f"probe-{os.getpid()}"
+                probe.mkdir(exist_ok=True)
+                usable = (probe / "cgroup.kill").exists() and os.access(probe / "cgroup.procs", os.W_OK)
+                probe.rmdir()
+            except OSError as exc:
+                log.info("cgroup v2 at %s not usable: %s", base_path, exc)
+                continue
+            if usable:
+                log.info("using cgroup v2 subtree %s", root)
+                return cls(root)
+        log.info("no writable cgroup v2 hierarchy; falling back to process groups and sweeps")
+        return cls(None)
+
+    def create(self, name: str) -> Path | None:
+        """Make (or reuse) the cgroup ``root/name``; None if cgroups are unavailable or it fails."""
+        if self.root is None:
+            return None
+        path = self.root / name
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            log.warning("cannot create cgroup %s: %s", path, exc)
+            return None
+        return path
+
+    @staticmethod
+    def join_fn(path: Path | None) -> Callable[[], None] | None:
+        """A pre-exec function that moves the calling (child) process into ``path``."""
+        if path is None:
+            return None
+        procs = os.fsencode(path / "cgroup.procs")
+
+        def join() -> None:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+
+        return join
+
+    @staticmethod
+    def pids(path: Path | None) -> set[int]:
+        """Every pid in ``path`` and the cgroups below it."""
+        if path is None or not path.exists():
+            return set()
+        found: set[int] = set()
+        for procs in path.rglob("cgroup.procs"):
+            with contextlib.suppress(OSError):
+                found.update(int(line) for line in procs.read_text().split())
+        return found
+
+    @staticmethod
+    def kill(path: Path | None) -> bool:
+        if path is None:
+            return False
+        try:
+            (path / "cgroup.kill").write_text("1")
+            return True
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                log.warning("cgroup.kill on %s failed: %s", path, exc)
+            return False
+
+    @staticmethod
+    def remove(path: Path | None) -> None:
+        """Remove ``path`` and its child cgroups, deepest first; busy ones are left in place."""
+        if path is None or not path.exists():
+            return
+        for child in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                child.rmdir()
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _tree_marked(tree_id: str) -> list[psutil.Process]:
+    """Processes whose environment carries ``AIWG_TREE=tree_id`` (escapees included)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(TREE_ENV) == tree_id:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def tree_members(
+    *, leader: int | None, pgid: int | None, cgroup: Path | None, tree_id: str | None
+) -> dict[int, psutil.Process]:
+    """Every live process that belongs to the tree by any of its marks."""
+    members: dict[int, psutil.Process] = {}
+
+    def add(procs: Iterable[psutil.Process]) -> None:
+        for proc in procs:
+            if proc.pid > 1 and proc.pid != os.getpid() and _alive(proc):
+                members[proc.pid] = proc
+
+    if leader is not None:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(leader)
+            add([root, *root.children(recursive=True)])
+    for pid in Cgroups.pids(cgroup):
+        with contextlib.suppress(psutil.Error):
+            add([psutil.Process(pid)])
+    if pgid is not None and pgid > 1:
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getpgid(proc.pid) == pgid:
+                    add([proc])
+    if tree_id:
+        add(_tree_marked(tree_id))
+    return members
+
+
+def _signal_all(members: dict[int, psutil.Process], pgid: int | None, sig: int) -> None:
+    if pgid is not None and pgid > 1 and pgid != os.getpgrp():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+    for proc in members.values():
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(sig)
+
+
+async def _wait_gone(members: dict[int, psutil.Process], deadline: float) -> bool:
+    while True:
+        if not any(_alive(p) for p in members.values()):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await trio.sleep(_POLL_S)
+
+
+async def terminate_tree(
+    *,
+    leader: int | None,
+    pgid: int | None,
+    cgroup: Path | None,
+    tree_id: str | None,
+    grace_s: float,
+) -> bool:
+    """SIGTERM the whole tree, wait up to ``grace_s``, SIGKILL what is left.
+
+    Returns True if SIGKILL was needed. Runs shielded: a cancelled caller must not leave a
+    half-killed tree behind. Never signals pid 1, hostd itself or hostd's process group.
+    """
+    with trio.CancelScope(shield=True):
+        members = await trio.to_thread.run_sync(
+            lambda: tree_members(leader=leader, pgid=pgid, cgroup=cgroup, tree_id=tree_id)
+        )
+        if not members and not Cgroups.pids(cgroup):
+            return False
+        if grace_s > 0:
+            _signal_all(members, pgid, signal.SIGTERM)
+            if await _wait_gone(members, time.monotonic() + grace_s):
+                # Stragglers the leader started while dying are caught by a last sweep.
+                late = await trio.to_thread.run_sync(
+                    lambda: tree_members(leader=None, pgid=pgid, cgroup=cgroup, tree_id=tree_id)
+                )
+                if not late:
+                    return False
+                members = late
+        await kill_tree_now(leader=leader, pgid=pgid, cgroup=cgroup, tree_id=tree_id, known=members)
+        return True
+
+
+async def kill_tree_now(
+    *,
+    leader: int | None,
+    pgid: int | None,
+    cgroup: Path | None,
+    tree_id: str | None,
+    known: dict[int, psutil.Process] | None = None,
+) -> None:
+    """SIGKILL every member of the tree by every mark, then wait briefly for them to go."""
+    with trio.CancelScope(shield=True):
+        Cgroups.kill(cgroup)
+        members = dict(known or {})
+        members.update(
+            await trio.to_thread.run_sync(
+                lambda: tree_members(leader=leader, pgid=pgid, cgroup=cgroup, tree_id=tree_id)
+            )
+        )
+        _signal_all(members, pgid, signal.SIGKILL)
+        if not await _wait_gone(members, time.monotonic() + _KILL_WAIT_S):
+            survivors = sorted(p.pid for p in members.values() if _alive(p))
+            log.error("processes %s survived SIGKILL (tree %s)", survivors, tree_id)
+
+
+def pid_matches(pid: int | None, create_time: float | None) -> bool:
+    """True if ``pid`` is alive and is the same process (by start time) we recorded."""
+    if pid is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if not _alive(proc):
+            return False
+        return create_time is None or abs(proc.create_time() - create_time) < 0.05
+    except psutil.Error:
+        return False
+
+
+def create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None

@@ -1,0 +1,50 @@
+"""The hostd protocol: the only package both hostd and the controller import.
+
+General layout: ``messages`` is the whole API (Structs and unions), ``framing`` the frame
+codec, ``errors`` the error codes and the client's exception family, ``client`` the trio
+client, ``ids`` identifiers. This module re-exports what other packages may use; a test pins
+the list.
+"""
+
+from . import messages
+from .client import HostdClient, HostdStreamOverflow, open_hostd
+from .errors import (
+    ErrorCode,
+    HostdConnectionLost,
+    HostdError,
+    HostdNotRunning,
+    HostdProtocolError,
+    HostdRemoteError,
+    HostdTimeout,
+    HostdUnavailable,
+    HostdVersionMismatch,
+)
+from .framing import FrameBuffer, FrameEncoder, FrameInvalid, FrameTooLarge, UnknownFrame
+from .ids import is_uuid, new_id, uuid7
+from .messages import DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSION
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "PROTOCOL_VERSION",
+    "ErrorCode",
+    "FrameBuffer",
+    "FrameEncoder",
+    "FrameInvalid",
+    "FrameTooLarge",
+    "HostdClient",
+    "HostdConnectionLost",
+    "HostdError",
+    "HostdNotRunning",
+    "HostdProtocolError",
+    "HostdRemoteError",
+    "HostdStreamOverflow",
+    "HostdTimeout",
+    "HostdUnavailable",
+    "HostdVersionMismatch",
+    "UnknownFrame",
+    "is_uuid",
+    "messages",
+    "new_id",
+    "open_hostd",
+    "uuid7",
+]

@@ -1,0 +1,342 @@
+"""The trio client for hostd, shared by the controller and ``agentic-hostctl``.
+
+Resource handling: :func:`open_hostd` connects, performs the Hello handshake and yields a
+:class:`HostdClient` whose reader task lives in a nursery owned by the context manager;
+leaving the block closes the socket and fails whatever is still in flight.
+
+Error handling: it fails closed. Every failure is a :class:`~proto.errors.HostdError`:
+no socket or nothing listening (``HostdNotRunning``), a deadline passed (``HostdTimeout``),
+the connection dropped (``HostdConnectionLost``, raised at once in every in-flight call and
+stream), a malformed, oversized or unexpected frame (``HostdProtocolError``, which also
+closes the connection), another protocol version (``HostdVersionMismatch``) and explicit
+errors from hostd (``HostdRemoteError``). Nothing is ever retried: a broken client stays
+broken and the caller decides whether to open a new one.
+
+One connection carries any number of concurrent calls and streams. A stream whose consumer
+falls behind by more than ``stream_buffer`` events is cancelled on hostd and ends with
+:class:`HostdStreamOverflow` after the buffered events, so one slow consumer never stalls
+the other calls on the connection; the consumer resubscribes from the next sequence it wants.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import msgspec
+import trio
+
+from . import messages as m
+from .errors import (
+    HostdConnectionLost,
+    HostdError,
+    HostdNotRunning,
+    HostdProtocolError,
+    HostdRemoteError,
+    HostdTimeout,
+    HostdUnavailable,
+    HostdVersionMismatch,
+)
+from .framing import FrameBuffer, FrameEncoder
+
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+DEFAULT_CALL_TIMEOUT_S = 30.0
+DEFAULT_STREAM_BUFFER = 1024
+READ_CHUNK_BYTES = 256 * 1024
+
+R = TypeVar("R", bound=m.Response)
+
+_SERVER_DECODER = msgspec.msgpack.Decoder(m.ServerFrame)
+
+
+class HostdStreamOverflow(HostdError):
+    """The stream's consumer fell too far behind; hostd was told to stop sending it."""
+
+
+def _expected_response(request: m.Request) -> type[m.Response] | None:
+    name = type(request).__name__
+    if not name.endswith("Request"):
+        return None
+    return getattr(m, name[: -len("Request")] + "Response", None)
+
+
+class _Call:
+    __slots__ = ("done", "reply")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.reply: m.Response | BaseException | None = None
+
+
+class _Stream:
+    __slots__ = ("send", "receive", "overflowed")
+
+    def __init__(self, size: int) -> None:
+        self.send, self.receive = trio.open_memory_channel[Any](size)
+        self.overflowed = False
+
+
+class HostdClient:
+    """One multiplexed connection to hostd. Made by :func:`open_hostd` only."""
+
+    def __init__(self, sock: trio.SocketStream, *, max_frame_bytes: int, stream_buffer: int) -> None:
+        self._sock = sock
+        self._encoder = FrameEncoder(max_frame_bytes)
+        self._max_frame_bytes = max_frame_bytes
+        self._stream_buffer = stream_buffer
+        self._send_lock = trio.Lock()
+        self._next_id = 1
+        self._calls: dict[int, _Call] = {}
+        self._streams: dict[int, _Stream] = {}
+        self._broken: HostdError | None = None
+        self.hello: m.HelloResponse | None = None
+
+    # -- public API ---------------------------------------------------------------------------
+
+    @property
+    def broken(self) -> HostdError | None:
+        """Why this client can no longer be used, or None while it is healthy."""
+        return self._broken
+
+    async def call(self, request: m.Request, *, timeout: float | None = DEFAULT_CALL_TIMEOUT_S) -> Any:
+        """Send one request and return its typed response (never an ``ErrorResponse``)."""
+        self._raise_if_broken()
+        call_id = self._allocate_id()
+        request.id = call_id
+        pending = _Call()
+        self._calls[call_id] = pending
+        try:
+            with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
+                await self._send(request)
+                await pending.done.wait()
+            if scope.cancelled_caught:
+                raise HostdTimeout(f"{type(request).__name__} got no answer within {timeout} s")
+        finally:
+            self._calls.pop(call_id, None)
+        reply = pending.reply
+        if isinstance(reply, BaseException):
+            raise reply
+        if isinstance(reply, m.ErrorResponse):
+            raise HostdRemoteError(reply.code, reply.message, dict(reply.details))
+        expected = _expected_response(request)
+        if expected is not None and not isinstance(reply, expected):
+            self._fail(HostdProtocolError(f"{type(request).__name__} answered with {type(reply).__name__}"))
+            raise self._broken  # type: ignore[misc]
+        return reply
+
+    @asynccontextmanager
+    async def stream(
+        self, request: m.Request, *, open_timeout: float | None = DEFAULT_CALL_TIMEOUT_S
+    ) -> AsyncIterator[AsyncIterator[m.Event]]:
+        """Open a stream; iterate the events it yields until hostd ends it.
+
+        hostd's ``StreamOpened`` is consumed here (``open_timeout`` bounds the wait for it);
+        the iterator yields the events, ends after ``StreamEnd``, raises an ``ErrorResponse``
+        as ``HostdRemoteError``; leaving the block early sends ``StreamCancel``.
+        """
+        self._raise_if_broken()
+        stream_id = self._allocate_id()
+        request.id = stream_id
+        state = _Stream(self._stream_buffer)
+        self._streams[stream_id] = state
+        finished = False
+        try:
+            await self._send(request)
+
+            async def events() -> AsyncIterator[m.Event]:
+                nonlocal finished
+                first = True
+                while True:
+                    limit = open_timeout if first and open_timeout is not None else math.inf
+                    with trio.move_on_after(limit) as scope:
+                        try:
+                            item = await state.receive.receive()
+                        except trio.EndOfChannel:
+                            finished = True
+                            if state.overflowed:
+                                raise HostdStreamOverflow(
+                                    f"stream {stream_id} fell more than {self._stream_buffer} events behind"
+                                ) from None
+                            raise self._broken or HostdConnectionLost("stream closed") from None
+                    if scope.cancelled_caught:
+                        raise HostdTimeout(f"{type(request).__name__} got no answer within {open_timeout} s")
+                    if first:
+                        first = False
+                        if isinstance(item, m.StreamOpened):
+                            continue
+                    if isinstance(item, BaseException):
+                        finished = True
+                        raise item
+                    if isinstance(item, m.StreamEnd):
+                        finished = True
+                        return
+                    if isinstance(item, m.ErrorResponse):
+                        finished = True
+                        raise HostdRemoteError(item.code, item.message, dict(item.details))
+                    yield item
+
+            yield events()
+        finally:
+            self._streams.pop(stream_id, None)
+            if not finished and self._broken is None:
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    try:
+                        await self._send(m.StreamCancel(stream_id=stream_id))
+                    except HostdError:
+                        pass
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _allocate_id(self) -> int:
+        call_id = self._next_id
+        self._next_id += 1
+        return call_id
+
+    def _raise_if_broken(self) -> None:
+        if self._broken is not None:
+            raise self._broken
+
+    async def _send(self, frame: m.Frame) -> None:
+        try:
+            data = self._encoder.encode(frame)
+        except HostdError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise HostdProtocolError(f"cannot encode {type(frame).__name__}: {exc}") from exc
+        async with self._send_lock:
+            self._raise_if_broken()
+            try:
+                await self._sock.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._fail(HostdConnectionLost(f"connection to hostd lost while sending: {exc}"))
+                raise self._broken from exc  # type: ignore[misc]
+
+    def _fail(self, error: HostdError) -> None:
+        """Mark the client broken and fail every in-flight call and stream at once."""
+        if self._broken is not None:
+            return
+        self._broken = error
+        for call in self._calls.values():
+            call.reply = error
+            call.done.set()
+        for stream in self._streams.values():
+            try:
+                stream.send.send_nowait(error)
+            except trio.WouldBlock:
+                # Full buffer: the consumer sees the error after draining, via close.
+                pass
+            stream.send.close()
+        # Closing the socket makes a concurrent send or receive fail fast.
+        self._sock.socket.close()
+
+    def _deliver(self, frame: Any) -> None:
+        frame_id = frame.id
+        call = self._calls.get(frame_id)
+        if call is not None:
+            call.reply = frame
+            call.done.set()
+            return
+        stream = self._streams.get(frame_id)
+        if stream is None or stream.overflowed:
+            return  # late answer to a call that timed out or a stream already left
+        try:
+            stream.send.send_nowait(frame)
+        except trio.WouldBlock:
+            stream.overflowed = True
+            stream.send.close()
+        except trio.ClosedResourceError:
+            pass
+        if isinstance(frame, (m.StreamEnd, m.ErrorResponse)):
+            self._streams.pop(frame_id, None)
+
+    async def _read_loop(self) -> None:
+        buffer = FrameBuffer(self._max_frame_bytes)
+        try:
+            while True:
+                data = await self._sock.receive_some(READ_CHUNK_BYTES)
+                if not data:
+                    raise HostdConnectionLost("hostd closed the connection")
+                buffer.feed(data)
+                while (frame := buffer.next_message(_SERVER_DECODER)) is not None:
+                    if frame.id == 0 and isinstance(frame, m.ErrorResponse):
+                        raise HostdRemoteError(frame.code, frame.message, dict(frame.details))
+                    self._deliver(frame)
+        except HostdError as exc:
+            self._fail(exc)
+        except msgspec.DecodeError as exc:
+            self._fail(HostdProtocolError(f"malformed frame from hostd: {exc}"))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._fail(HostdConnectionLost(f"connection to hostd lost: {exc}"))
+
+
+async def _connect(path: str) -> trio.SocketStream:
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        await sock.connect(path)
+    except FileNotFoundError as exc:
+        sock.close()
+        raise HostdNotRunning(f"hostd socket {path} does not exist") from exc
+    except ConnectionRefusedError as exc:
+        sock.close()
+        raise HostdNotRunning(f"nothing listens on hostd socket {path}") from exc
+    except PermissionError as exc:
+        sock.close()
+        raise HostdUnavailable(f"not permitted to connect to hostd socket {path}") from exc
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.ENOTSOCK, errno.ECONNREFUSED, errno.ENOENT):
+            raise HostdNotRunning(f"hostd socket {path}: {exc.strerror}") from exc
+        raise HostdUnavailable(f"cannot connect to hostd socket {path}: {exc}") from exc
+    return trio.SocketStream(sock)
+
+
+@asynccontextmanager
+async def open_hostd(
+    path: str | os.PathLike[str],
+    *,
+    client_name: str = "",
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+    max_frame_bytes: int = m.DEFAULT_MAX_FRAME_BYTES,
+    stream_buffer: int = DEFAULT_STREAM_BUFFER,
+) -> AsyncIterator[HostdClient]:
+    """Connect to hostd at ``path``, say Hello, and yield the client.
+
+    Raises a ``HostdError`` if the connection or the handshake fails. The client is unusable
+    (every call raises) once the connection breaks; the block itself keeps running so the
+    caller decides when to reconnect.
+    """
+    path = os.fspath(path)
+    with trio.move_on_after(connect_timeout) as scope:
+        sock = await _connect(path)
+    if scope.cancelled_caught:
+        raise HostdTimeout(f"connecting to hostd socket {path} took longer than {connect_timeout} s")
+    client = HostdClient(sock, max_frame_bytes=max_frame_bytes, stream_buffer=stream_buffer)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client._read_loop)
+            try:
+                hello = await client.call(
+                    m.HelloRequest(protocol_version=m.PROTOCOL_VERSION, client_name=client_name),
+                    timeout=connect_timeout,
+                )
+            except HostdRemoteError as exc:
+                if exc.code == "protocol.version_mismatch":
+                    raise HostdVersionMismatch(exc.message) from exc
+                raise
+            if hello.protocol_version != m.PROTOCOL_VERSION:
+                raise HostdVersionMismatch(
+                    f"hostd speaks protocol {hello.protocol_version}, this client {m.PROTOCOL_VERSION}"
+                )
+            client.hello = hello
+            try:
+                yield client
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        client._fail(HostdConnectionLost("client closed"))
+        await sock.aclose()

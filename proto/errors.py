@@ -1,0 +1,103 @@
+"""Error codes of the hostd protocol and the client's exception family.
+
+Every failure a caller of hostd can see is a :class:`HostdError`::
+
+    HostdError
+    ├── HostdUnavailable        hostd cannot be reached or went away
+    │   ├── HostdNotRunning     no socket, or nothing listens on it
+    │   └── HostdConnectionLost the connection dropped mid-call
+    ├── HostdTimeout            the call's deadline passed
+    ├── HostdProtocolError      the peer spoke something we cannot trust
+    │   └── HostdVersionMismatch
+    └── HostdRemoteError        hostd answered with an explicit error (``code``)
+
+Callers fail their own operation on any of these; nothing falls back or retries.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+
+class ErrorCode(enum.Enum):
+    """Stable wire error codes, each with its phrase. Never reuse or rename a value."""
+
+    def __new__(cls, value: str, phrase: str) -> ErrorCode:
+        obj = object.__new__(cls)
+        obj._value_ = value
+        obj.phrase = phrase  # type: ignore[attr-defined]
+        return obj
+
+    PROTOCOL_VERSION_MISMATCH = "protocol.version_mismatch", "protocol versions differ"
+    PROTOCOL_MALFORMED_FRAME = "protocol.malformed_frame", "frame could not be decoded"
+    PROTOCOL_FRAME_TOO_LARGE = "protocol.frame_too_large", "frame exceeds the size limit"
+    PROTOCOL_HELLO_REQUIRED = "protocol.hello_required", "the first frame must be Hello"
+    PROTOCOL_DUPLICATE_ID = "protocol.duplicate_id", "request id already in flight"
+    PEER_REFUSED = "auth.peer_refused", "peer credentials are not allowed"
+    REQUEST_INVALID = "request.invalid", "request failed validation"
+    INPUT_TOO_LARGE = "request.input_too_large", "input exceeds the size limit"
+    SIGNAL_UNKNOWN = "request.signal_unknown", "unknown signal"
+    INSTANCE_NOT_FOUND = "instance.not_found", "no such instance"
+    INSTANCE_EXISTS = "instance.exists", "instance already exists"
+    INSTANCE_INVALID_STATE = "instance.invalid_state", "instance is not in a state that allows this"
+    WORKING_DIR_NOT_FOUND = "working_dir.not_found", "working directory does not exist"
+    SESSION_NOT_FOUND = "session.not_found", "no such session"
+    SESSION_EXITED = "session.exited", "session has exited"
+    SEQ_OUT_OF_RANGE = "stream.seq_out_of_range", "sequence is no longer (or not yet) available"
+    EXEC_NOT_FOUND = "exec.not_found", "no such exec"
+    EXEC_EXITED = "exec.exited", "exec has exited"
+    CONTROL_UNAVAILABLE = "exec.control_unavailable", "exec has no control channel"
+    SPAWN_FAILED = "spawn.failed", "process could not be started"
+    LIMIT_REACHED = "limit.reached", "a configured limit was reached"
+    SHUTTING_DOWN = "hostd.shutting_down", "hostd is shutting down"
+    INTERNAL = "internal.error", "internal error"
+
+    @classmethod
+    def parse(cls, value: str) -> ErrorCode | None:
+        try:
+            return cls(value)
+        except ValueError:
+            return None
+
+
+class HostdError(Exception):
+    """Base of every failure the hostd client reports."""
+
+
+class HostdUnavailable(HostdError):
+    """hostd cannot be reached, or the connection to it is gone."""
+
+
+class HostdNotRunning(HostdUnavailable):
+    """The socket does not exist or nothing accepts connections on it."""
+
+
+class HostdConnectionLost(HostdUnavailable):
+    """The connection dropped while calls or streams were in flight."""
+
+
+class HostdTimeout(HostdError):
+    """The call's deadline passed before hostd answered."""
+
+
+class HostdProtocolError(HostdError):
+    """The peer sent a frame we cannot decode, an oversized frame, or an unexpected reply."""
+
+
+class HostdVersionMismatch(HostdProtocolError):
+    """hostd speaks another protocol version."""
+
+
+class HostdRemoteError(HostdError):
+    """hostd answered the call with an explicit error."""
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.details = details or {}
+
+    @property
+    def error_code(self) -> ErrorCode | None:
+        return ErrorCode.parse(self.code)

@@ -1,0 +1,578 @@
+"""The whole hostd API: every request, response and stream event on the Unix socket.
+
+Reading guide: one banner per method with ``XRequest`` and ``XResponse`` side by side, then
+the stream events, then helper types, then the unions both sides decode with.
+
+Wire rules (see STYLE.md, "The contract in proto/"):
+
+* Every frame is a tagged msgspec Struct; the tag is the class name in field ``t``.
+* Requests carry ``id`` (chosen by the client, unique among its in-flight calls); every
+  response, stream event and error for that call carries the same ``id``. ``id`` 0 is the
+  connection itself (hello, connection-level errors).
+* Evolve by adding fields with defaults. Never change a field's type, never reuse a tag.
+  A change of meaning is a new field or a bump of :data:`PROTOCOL_VERSION`.
+* Wire Structs tolerate unknown fields so an older peer reads a newer message.
+
+Streams: ``SessionSubscribeRequest`` and ``ExecSubscribeRequest`` are answered by one
+``StreamOpened`` (or an ``ErrorResponse``), then any number of events with the request's id and end with exactly one ``StreamEnd`` or ``ErrorResponse``.
+The client ends a stream early with ``StreamCancel``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+
+#: Upper bound for one frame's body unless configured otherwise (both directions).
+DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
+#: Upper bound for one input write (PTY input, exec stdin, control message).
+MAX_INPUT_BYTES = 1024 * 1024
+#: Terminal sizes accepted for PTYs.
+MAX_TERMINAL_DIM = 1024
+#: argv and env bounds.
+MAX_ARGV_ITEMS = 4096
+MAX_ENV_ITEMS = 4096
+
+# Constrained field types: a frame that breaks one is answered with ``request.invalid`` for its
+# id; the connection stays up.
+Argv = Annotated[list[Annotated[str, msgspec.Meta(max_length=65536)]], msgspec.Meta(min_length=1, max_length=MAX_ARGV_ITEMS)]
+Env = Annotated[dict[str, str], msgspec.Meta(max_length=MAX_ENV_ITEMS)]
+Labels = Annotated[dict[str, str], msgspec.Meta(max_length=256)]
+Dim = Annotated[int, msgspec.Meta(ge=1, le=MAX_TERMINAL_DIM)]
+Input = Annotated[bytes, msgspec.Meta(max_length=MAX_INPUT_BYTES)]
+Seq = Annotated[int, msgspec.Meta(ge=0)]
+Grace = Annotated[float, msgspec.Meta(ge=0, le=3600)]
+ObjectId = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+
+
+class Frame(msgspec.Struct, tag_field="t", tag=True, kw_only=True):
+    """Base of every frame."""
+
+    id: int = 0
+
+
+class Request(Frame, kw_only=True):
+    """Base of every client request; ``trace_id`` is carried into hostd's logs."""
+
+    trace_id: str | None = None
+
+
+class Response(Frame, kw_only=True):
+    """Base of every successful reply."""
+
+
+class Event(Frame, kw_only=True):
+    """Base of every stream event."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Hello: the first frame on every connection.
+
+
+class HelloRequest(Request):
+    protocol_version: int
+    client_name: str = ""
+
+
+class HelloResponse(Response):
+    protocol_version: int
+    host_id: str
+    boot_id: str
+    hostd_version: str
+    pid: int
+    peer_uid: int
+    peer_gid: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Ping: the cheapest round trip (readiness probes, benchmarks).
+
+
+class PingRequest(Request):
+    payload: bytes = b""
+
+
+class PingResponse(Response):
+    payload: bytes = b""
+
+
+# ---------------------------------------------------------------------------------------------
+# Status: what hostd is and holds.
+
+
+class StatusRequest(Request):
+    pass
+
+
+class StatusResponse(Response):
+    host_id: str
+    boot_id: str
+    hostd_version: str
+    protocol_version: int
+    pid: int
+    started_at: float
+    uptime_s: float
+    state_dir: str
+    cgroup_root: str | None
+    instances: int
+    sessions: int
+    sessions_running: int
+    execs: int
+    connections: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Host runtime instances.
+
+
+class InstanceProvisionRequest(Request):
+    instance_id: ObjectId
+    name: Name
+    working_dir: str | None = None
+    env: Env = {}
+    labels: Labels = {}
+    #: Supervised main process of the instance (the loadout's agent command); None = no main.
+    command: Argv | None = None
+    start: bool = True
+    loadout: str | None = None
+
+
+class InstanceProvisionResponse(Response):
+    instance: InstanceInfo
+
+
+class InstanceStartRequest(Request):
+    instance_id: ObjectId
+
+
+class InstanceStartResponse(Response):
+    instance: InstanceInfo
+
+
+class InstanceStopRequest(Request):
+    instance_id: ObjectId
+    #: Seconds between SIGTERM and SIGKILL; None = hostd's configured default.
+    grace_s: Grace | None = None
+
+
+class InstanceStopResponse(Response):
+    instance: InstanceInfo
+
+
+class InstanceDestroyRequest(Request):
+    instance_id: ObjectId
+    grace_s: Grace | None = None
+
+
+class InstanceDestroyResponse(Response):
+    instance: InstanceInfo
+
+
+class InstanceGetRequest(Request):
+    instance_id: ObjectId
+
+
+class InstanceGetResponse(Response):
+    instance: InstanceInfo
+
+
+class InstanceListRequest(Request):
+    pass
+
+
+class InstanceListResponse(Response):
+    instances: list[InstanceInfo]
+
+
+# ---------------------------------------------------------------------------------------------
+# PTY sessions.
+
+
+class SessionCreateRequest(Request):
+    instance_id: ObjectId
+    argv: Argv
+    cwd: str | None = None
+    env: Env = {}
+    cols: Dim = 80
+    rows: Dim = 24
+    #: Chosen by the caller (e.g. the A2A session id) or by hostd when None.
+    session_id: ObjectId | None = None
+
+
+class SessionCreateResponse(Response):
+    session: SessionInfo
+
+
+class SessionWriteRequest(Request):
+    session_id: ObjectId
+    data: Input
+
+
+class SessionWriteResponse(Response):
+    written: int
+
+
+class SessionResizeRequest(Request):
+    session_id: ObjectId
+    cols: Dim
+    rows: Dim
+
+
+class SessionResizeResponse(Response):
+    pass
+
+
+class SessionSignalRequest(Request):
+    session_id: ObjectId
+    #: A name ("SIGINT", "INT") or a number.
+    signal: str | int
+
+
+class SessionSignalResponse(Response):
+    pass
+
+
+class SessionKillRequest(Request):
+    """Kill the session's whole process tree (SIGTERM, grace, SIGKILL)."""
+
+    session_id: ObjectId
+    grace_s: Grace | None = None
+
+
+class SessionKillResponse(Response):
+    session: SessionInfo
+
+
+class SessionGetRequest(Request):
+    session_id: ObjectId
+
+
+class SessionGetResponse(Response):
+    session: SessionInfo
+
+
+class SessionListRequest(Request):
+    instance_id: str | None = None
+
+
+class SessionListResponse(Response):
+    sessions: list[SessionInfo]
+
+
+class SessionDeleteRequest(Request):
+    """Forget a session; kills its tree first if it still runs."""
+
+    session_id: ObjectId
+
+
+class SessionDeleteResponse(Response):
+    pass
+
+
+class SessionSubscribeRequest(Request):
+    """Replay from ``from_seq`` (None = only new output), then live output until exit.
+
+    Answered by ``SessionOutput``/``SessionLagged`` events, then ``SessionExited`` and
+    ``StreamEnd`` when the process has exited and everything up to its last output was sent.
+    """
+
+    session_id: ObjectId
+    from_seq: Seq | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Exec: a process without a PTY (agent tasks).
+
+
+class ExecStartRequest(Request):
+    instance_id: ObjectId
+    argv: Argv
+    cwd: str | None = None
+    env: Env = {}
+    #: Bytes written to stdin once started; stdin stays open only if ``keep_stdin_open``.
+    stdin: Input | None = None
+    keep_stdin_open: bool = False
+    #: Give the child a control channel (JSON lines both ways) on the fd named by
+    #: ``AIWG_CONTROL_FD`` in its environment.
+    control: bool = False
+    #: Kill the tree after this many seconds; None = no timeout.
+    timeout_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    exec_id: ObjectId | None = None
+
+
+class ExecStartResponse(Response):
+    exec: ExecInfo
+
+
+class ExecWriteRequest(Request):
+    exec_id: ObjectId
+    data: Input = b""
+    #: Close stdin after writing ``data``.
+    eof: bool = False
+
+
+class ExecWriteResponse(Response):
+    written: int
+
+
+class ExecControlSendRequest(Request):
+    """Send one JSON object to the child as a line on its control channel."""
+
+    exec_id: ObjectId
+    message: dict[str, object]
+
+
+class ExecControlSendResponse(Response):
+    pass
+
+
+class ExecCancelRequest(Request):
+    exec_id: ObjectId
+    grace_s: Grace | None = None
+
+
+class ExecCancelResponse(Response):
+    exec: ExecInfo
+
+
+class ExecGetRequest(Request):
+    exec_id: ObjectId
+
+
+class ExecGetResponse(Response):
+    exec: ExecInfo
+
+
+class ExecDeleteRequest(Request):
+    exec_id: ObjectId
+
+
+class ExecDeleteResponse(Response):
+    pass
+
+
+class ExecSubscribeRequest(Request):
+    """Replay then live: ``ExecOutput``, ``ExecControlMessage``, ``ExecLagged``, then
+    ``ExecExited`` and ``StreamEnd``."""
+
+    exec_id: ObjectId
+    from_seq: Seq | None = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream control and generic replies.
+
+
+class StreamCancel(Request):
+    """End the stream opened by request ``stream_id``; hostd answers with its ``StreamEnd``."""
+
+    stream_id: int
+
+
+class StreamOpened(Response):
+    """First frame of every accepted stream: what the ring holds right now."""
+
+    first_seq: int
+    next_seq: int
+
+
+class StreamEnd(Response):
+    reason: Literal["exited", "canceled", "deleted", "shutdown"] = "exited"
+
+
+class ErrorResponse(Response):
+    code: str
+    message: str
+    details: dict[str, object] = {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream events.
+
+
+class SessionOutput(Event):
+    seq: int
+    data: bytes
+
+
+class SessionLagged(Event):
+    """Output between the subscriber's position and ``resume_seq`` left the ring unsent."""
+
+    missed_from: int
+    resume_seq: int
+
+
+class SessionExited(Event):
+    exit_code: int | None
+    signal: int | None
+    reason: str
+    last_seq: int
+
+
+class ExecOutput(Event):
+    seq: int
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+
+class ExecControlMessage(Event):
+    """One JSON line the child wrote on its control channel."""
+
+    seq: int
+    message: dict[str, object]
+
+
+class ExecLagged(Event):
+    missed_from: int
+    resume_seq: int
+
+
+class ExecExited(Event):
+    exit_code: int | None
+    signal: int | None
+    reason: str
+    last_seq: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Helper types.
+
+InstanceState = Literal["provisioning", "stopped", "starting", "running", "stopping", "failed", "destroyed"]
+EndReason = Literal["exited", "signaled", "killed", "timeout", "canceled", "lost", "spawn_failed"]
+
+
+class InstanceInfo(msgspec.Struct, kw_only=True):
+    instance_id: str
+    name: str
+    state: InstanceState
+    instance_dir: str
+    working_dir: str
+    labels: dict[str, str] = {}
+    command: list[str] | None = None
+    loadout: str | None = None
+    pid: int | None = None
+    pgid: int | None = None
+    cgroup: str | None = None
+    created_at: float
+    started_at: float | None = None
+    stopped_at: float | None = None
+    exit_code: int | None = None
+    #: Set after a hostd restart: whether hostd re-adopted the running main process.
+    adopted: bool | None = None
+    #: Human-readable reason for ``failed`` or for what could not be re-adopted.
+    note: str | None = None
+    sessions: int = 0
+    execs: int = 0
+
+
+class SessionInfo(msgspec.Struct, kw_only=True):
+    session_id: str
+    instance_id: str
+    argv: list[str]
+    cwd: str
+    pid: int | None
+    cols: int
+    rows: int
+    state: Literal["running", "exited"]
+    created_at: float
+    exited_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    end_reason: str | None = None
+    #: Sequence numbers still in the ring: [first_seq, next_seq).
+    first_seq: int = 1
+    next_seq: int = 1
+    subscribers: int = 0
+
+
+class ExecInfo(msgspec.Struct, kw_only=True):
+    exec_id: str
+    instance_id: str
+    argv: list[str]
+    cwd: str
+    pid: int | None
+    state: Literal["running", "exited"]
+    control: bool
+    created_at: float
+    exited_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    end_reason: str | None = None
+    first_seq: int = 1
+    next_seq: int = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Unions: what a client sends, what hostd sends.
+
+ClientFrame = Union[
+    HelloRequest,
+    PingRequest,
+    StatusRequest,
+    InstanceProvisionRequest,
+    InstanceStartRequest,
+    InstanceStopRequest,
+    InstanceDestroyRequest,
+    InstanceGetRequest,
+    InstanceListRequest,
+    SessionCreateRequest,
+    SessionWriteRequest,
+    SessionResizeRequest,
+    SessionSignalRequest,
+    SessionKillRequest,
+    SessionGetRequest,
+    SessionListRequest,
+    SessionDeleteRequest,
+    SessionSubscribeRequest,
+    ExecStartRequest,
+    ExecWriteRequest,
+    ExecControlSendRequest,
+    ExecCancelRequest,
+    ExecGetRequest,
+    ExecDeleteRequest,
+    ExecSubscribeRequest,
+    StreamCancel,
+]
+
+ServerFrame = Union[
+    HelloResponse,
+    PingResponse,
+    StatusResponse,
+    InstanceProvisionResponse,
+    InstanceStartResponse,
+    InstanceStopResponse,
+    InstanceDestroyResponse,
+    InstanceGetResponse,
+    InstanceListResponse,
+    SessionCreateResponse,
+    SessionWriteResponse,
+    SessionResizeResponse,
+    SessionSignalResponse,
+    SessionKillResponse,
+    SessionGetResponse,
+    SessionListResponse,
+    SessionDeleteResponse,
+    ExecStartResponse,
+    ExecWriteResponse,
+    ExecControlSendResponse,
+    ExecCancelResponse,
+    ExecGetResponse,
+    ExecDeleteResponse,
+    StreamOpened,
+    StreamEnd,
+    ErrorResponse,
+    SessionOutput,
+    SessionLagged,
+    SessionExited,
+    ExecOutput,
+    ExecControlMessage,
+    ExecLagged,
+    ExecExited,
+]
+
+#: Requests answered by a stream of events rather than one response.
+STREAM_REQUESTS: tuple[type[Request], ...] = (SessionSubscribeRequest, ExecSubscribeRequest)

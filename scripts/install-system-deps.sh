@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the suite and `make run` need. Idempotent: it does
+# nothing when every package is already present, so `make test` can call it each time.
+set -euo pipefail
+
+PACKAGES=(
+  podman runc            # container runtime tests (DESIGN.md §6: runc, not crun)
+  busybox-static         # rootfs for locally built container images (no pulls here)
+  libvirt-dev pkg-config # building libvirt-python; test:///default needs no daemon
+  systemd                # systemd-analyze verify for the unit files
+  procps util-linux      # ps, setpriv (tests run a client under another uid)
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+echo "installing system packages: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
