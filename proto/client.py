@@ -24,8 +24,8 @@ import errno
 import math
 import os
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import msgspec
@@ -74,7 +74,7 @@ class _Call:
 
 
 class _Stream:
-    __slots__ = ("send", "receive", "overflowed")
+    __slots__ = ("overflowed", "receive", "send")
 
     def __init__(self, size: int) -> None:
         self.send, self.receive = trio.open_memory_channel[Any](size)
@@ -125,8 +125,9 @@ class HostdClient:
             raise HostdRemoteError(reply.code, reply.message, dict(reply.details))
         expected = _expected_response(request)
         if expected is not None and not isinstance(reply, expected):
-            self._fail(HostdProtocolError(f"{type(request).__name__} answered with {type(reply).__name__}"))
-            raise self._broken  # type: ignore[misc]
+            error = HostdProtocolError(f"{type(request).__name__} answered with {type(reply).__name__}")
+            self._fail(error)
+            raise error
         return reply
 
     @asynccontextmanager
@@ -157,7 +158,8 @@ class HostdClient:
                         try:
                             item = await state.receive.receive()
                         except trio.EndOfChannel:
-                            finished = True
+                            # An overflowed stream is still open on hostd: the finally cancels it.
+                            finished = not state.overflowed
                             if state.overflowed:
                                 raise HostdStreamOverflow(
                                     f"stream {stream_id} fell more than {self._stream_buffer} events behind"
@@ -222,8 +224,9 @@ class HostdClient:
             return
         self._broken = error
         for call in self._calls.values():
-            call.reply = error
-            call.done.set()
+            if not call.done.is_set():  # an answer already delivered stands
+                call.reply = error
+                call.done.set()
         for stream in self._streams.values():
             try:
                 stream.send.send_nowait(error)
@@ -237,7 +240,7 @@ class HostdClient:
     def _deliver(self, frame: Any) -> None:
         frame_id = frame.id
         call = self._calls.get(frame_id)
-        if call is not None:
+        if call is not None and not call.done.is_set():
             call.reply = frame
             call.done.set()
             return
@@ -272,6 +275,16 @@ class HostdClient:
             self._fail(HostdProtocolError(f"malformed frame from hostd: {exc}"))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._fail(HostdConnectionLost(f"connection to hostd lost: {exc}"))
+
+
+@contextmanager
+def _unwrap_single() -> Iterator[None]:
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 async def _connect(path: str) -> trio.SocketStream:
@@ -317,26 +330,29 @@ async def open_hostd(
         raise HostdTimeout(f"connecting to hostd socket {path} took longer than {connect_timeout} s")
     client = HostdClient(sock, max_frame_bytes=max_frame_bytes, stream_buffer=stream_buffer)
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(client._read_loop)
-            try:
-                hello = await client.call(
-                    m.HelloRequest(protocol_version=m.PROTOCOL_VERSION, client_name=client_name),
-                    timeout=connect_timeout,
-                )
-            except HostdRemoteError as exc:
-                if exc.code == "protocol.version_mismatch":
-                    raise HostdVersionMismatch(exc.message) from exc
-                raise
-            if hello.protocol_version != m.PROTOCOL_VERSION:
-                raise HostdVersionMismatch(
-                    f"hostd speaks protocol {hello.protocol_version}, this client {m.PROTOCOL_VERSION}"
-                )
-            client.hello = hello
-            try:
-                yield client
-            finally:
-                nursery.cancel_scope.cancel()
+        # The reader task never raises, so a group here holds only what the body raised:
+        # hand that on unwrapped, as callers expect from an ordinary context manager.
+        with _unwrap_single():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client._read_loop)
+                try:
+                    hello = await client.call(
+                        m.HelloRequest(protocol_version=m.PROTOCOL_VERSION, client_name=client_name),
+                        timeout=connect_timeout,
+                    )
+                except HostdRemoteError as exc:
+                    if exc.code == "protocol.version_mismatch":
+                        raise HostdVersionMismatch(exc.message) from exc
+                    raise
+                if hello.protocol_version != m.PROTOCOL_VERSION:
+                    raise HostdVersionMismatch(
+                        f"hostd speaks protocol {hello.protocol_version}, this client {m.PROTOCOL_VERSION}"
+                    )
+                client.hello = hello
+                try:
+                    yield client
+                finally:
+                    nursery.cancel_scope.cancel()
     finally:
         client._fail(HostdConnectionLost("client closed"))
         await sock.aclose()

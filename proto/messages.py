@@ -14,7 +14,8 @@ Wire rules (see STYLE.md, "The contract in proto/"):
 * Wire Structs tolerate unknown fields so an older peer reads a newer message.
 
 Streams: ``SessionSubscribeRequest`` and ``ExecSubscribeRequest`` are answered by one
-``StreamOpened`` (or an ``ErrorResponse``), then any number of events with the request's id and end with exactly one ``StreamEnd`` or ``ErrorResponse``.
+``StreamOpened`` (or an ``ErrorResponse``), then any number of events with the request's id,
+and end with exactly one ``StreamEnd`` or ``ErrorResponse``.
 The client ends a stream early with ``StreamCancel``.
 """
 
@@ -38,7 +39,9 @@ MAX_ENV_ITEMS = 4096
 
 # Constrained field types: a frame that breaks one is answered with ``request.invalid`` for its
 # id; the connection stays up.
-Argv = Annotated[list[Annotated[str, msgspec.Meta(max_length=65536)]], msgspec.Meta(min_length=1, max_length=MAX_ARGV_ITEMS)]
+Argv = Annotated[
+    list[Annotated[str, msgspec.Meta(max_length=65536)]], msgspec.Meta(min_length=1, max_length=MAX_ARGV_ITEMS)
+]
 Env = Annotated[dict[str, str], msgspec.Meta(max_length=MAX_ENV_ITEMS)]
 Labels = Annotated[dict[str, str], msgspec.Meta(max_length=256)]
 Dim = Annotated[int, msgspec.Meta(ge=1, le=MAX_TERMINAL_DIM)]
@@ -509,7 +512,7 @@ class ExecInfo(msgspec.Struct, kw_only=True):
 # ---------------------------------------------------------------------------------------------
 # Unions: what a client sends, what hostd sends.
 
-ClientFrame = Union[
+ClientFrame = Union[  # noqa: UP007 - one member per line reads as the API index
     HelloRequest,
     PingRequest,
     StatusRequest,
@@ -538,7 +541,7 @@ ClientFrame = Union[
     StreamCancel,
 ]
 
-ServerFrame = Union[
+ServerFrame = Union[  # noqa: UP007
     HelloResponse,
     PingResponse,
     StatusResponse,

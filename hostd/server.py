@@ -1,0 +1,302 @@
+"""The RPC server: accept connections on the Unix socket and serve frames on each.
+
+Resource handling: :meth:`RpcServer.serve` owns the listening socket and a nursery holding one
+task per connection; each connection owns a nursery for its slow requests, its ordered-write
+workers and its streams. Closing a connection cancels only those: PTY readers and process
+waiters live in the registries' nursery, so a dropped controller kills no shell.
+
+Scheduling per connection (see :mod:`hostd.handlers`): cheap requests are answered inline by
+the read loop; writes keep their order per session/exec in a small worker each, whose backlog is
+bounded (a full backlog is answered ``limit.reached`` instead of buffering); everything else runs
+as its own task so a slow stop never delays a ping.
+
+Error handling: a handler's :class:`RpcError` becomes an ``ErrorResponse`` for its id; any other
+exception is logged with its traceback and answered ``internal.error``. A frame that fails
+validation is answered ``request.invalid``. A malformed, oversized or unknown frame, a first frame
+that is not Hello, a version mismatch or a refused peer get one error frame (id 0) and end that
+connection only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import msgspec
+import trio
+
+from proto import PROTOCOL_VERSION, ErrorCode, FrameBuffer, FrameEncoder, FrameInvalid, FrameTooLarge, UnknownFrame
+from proto import messages as m
+
+from .config import HostdConfig
+from .errors import RpcError
+from .handlers import INLINE, ORDERED, STREAMS, Handlers, ordered_key
+from .listener import BoundSocket, peer_credentials
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK_BYTES = 256 * 1024
+ORDERED_BACKLOG = 256
+ORDERED_IDLE_S = 30.0
+MAX_TASKS_PER_CONNECTION = 4096
+HELLO_TIMEOUT_S = 10.0
+_CLIENT_DECODER = msgspec.msgpack.Decoder(m.ClientFrame)
+
+
+class _CloseConnection(Exception):
+    """Raised inside a connection to end it after an error frame was sent."""
+
+
+class Connection:
+    """One client connection. Made and owned by :class:`RpcServer`."""
+
+    def __init__(self, server: RpcServer, stream: trio.SocketStream, peer: tuple[int, int, int]) -> None:
+        self.server = server
+        self.stream = stream
+        self.peer_pid, self.peer_uid, self.peer_gid = peer
+        self._encoder = FrameEncoder(server.config.max_frame_bytes)
+        self._send_lock = trio.Lock()
+        self._streams: dict[int, trio.CancelScope] = {}
+        self._ordered: dict[str, trio.MemorySendChannel[m.Request]] = {}
+        self._tasks = 0
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<connection pid={self.peer_pid} uid={self.peer_uid}>"
+
+    async def send(self, frame: m.Frame) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("connection closed")
+        data = self._encoder.encode(frame)
+        async with self._send_lock:
+            await self.stream.send_all(data)
+
+    async def send_error(self, frame_id: int, code: ErrorCode, message: str, **details: object) -> None:
+        await self.send(m.ErrorResponse(id=frame_id, code=code.value, message=message, details=details))
+
+    async def run(self) -> None:
+        if not self.server.config.peer_allowed(self.peer_uid, self.peer_gid):
+            log.warning("refusing peer pid=%s uid=%s gid=%s", self.peer_pid, self.peer_uid, self.peer_gid)
+            await self._fatal(ErrorCode.PEER_REFUSED, f"uid {self.peer_uid} / gid {self.peer_gid} may not use hostd")
+            return
+        buffer = FrameBuffer(self.server.config.max_frame_bytes)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._handshake(buffer)
+                await self._read_loop(buffer)
+                nursery.cancel_scope.cancel()
+        except _CloseConnection:
+            pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self._closed = True
+            for send in self._ordered.values():
+                send.close()
+
+    async def _fatal(self, code: ErrorCode, message: str) -> None:
+        """Send a connection-level error frame and give up on the connection."""
+        try:
+            with trio.move_on_after(1):
+                await self.send_error(0, code, message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def _next_frame(self, buffer: FrameBuffer) -> m.Request | None:
+        """The next decoded frame, or None at EOF. Bad frames end the connection."""
+        while True:
+            try:
+                frame = buffer.next_message(_CLIENT_DECODER)
+            except FrameInvalid as exc:
+                await self.send_error(exc.frame_id, ErrorCode.REQUEST_INVALID, exc.reason)
+                continue
+            except FrameTooLarge as exc:
+                await self._fatal(ErrorCode.PROTOCOL_FRAME_TOO_LARGE, str(exc))
+                raise _CloseConnection from exc
+            except UnknownFrame as exc:
+                await self._fatal(ErrorCode.PROTOCOL_MALFORMED_FRAME, str(exc))
+                raise _CloseConnection from exc
+            except msgspec.DecodeError as exc:
+                await self._fatal(ErrorCode.PROTOCOL_MALFORMED_FRAME, f"undecodable frame: {exc}")
+                raise _CloseConnection from exc
+            if frame is not None:
+                return frame
+            data = await self.stream.receive_some(READ_CHUNK_BYTES)
+            if not data:
+                return None
+            try:
+                buffer.feed(data)
+            except FrameTooLarge as exc:
+                await self._fatal(ErrorCode.PROTOCOL_FRAME_TOO_LARGE, str(exc))
+                raise _CloseConnection from exc
+
+    async def _handshake(self, buffer: FrameBuffer) -> None:
+        with trio.move_on_after(HELLO_TIMEOUT_S):
+            frame = await self._next_frame(buffer)
+            if frame is None:
+                raise _CloseConnection
+            if not isinstance(frame, m.HelloRequest):
+                await self._fatal(
+                    ErrorCode.PROTOCOL_HELLO_REQUIRED, f"expected HelloRequest, got {type(frame).__name__}"
+                )
+                raise _CloseConnection
+            if frame.protocol_version != PROTOCOL_VERSION:
+                await self._fatal(
+                    ErrorCode.PROTOCOL_VERSION_MISMATCH,
+                    f"hostd speaks protocol {PROTOCOL_VERSION}, client {frame.protocol_version}",
+                )
+                raise _CloseConnection
+            hello = self.server.handlers.hello(self.peer_uid, self.peer_gid)
+            hello.id = frame.id
+            await self.send(hello)
+            log.debug("%r said hello as %r", self, frame.client_name)
+            return
+        await self._fatal(ErrorCode.PROTOCOL_HELLO_REQUIRED, "no Hello within the handshake deadline")
+        raise _CloseConnection
+
+    async def _read_loop(self, buffer: FrameBuffer) -> None:
+        handlers = self.server.handlers
+        while (frame := await self._next_frame(buffer)) is not None:
+            kind = type(frame)
+            if kind is m.StreamCancel:
+                scope = self._streams.get(frame.stream_id)
+                if scope is not None:
+                    scope.cancel()
+            elif kind in INLINE:
+                await self._answer(frame, handlers.call(frame))
+            elif kind is m.HelloRequest:
+                await self.send_error(frame.id, ErrorCode.REQUEST_INVALID, "Hello was already exchanged")
+            elif self._tasks >= MAX_TASKS_PER_CONNECTION:
+                await self.send_error(frame.id, ErrorCode.LIMIT_REACHED, "too many requests in flight")
+            elif kind in ORDERED:
+                await self._enqueue_ordered(frame)
+            elif kind in STREAMS:
+                self._spawn(self._run_stream, frame)
+            else:
+                self._spawn(self._run_call, frame)
+
+    def _spawn(self, fn: Callable[[m.Request], Awaitable[None]], frame: m.Request) -> None:
+        self._tasks += 1
+
+        async def run() -> None:
+            try:
+                await fn(frame)
+            finally:
+                self._tasks -= 1
+
+        self._nursery.start_soon(run)
+
+    async def _answer(self, frame: m.Request, work: Awaitable[m.Response]) -> None:
+        try:
+            reply = await work
+        except RpcError as exc:
+            await self.send_error(frame.id, exc.code, exc.message, **exc.details)
+            return
+        except Exception:
+            log.exception("%s (id %s) failed", type(frame).__name__, frame.id)
+            await self.send_error(frame.id, ErrorCode.INTERNAL, f"{type(frame).__name__} failed inside hostd")
+            return
+        reply.id = frame.id
+        await self.send(reply)
+
+    async def _run_call(self, frame: m.Request) -> None:
+        await self._answer(frame, self.server.handlers.call(frame))
+
+    async def _enqueue_ordered(self, frame: m.Request) -> None:
+        key = ordered_key(frame)
+        channel = self._ordered.get(key)
+        if channel is None:
+            channel, receive = trio.open_memory_channel[m.Request](ORDERED_BACKLOG)
+            self._ordered[key] = channel
+            self._nursery.start_soon(self._ordered_worker, key, receive)
+        try:
+            channel.send_nowait(frame)
+        except trio.WouldBlock:
+            await self.send_error(
+                frame.id, ErrorCode.LIMIT_REACHED, f"more than {ORDERED_BACKLOG} writes to {key} waiting; not buffered"
+            )
+
+    async def _ordered_worker(self, key: str, receive: trio.MemoryReceiveChannel[m.Request]) -> None:
+        async with receive:
+            while True:
+                frame = None
+                with trio.move_on_after(ORDERED_IDLE_S):
+                    frame = await receive.receive()
+                if frame is None:
+                    # Idle: go away so a long-lived connection does not keep a worker per
+                    # session. No checkpoint between the timeout and the pop, so no write
+                    # can slip into a channel nobody reads.
+                    channel = self._ordered.pop(key, None)
+                    if channel is not None:
+                        channel.close()
+                    return
+                await self._answer(frame, self.server.handlers.call(frame))
+
+    async def _run_stream(self, frame: m.Request) -> None:
+        scope = trio.CancelScope()
+        self._streams[frame.id] = scope
+        try:
+            with scope:
+                try:
+                    await self.server.handlers.stream(frame, self.send)
+                except RpcError as exc:
+                    await self.send_error(frame.id, exc.code, exc.message, **exc.details)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    raise
+                except Exception:
+                    log.exception("stream %s (id %s) failed", type(frame).__name__, frame.id)
+                    await self.send_error(frame.id, ErrorCode.INTERNAL, "stream failed inside hostd")
+            if scope.cancelled_caught and not self._closed:
+                with trio.move_on_after(5):
+                    await self.send(m.StreamEnd(id=frame.id, reason="canceled"))
+        finally:
+            self._streams.pop(frame.id, None)
+
+
+class RpcServer:
+    def __init__(self, config: HostdConfig, handlers: Handlers) -> None:
+        self.config = config
+        self.handlers = handlers
+        self.connections: set[Connection] = set()
+
+    async def serve(self, bound: BoundSocket, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Accept connections until cancelled. Reports started once accepting."""
+        listener = trio.SocketListener(bound.sock)
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    # EMFILE and friends: back off rather than spin.
+                    log.error("accept failed: %s", exc)
+                    await trio.sleep(0.1)
+                    continue
+                nursery.start_soon(self._serve_connection, stream)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                peer = peer_credentials(stream.socket)
+            except OSError as exc:
+                log.warning("cannot read peer credentials: %s", exc)
+                return
+            conn = Connection(self, stream, peer)
+            if len(self.connections) >= self.config.max_connections:
+                await conn._fatal(ErrorCode.LIMIT_REACHED, f"more than {self.config.max_connections} connections")
+                return
+            self.connections.add(conn)
+            try:
+                await conn.run()
+            finally:
+                self.connections.discard(conn)
+
+    async def announce_shutdown(self) -> None:
+        """Tell every client hostd is going away (best effort, bounded)."""
+        with trio.move_on_after(1):
+            for conn in list(self.connections):
+                try:
+                    await conn.send_error(0, ErrorCode.SHUTTING_DOWN, "hostd is shutting down")
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
