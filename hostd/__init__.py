@@ -1,7 +1,7 @@
 """hostd: the host supervisor daemon that owns every process tree and PTY on the host.
 
 Only the modules listed in :data:`SPAWNING_MODULES` may fork, exec or open PTYs; a test
-checks that no other module of hostd, proto or the controller does.
+(``tests/test_spawn_fence.py``) checks that no other module of hostd, proto or the controller does.
 """
 
-SPAWNING_MODULES = ("hostd.spawn",)
+SPAWNING_MODULES = ("hostd.ptyspawn", "hostd.procspawn")

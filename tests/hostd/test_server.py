@@ -1,0 +1,281 @@
+"""The whole hostd over its real socket: handshake, peer credentials, bad input, restarts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+
+from proto import (
+    PROTOCOL_VERSION,
+    FrameBuffer,
+    FrameEncoder,
+    HostdConnectionLost,
+    HostdRemoteError,
+    HostdVersionMismatch,
+    open_hostd,
+)
+from proto import messages as m
+from tests.conftest import alive
+from tests.hostd_process import ROOT, HostdProcess
+
+SERVER = msgspec.msgpack.Decoder(m.ServerFrame)
+
+
+async def raw_exchange(path: Path, data: bytes) -> list[m.Frame]:
+    """Send raw bytes on a fresh connection; return every frame until hostd closes it."""
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.connect(str(path))
+    stream = trio.SocketStream(sock)
+    frames = []
+    buf = FrameBuffer()
+    async with stream:
+        await stream.send_all(data)
+        with trio.fail_after(5):
+            while chunk := await stream.receive_some(65536):
+                buf.feed(chunk)
+                while (frame := buf.next_message(SERVER)) is not None:
+                    frames.append(frame)
+    return frames
+
+
+def hello_bytes(version: int = PROTOCOL_VERSION) -> bytes:
+    return bytes(FrameEncoder().encode(m.HelloRequest(id=1, protocol_version=version)))
+
+
+async def test_hello_and_status(hostd: HostdProcess) -> None:
+    async with open_hostd(hostd.socket_path, client_name="test") as client:
+        assert client.hello.protocol_version == PROTOCOL_VERSION
+        assert client.hello.peer_uid == os.getuid()
+        status = await client.call(m.StatusRequest())
+        assert status.pid == hostd.proc.pid
+        assert status.connections == 1
+        assert status.state_dir == str(hostd.state_dir)
+    assert oct(hostd.socket_path.stat().st_mode & 0o777) == "0o660"
+
+
+async def test_version_mismatch_gets_error_frame(hostd: HostdProcess) -> None:
+    frames = await raw_exchange(hostd.socket_path, hello_bytes(PROTOCOL_VERSION + 7))
+    assert [f.code for f in frames] == ["protocol.version_mismatch"]
+
+
+async def test_first_frame_must_be_hello(hostd: HostdProcess) -> None:
+    frames = await raw_exchange(hostd.socket_path, bytes(FrameEncoder().encode(m.PingRequest(id=1))))
+    assert [f.code for f in frames] == ["protocol.hello_required"]
+
+
+async def test_malformed_frame_ends_only_that_connection(hostd: HostdProcess) -> None:
+    async with open_hostd(hostd.socket_path) as bystander:
+        garbage = hello_bytes() + b"\x00\x00\x00\x04\xc1\xc1\xc1\xc1"
+        frames = await raw_exchange(hostd.socket_path, garbage)
+        assert isinstance(frames[0], m.HelloResponse)
+        assert frames[-1].code == "protocol.malformed_frame"
+        oversized = hello_bytes() + (64 * 1024 * 1024).to_bytes(4, "big")
+        frames = await raw_exchange(hostd.socket_path, oversized)
+        assert frames[-1].code == "protocol.frame_too_large"
+        unknown = hello_bytes() + bytes(FrameEncoder().encode({"t": "FormatDisk", "id": 2}))
+        frames = await raw_exchange(hostd.socket_path, unknown)
+        assert frames[-1].code == "protocol.malformed_frame"
+        # The other client never noticed.
+        assert (await bystander.call(m.PingRequest(payload=b"still here"))).payload == b"still here"
+
+
+async def test_invalid_request_is_answered_and_connection_stays(hostd: HostdProcess) -> None:
+    async with open_hostd(hostd.socket_path) as client:
+        for bad in (
+            m.SessionCreateRequest(instance_id="x", argv=[]),
+            m.SessionResizeRequest(session_id="s", cols=0, rows=10),
+            m.SessionWriteRequest(session_id="s", data=b"x" * (m.MAX_INPUT_BYTES + 1)),
+            m.SessionGetRequest(session_id="../etc"),
+        ):
+            with pytest.raises(HostdRemoteError) as info:
+                await client.call(bad)
+            assert info.value.code == "request.invalid", bad
+        for unknown, code in (
+            (m.SessionGetRequest(session_id="nope"), "session.not_found"),
+            (m.ExecGetRequest(exec_id="nope"), "exec.not_found"),
+            (m.InstanceGetRequest(instance_id="nope"), "instance.not_found"),
+            (m.SessionSignalRequest(session_id="nope", signal="SIGINT"), "session.not_found"),
+        ):
+            with pytest.raises(HostdRemoteError) as info:
+                await client.call(unknown)
+            assert info.value.code == code
+        assert (await client.call(m.PingRequest())).payload == b""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+async def test_peer_with_other_uid_is_refused(tmp_path: Path) -> None:
+    # The socket sits in a directory others may enter, and the client keeps gid 0 so the
+    # 0660 root:root socket lets it connect: only SO_PEERCRED stands between it and hostd.
+    sock_dir = tmp_path / "pub"
+    sock_dir.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(sock_dir, 0o755)
+    proc = HostdProcess(tmp_path / "state", socket_path=sock_dir / "h.sock").start()
+    try:
+        script = textwrap.dedent(
+            f"""
+            import trio, sys
+            from proto import open_hostd, HostdRemoteError
+            async def main():
+                try:
+                    async with open_hostd({str(proc.socket_path)!r}):
+                        print("ADMITTED")
+                except HostdRemoteError as exc:
+                    print("REFUSED", exc.code)
+            trio.run(main)
+            """
+        )
+        out = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=0", "--clear-groups", sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd="/",
+        )
+        assert out.stdout.strip() == "REFUSED auth.peer_refused", out.stderr
+        # hostd still serves allowed peers.
+        async with open_hostd(proc.socket_path) as client:
+            await client.call(m.PingRequest())
+    finally:
+        proc.stop()
+
+
+def test_refuses_to_start_while_another_hostd_answers(hostd: HostdProcess) -> None:
+    second = subprocess.run(
+        [sys.executable, "-m", "hostd.main", "--dev"],
+        env=hostd.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
+    assert second.returncode == 1
+    assert "already listening" in second.stderr
+    assert hostd.answers()
+
+
+def test_stale_socket_is_replaced_and_foreign_file_is_not(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(state / "hostd.sock"))
+    stale.close()
+    proc = HostdProcess(state).start()
+    proc.stop()
+    assert not (state / "hostd.sock").exists(), "clean shutdown removes its own socket"
+
+    (state / "hostd.sock").write_text("not a socket")
+    out = subprocess.run(
+        [sys.executable, "-m", "hostd.main", "--dev"],
+        env=proc.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
+    assert out.returncode == 1
+    assert "not a socket" in out.stderr
+    assert (state / "hostd.sock").read_text() == "not a socket"
+
+
+async def test_hostd_killed_mid_call_fails_the_call_at_once(hostd: HostdProcess) -> None:
+    async with open_hostd(hostd.socket_path) as client:
+        inst = (
+            await client.call(m.InstanceProvisionRequest(instance_id="mid-call", name="mid-call", start=True))
+        ).instance
+        session = (
+            await client.call(m.SessionCreateRequest(instance_id=inst.instance_id, argv=["sleep", "60"]))
+        ).session
+
+        async def kill_soon() -> None:
+            await trio.sleep(0.3)
+            hostd.kill()
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(kill_soon)
+                with pytest.raises(HostdConnectionLost):
+                    async with client.stream(m.SessionSubscribeRequest(session_id=session.session_id)) as events:
+                        async for _ in events:
+                            pass
+        with pytest.raises(HostdConnectionLost):
+            await client.call(m.PingRequest())
+        # hostd died without cleanup: its session's shell lost its PTY master and must end.
+        with trio.fail_after(5):
+            while alive({session.pid}):
+                await trio.sleep(0.05)
+
+
+async def test_sessions_outlive_the_client_connection(hostd: HostdProcess) -> None:
+    async with open_hostd(hostd.socket_path) as client:
+        await client.call(m.InstanceProvisionRequest(instance_id="keep", name="keep"))
+        created = await client.call(
+            m.SessionCreateRequest(instance_id="keep", argv=["sh", "-c", "echo first; read x; echo got $x"])
+        )
+        sid = created.session.session_id
+    # The first connection is gone; the shell is still there, and so is its output.
+    async with open_hostd(hostd.socket_path) as client:
+        await client.call(m.SessionWriteRequest(session_id=sid, data=b"second\n"))
+        out = b""
+        async with client.stream(m.SessionSubscribeRequest(session_id=sid, from_seq=1)) as events:
+            async for ev in events:
+                if isinstance(ev, m.SessionOutput):
+                    out += ev.data
+                elif isinstance(ev, m.SessionExited):
+                    assert ev.exit_code == 0
+        assert b"first" in out and b"got second" in out
+
+
+async def test_restart_reloads_instances(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    proc = HostdProcess(state).start()
+    try:
+        async with open_hostd(proc.socket_path) as client:
+            await client.call(m.InstanceProvisionRequest(instance_id="idle", name="idle", start=True))
+            main = await client.call(
+                m.InstanceProvisionRequest(instance_id="svc", name="svc", command=["sleep", "300"], start=True)
+            )
+            doomed = await client.call(
+                m.InstanceProvisionRequest(instance_id="doomed", name="doomed", command=["sleep", "300"], start=True)
+            )
+        proc.stop()
+        # While hostd is down one main process dies; the other keeps running.
+        os.kill(doomed.instance.pid, signal.SIGKILL)
+        proc.start()
+        async with open_hostd(proc.socket_path) as client:
+            listed = {i.instance_id: i for i in (await client.call(m.InstanceListRequest())).instances}
+            assert set(listed) == {"idle", "svc", "doomed"}
+            assert listed["svc"].state == "running" and listed["svc"].adopted is True
+            assert listed["svc"].pid == main.instance.pid
+            assert listed["doomed"].state == "failed" and listed["doomed"].adopted is False
+            assert listed["doomed"].note
+            for iid in listed:
+                await client.call(m.InstanceDestroyRequest(instance_id=iid, grace_s=0.5))
+        assert not alive({main.instance.pid})
+    finally:
+        proc.stop()
+
+
+def test_sigterm_stops_cleanly_and_ends_sessions(hostd: HostdProcess) -> None:
+    async def make_session() -> int:
+        async with open_hostd(hostd.socket_path) as client:
+            await client.call(m.InstanceProvisionRequest(instance_id="t", name="t"))
+            created = await client.call(m.SessionCreateRequest(instance_id="t", argv=["sleep", "300"]))
+            return created.session.pid
+
+    pid = trio.run(make_session)
+    assert hostd.stop(signal.SIGTERM) == 0
+    assert not hostd.socket_path.exists()
+    assert not alive({pid})
+    assert "shutting down" in hostd.log()

@@ -1,0 +1,79 @@
+"""A real hostd in a subprocess, for tests that need the whole daemon."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class HostdProcess:
+    """``python -m hostd.main --dev`` with its own state dir and socket."""
+
+    def __init__(self, state_dir: Path, *, socket_path: Path | None = None, env: dict[str, str] | None = None) -> None:
+        self.state_dir = state_dir
+        self.socket_path = socket_path or state_dir / "hostd.sock"
+        self.env = {
+            **os.environ,
+            "AIWG_STATE_DIR": str(state_dir),
+            "AIWG_HOSTD_SOCKET": str(self.socket_path),
+            "AIWG_STOP_GRACE_S": "1",
+            "PYTHONPATH": str(ROOT),
+            **(env or {}),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = state_dir.parent / f"{state_dir.name}-hostd.log"
+
+    def start(self, timeout: float = 15.0) -> HostdProcess:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hostd.main", "--dev"], env=self.env, stdout=log, stderr=log, cwd=ROOT
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"hostd exited with {self.proc.returncode}:\n{self.log()}")
+            if self.answers():
+                return self
+            time.sleep(0.02)
+        raise RuntimeError(f"hostd did not listen within {timeout} s:\n{self.log()}")
+
+    def answers(self) -> bool:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(str(self.socket_path))
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-5000:]
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(5)
+
+    def kill(self) -> None:
+        """SIGKILL: hostd dies without any cleanup, as in a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)

@@ -1,0 +1,92 @@
+"""Only the fenced modules may fork, exec or open PTYs (STYLE.md: fence the dangerous code)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import proto
+from hostd import SPAWNING_MODULES
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("proto", "hostd", "controller")
+
+FORBIDDEN_MODULES = {"subprocess", "pty", "ptyprocess", "multiprocessing", "pexpect"}
+FORBIDDEN_OS = ("fork", "forkpty", "exec", "spawn", "posix_spawn", "system", "popen", "openpty")
+FORBIDDEN_TRIO = {"run_process", "open_process"}
+
+
+def offences(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if a.name.split(".")[0] in FORBIDDEN_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.split(".")[0] in FORBIDDEN_MODULES:
+                found.append(f"from {node.module} import ...")
+            if node.module == "os":
+                found += [f"from os import {a.name}" for a in node.names if a.name.startswith(FORBIDDEN_OS)]
+        elif isinstance(node, ast.Attribute):
+            base = node.value
+            if isinstance(base, ast.Name) and base.id == "os" and node.attr.startswith(FORBIDDEN_OS):
+                found.append(f"os.{node.attr}")
+            if node.attr in FORBIDDEN_TRIO:
+                found.append(f"...{node.attr}")
+    return [f"{path.relative_to(ROOT)}:{item}" for item in found]
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def test_only_fenced_modules_spawn() -> None:
+    bad = []
+    checked = 0
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            checked += 1
+            if module_name(path) in SPAWNING_MODULES:
+                continue
+            bad += offences(path)
+    assert checked > 10
+    assert not bad, "process creation outside the fenced modules:\n" + "\n".join(bad)
+
+
+def test_fenced_modules_exist_and_do_spawn() -> None:
+    for name in SPAWNING_MODULES:
+        path = ROOT / (name.replace(".", "/") + ".py")
+        assert path.exists(), name
+        assert offences(path), f"{name} is fenced but spawns nothing: drop it from SPAWNING_MODULES"
+
+
+def test_proto_exports_are_pinned() -> None:
+    assert sorted(proto.__all__) == sorted(
+        [
+            "DEFAULT_MAX_FRAME_BYTES",
+            "PROTOCOL_VERSION",
+            "ErrorCode",
+            "FrameBuffer",
+            "FrameEncoder",
+            "FrameInvalid",
+            "FrameTooLarge",
+            "HostdClient",
+            "HostdConnectionLost",
+            "HostdError",
+            "HostdNotRunning",
+            "HostdProtocolError",
+            "HostdRemoteError",
+            "HostdStreamOverflow",
+            "HostdTimeout",
+            "HostdUnavailable",
+            "HostdVersionMismatch",
+            "UnknownFrame",
+            "is_uuid",
+            "messages",
+            "new_id",
+            "open_hostd",
+            "uuid7",
+        ]
+    )
+    for name in proto.__all__:
+        assert hasattr(proto, name)
