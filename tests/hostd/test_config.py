@@ -1,0 +1,60 @@
+"""Configuration: defaults, dev conventions, and refusal of bad values with a named setting."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from hostd.config import PROD_SOCKET, PROD_STATE_DIR, ConfigError, from_env
+
+
+def test_production_defaults() -> None:
+    cfg = from_env({})
+    assert cfg.state_dir == PROD_STATE_DIR
+    assert cfg.socket_path == PROD_SOCKET
+    assert cfg.socket_mode == 0o660
+    assert cfg.ring_frames >= 1000 and cfg.ring_bytes >= 4 * 1024 * 1024
+    assert not cfg.peer_allowed(12345, 12345)
+    assert cfg.peer_allowed(0, 0)
+
+
+def test_dev_defaults_follow_the_state_dir(tmp_path) -> None:
+    cfg = from_env({"AIWG_STATE_DIR": str(tmp_path)}, dev=True)
+    assert cfg.socket_path == str(tmp_path / "hostd.sock")
+    assert cfg.peer_allowed(os.getuid(), 99999)
+
+
+def test_dev_without_overrides_uses_dot_run(monkeypatch, tmp_path) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = from_env({}, dev=True)
+    assert cfg.state_dir == str(tmp_path / ".run")
+    assert cfg.socket_path == str(tmp_path / ".run" / "hostd.sock")
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"AIWG_RING_FRAMES": "ten"}, "AIWG_RING_FRAMES"),
+        ({"AIWG_RING_FRAMES": "3"}, "AIWG_RING_FRAMES"),
+        ({"AIWG_RING_BYTES": "-1"}, "AIWG_RING_BYTES"),
+        ({"AIWG_HOSTD_SOCKET_MODE": "666"}, "AIWG_HOSTD_SOCKET_MODE"),
+        ({"AIWG_HOSTD_SOCKET_MODE": "9"}, "AIWG_HOSTD_SOCKET_MODE"),
+        ({"AIWG_STOP_GRACE_S": "forever"}, "AIWG_STOP_GRACE_S"),
+        ({"AIWG_STOP_GRACE_S": "99999"}, "AIWG_STOP_GRACE_S"),
+        ({"AIWG_HOSTD_ALLOW_UIDS": "root"}, "AIWG_HOSTD_ALLOW_UIDS"),
+        ({"AIWG_CGROUP_ROOT": "relative/path"}, "AIWG_CGROUP_ROOT"),
+        ({"AIWG_WORKSPACE_ROOT": "/does/not/exist"}, "AIWG_WORKSPACE_ROOT"),
+        ({"AIWG_HOSTD_SOCKET": "/tmp/" + "x" * 200}, "AIWG_HOSTD_SOCKET"),
+    ],
+)
+def test_bad_values_are_refused_by_name(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        from_env(env)
+
+
+def test_allow_lists_parse() -> None:
+    cfg = from_env({"AIWG_HOSTD_ALLOW_UIDS": "1000, 1001", "AIWG_HOSTD_ALLOW_GIDS": "50"})
+    assert cfg.peer_allowed(1001, 7)
+    assert cfg.peer_allowed(7, 50)
+    assert not cfg.peer_allowed(7, 7)
