@@ -81,14 +81,14 @@ class Connection:
             return
         buffer = FrameBuffer(self.server.config.max_frame_bytes)
         try:
+            await self._handshake(buffer)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                await self._handshake(buffer)
+                # Nothing raised here may escape as a group: _read_loop ends the connection by
+                # returning, and every task it spawns is guarded (see _guarded).
                 await self._read_loop(buffer)
                 nursery.cancel_scope.cancel()
-        except _CloseConnection:
-            pass
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except (_CloseConnection, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             self._closed = True
@@ -156,6 +156,13 @@ class Connection:
         raise _CloseConnection
 
     async def _read_loop(self, buffer: FrameBuffer) -> None:
+        """Serve frames until EOF or a fatal frame; returns instead of raising."""
+        try:
+            await self._serve_frames(buffer)
+        except (_CloseConnection, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def _serve_frames(self, buffer: FrameBuffer) -> None:
         handlers = self.server.handlers
         while (frame := await self._next_frame(buffer)) is not None:
             kind = type(frame)
@@ -181,11 +188,20 @@ class Connection:
 
         async def run() -> None:
             try:
-                await fn(frame)
+                await self._guarded(fn(frame))
             finally:
                 self._tasks -= 1
 
         self._nursery.start_soon(run)
+
+    async def _guarded(self, work: Awaitable[None]) -> None:
+        """Run a connection task so that nothing it raises takes the connection (or hostd) down."""
+        try:
+            await work
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client went away; the work it asked for is done or cancelled
+        except Exception:
+            log.exception("connection task failed on %r", self)
 
     async def _answer(self, frame: m.Request, work: Awaitable[m.Response]) -> None:
         try:
@@ -209,7 +225,7 @@ class Connection:
         if channel is None:
             channel, receive = trio.open_memory_channel[m.Request](ORDERED_BACKLOG)
             self._ordered[key] = channel
-            self._nursery.start_soon(self._ordered_worker, key, receive)
+            self._nursery.start_soon(self._guarded, self._ordered_worker(key, receive))
         try:
             channel.send_nowait(frame)
         except trio.WouldBlock:
@@ -289,6 +305,9 @@ class RpcServer:
             self.connections.add(conn)
             try:
                 await conn.run()
+            except Exception:
+                # A bug serving one client must never take hostd down for everyone.
+                log.exception("connection %r failed", conn)
             finally:
                 self.connections.discard(conn)
 

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -116,9 +117,8 @@ async def test_invalid_request_is_answered_and_connection_stays(hostd: HostdProc
 async def test_peer_with_other_uid_is_refused(tmp_path: Path) -> None:
     # The socket sits in a directory others may enter, and the client keeps gid 0 so the
     # 0660 root:root socket lets it connect: only SO_PEERCRED stands between it and hostd.
-    sock_dir = tmp_path / "pub"
-    sock_dir.mkdir()
-    os.chmod(tmp_path, 0o755)
+    # pytest's tmp_path sits under a 0700 directory; the socket needs a path others can walk.
+    sock_dir = Path(tempfile.mkdtemp(prefix="hostd-peer-"))
     os.chmod(sock_dir, 0o755)
     proc = HostdProcess(tmp_path / "state", socket_path=sock_dir / "h.sock").start()
     try:
@@ -149,6 +149,7 @@ async def test_peer_with_other_uid_is_refused(tmp_path: Path) -> None:
             await client.call(m.PingRequest())
     finally:
         proc.stop()
+        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 def test_refuses_to_start_while_another_hostd_answers(hostd: HostdProcess) -> None:

@@ -1,0 +1,254 @@
+"""The only module that opens PTYs and forks for them.
+
+:func:`spawn_pty` starts ``argv`` on a new PTY through ptyprocess (fork, ``setsid`` so the
+child leads its own session and process group, PTY as controlling terminal) and returns a
+:class:`PtyChild` that owns three things: the master fd, a pidfd, and the duty to reap the
+child.
+
+Resource handling: ptyprocess's ``PtyProcess`` object closes its fd and SIGKILLs its child
+when garbage-collected. We keep none of it: the master fd is duplicated (close-on-exec) and
+the object is closed and marked closed right away, so nothing is closed or killed behind our
+back. :meth:`PtyChild.close` closes the master and the pidfd; :meth:`PtyChild.wait` reaps.
+
+Error handling: every failure to start (argv[0] missing or not executable, cwd gone, cgroup
+join refused, exec error) raises ``RpcError(SPAWN_FAILED)`` naming argv[0] and the OS error.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+import signal
+import struct
+import termios
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import msgspec
+import ptyprocess
+import trio
+
+from hostd.errors import RpcError
+from hostd.proctree import Cgroups
+from proto import ErrorCode
+
+
+class ExitStatus(msgspec.Struct, frozen=True):
+    """How the child ended: ``exit_code`` for a normal exit, else the ``signal`` that killed it."""
+
+    exit_code: int | None
+    signal: int | None
+
+
+def _resolve(argv0: str, cwd: str, env: Mapping[str, str]) -> str:
+    """Find argv[0] the way the child would: relative paths against its cwd, bare names on
+    its PATH (ptyprocess would search hostd's own PATH)."""
+    if os.path.dirname(argv0):
+        path = os.path.join(cwd, argv0)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+        raise FileNotFoundError(errno.ENOENT, "no such executable file", argv0)
+    found = shutil.which(argv0, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "not found on PATH", argv0)
+    return os.path.abspath(found)
+
+
+def _preexec(cwd: str, join_cgroup: Callable[[], None] | None) -> Callable[[], None]:
+    def preexec() -> None:
+        # ptyprocess would chdir outside its error reporting: an exception there would leave
+        # the forked child running hostd's code. Here a failure is reported and the child exits.
+        os.chdir(cwd)
+        # Python ignores SIGPIPE and SIGXFSZ; ignored dispositions survive exec.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        if join_cgroup is not None:
+            join_cgroup()
+
+    return preexec
+
+
+class PtyChild:
+    """A process on a PTY. Created by :func:`spawn_pty` only; owns ``fd``, the pidfd and
+    reaping ``pid``."""
+
+    def __init__(self, pid: int, fd: int, pidfd: int) -> None:
+        self.pid = pid
+        self.fd = fd
+        self._pidfd = pidfd
+        self._write_lock = trio.Lock()
+        self.closed = False
+        self.status: ExitStatus | None = None
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the window size; the kernel sends SIGWINCH to the foreground process group."""
+        if self.closed:
+            raise trio.ClosedResourceError("pty is closed")
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def window_size(self) -> tuple[int, int]:
+        """(cols, rows) as the kernel holds them."""
+        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(self.fd, termios.TIOCGWINSZ, b"\0" * 8))
+        return cols, rows
+
+    async def read_some(self, max_bytes: int = 65536) -> bytes:
+        """The next chunk of output; ``b""`` once every slave fd is closed (Linux reports that
+        as EIO on the master, not as an empty read) or the master was closed.
+
+        Cancellation never loses output: it is only delivered before a chunk was read.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            if self.closed:
+                return b""
+            try:
+                data = os.read(self.fd, max_bytes)
+            except BlockingIOError:
+                try:
+                    await trio.lowlevel.wait_readable(self.fd)
+                except trio.ClosedResourceError:
+                    return b""
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EIO, errno.EBADF):
+                    return b""
+                raise
+            # A child writing flat out would otherwise keep its reader from ever yielding.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return data
+
+    def read_nowait(self, max_bytes: int = 65536) -> bytes:
+        """What is buffered right now, without waiting; ``b""`` if nothing (or at the end)."""
+        if self.closed:
+            return b""
+        try:
+            return os.read(self.fd, max_bytes)
+        except OSError:  # EAGAIN: nothing buffered; EIO: every slave closed
+            return b""
+
+    async def write_all(self, data: bytes) -> int:
+        """Write all of ``data`` to the child's input, waiting while the PTY buffer is full.
+
+        Raises ``trio.BrokenResourceError`` if the child side is gone, ``ClosedResourceError``
+        if the master is (or gets) closed meanwhile.
+        """
+        async with self._write_lock:
+            view = memoryview(data)
+            while view:
+                if self.closed:
+                    raise trio.ClosedResourceError("pty is closed")
+                try:
+                    n = os.write(self.fd, view)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_writable(self.fd)
+                    continue
+                except OSError as exc:
+                    raise trio.BrokenResourceError(f"pty write failed: {exc}") from exc
+                view = view[n:]
+            await trio.lowlevel.checkpoint()
+            return len(data)
+
+    async def wait_exited(self) -> None:
+        """Return once the child has exited (it stays a zombie until :meth:`reap`)."""
+        if self.status is not None:
+            await trio.lowlevel.checkpoint()
+            return
+        await trio.lowlevel.wait_readable(self._pidfd)
+
+    def reap(self) -> ExitStatus:
+        """Collect the exit status of the exited child (after :meth:`wait_exited`)."""
+        if self.status is None:
+            _, raw = os.waitpid(self.pid, 0)
+            os.close(self._pidfd)
+            self._pidfd = -1
+            code = os.waitstatus_to_exitcode(raw)
+            self.status = ExitStatus(exit_code=code, signal=None) if code >= 0 else ExitStatus(None, -code)
+        return self.status
+
+    async def wait(self) -> ExitStatus:
+        """Wait for the child to exit without blocking trio, reap it, return how it ended.
+
+        Until the child is reaped its pid stays (at worst) a zombie, so neither the pid nor
+        the pgid can be reused by another process: an owner that signals the tree holds off
+        :meth:`reap` meanwhile by calling :meth:`wait_exited` and :meth:`reap` itself.
+        """
+        await self.wait_exited()
+        return self.reap()
+
+    @property
+    def reaped(self) -> bool:
+        return self.status is not None
+
+    def close(self) -> None:
+        """Close the master, waking any task waiting on it. Idempotent.
+
+        A process still holding the slave gets a hangup. Reaping stays :meth:`wait`'s job.
+        """
+        if not self.closed:
+            self.closed = True
+            trio.lowlevel.notify_closing(self.fd)
+            os.close(self.fd)
+
+
+class _SpawnFailed(Exception):
+    pass
+
+
+def _spawn_blocking(
+    argv: Sequence[str], cwd: str, env: dict[str, str], cols: int, rows: int, cgroup: Path | None
+) -> PtyChild:
+    try:
+        executable = _resolve(argv[0], cwd, env)
+        proc = ptyprocess.PtyProcess.spawn(
+            [executable, *argv[1:]],
+            cwd=None,
+            env=env,
+            dimensions=(rows, cols),
+            preexec_fn=_preexec(cwd, Cgroups.join_fn(cgroup)),
+        )
+    except Exception as exc:
+        # ptyprocess re-raises the child's preexec/exec error as the builtin type it had.
+        message = str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+    else:
+        message = None
+    if message is not None:
+        # Raised outside the except block so that no traceback keeps ptyprocess's failed
+        # PtyProcess alive: its __del__ (which sleeps and reaps the failed child) runs here,
+        # in this worker thread, not later in trio's.
+        raise _SpawnFailed(message)
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+        fd = os.dup(proc.fd)  # non-inheritable, unlike forkpty's master
+    except OSError as exc:
+        message = str(exc)
+        proc.close(force=True)  # kills and reaps the child we cannot own
+        raise _SpawnFailed(message) from None
+    # Neutralize the PtyProcess: close its own fd now and keep __del__ from closing
+    # anything or killing the child later.
+    proc.fileobj.close()
+    proc.closed = True
+    os.set_blocking(fd, False)
+    return PtyChild(proc.pid, fd, pidfd)
+
+
+async def spawn_pty(
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    cols: int = 80,
+    rows: int = 24,
+    cgroup: Path | None = None,
+) -> PtyChild:
+    """Start ``argv`` on a new PTY in ``cwd`` with exactly ``env``; join ``cgroup`` before exec.
+
+    The child's argv[0] is the resolved path of ``argv[0]``. The fork and the wait for exec
+    run in a worker thread (the parent blocks until exec) and are not cancellable: a started
+    child is always handed back to be owned.
+    """
+    try:
+        return await trio.to_thread.run_sync(_spawn_blocking, list(argv), cwd, dict(env), cols, rows, cgroup)
+    except _SpawnFailed as exc:
+        raise RpcError(ErrorCode.SPAWN_FAILED, f"cannot start {argv[0]!r}: {exc}", argv0=argv[0]) from None

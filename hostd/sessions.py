@@ -1,0 +1,422 @@
+"""PTY sessions: processes on a PTY inside an instance, owned by hostd, outliving every client.
+
+Each session has one task in the registry's nursery (never a connection's): it reads the PTY
+master into the session's :class:`~hostd.ring.OutputRing` whether or not anyone is attached
+(a PTY nobody reads blocks its writer), reaps the leader, and records how it ended. Exited
+sessions keep their ring and exit status until deleted.
+
+Subscribers keep a cursor into the ring and send from it at their own pace; the PTY reader
+never waits for them. One ring entry becomes one ``SessionOutput`` (seq == the entry's seq).
+A subscriber whose cursor fell out of the ring gets ``SessionLagged`` and resumes at the
+oldest entry still held.
+
+Trees: every session runs with ``AIWG_TREE=<session id>`` in a new process group, in its own
+cgroup ``<instance cgroup>/s-<session id>`` when the instance has one; kill and delete end the
+whole tree by every mark (:func:`hostd.proctree.terminate_tree`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal as signals
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+import trio
+
+from hostd.config import HostdConfig
+from hostd.errors import RpcError
+from hostd.proctree import TREE_ENV, Cgroups, terminate_tree
+from hostd.ptyspawn import ExitStatus, PtyChild, spawn_pty
+from hostd.ring import OutputRing
+from proto import ErrorCode, new_id
+from proto import messages as m
+
+log = logging.getLogger(__name__)
+
+#: Largest chunk read from a PTY master in one go (one ring entry).
+READ_CHUNK = 64 * 1024
+#: Ring entries a subscriber takes per read.
+_BATCH = 64
+#: After the leader exits, how long output may still arrive before the session counts as
+#: exited (a background process may hold the slave open; the master is closed after this).
+_DRAIN_AFTER_EXIT_S = 0.5
+#: How long kill/delete wait for the session task to record the end after the tree is dead.
+_SETTLE_S = 5.0
+_SHUTDOWN_GRACE_S = 0.5
+DEFAULT_TERM = "xterm-256color"
+
+
+class InstanceContextLike(Protocol):
+    """What a session needs from its instance (``hostd.instances.InstanceContext``)."""
+
+    @property
+    def instance_id(self) -> str: ...
+    @property
+    def working_dir(self) -> str: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def cgroup(self) -> Path | None: ...
+
+
+def parse_signal(sig: str | int) -> signals.Signals:
+    """``"SIGINT"``, ``"INT"``, ``"int"``, ``2`` or ``"2"`` -> ``Signals.SIGINT``."""
+    if isinstance(sig, str):
+        name = sig.strip().upper()
+        if name.isdigit():
+            sig = int(name)
+        else:
+            member = signals.Signals.__members__.get(name if name.startswith("SIG") else f"SIG{name}")
+            if member is None:
+                raise RpcError(ErrorCode.SIGNAL_UNKNOWN, f"unknown signal {sig!r}", signal=sig)
+            return member
+    try:
+        return signals.Signals(sig)
+    except ValueError:
+        raise RpcError(ErrorCode.SIGNAL_UNKNOWN, f"unknown signal {sig!r}", signal=sig) from None
+
+
+class _Session:
+    def __init__(
+        self, sid: str, req: m.SessionCreateRequest, cwd: str, child: PtyChild, cgroup: Path | None, ring: OutputRing
+    ) -> None:
+        self.id = sid
+        self.instance_id = req.instance_id
+        self.argv = list(req.argv)
+        self.cwd = cwd
+        self.cols = req.cols
+        self.rows = req.rows
+        self.child = child
+        self.cgroup = cgroup
+        self.ring = ring
+        self.created_at = time.time()
+        self.exited_at: float | None = None
+        self.status: ExitStatus | None = None
+        self.end_reason: str | None = None
+        self.killed = False
+        self.deleted = False
+        self.subscribers = 0
+        #: Set once the end is recorded and the ring closed.
+        self.done = trio.Event()
+        #: Held while the tree is signalled, so the leader is not reaped (and its pid freed
+        #: for reuse) in the middle of it.
+        self.reap_lock = trio.Lock()
+        #: Cancel scopes of subscribers parked in ``wait_beyond``; delete cancels them.
+        self.parked: set[trio.CancelScope] = set()
+
+    @property
+    def running(self) -> bool:
+        return not self.done.is_set()
+
+    def info(self) -> m.SessionInfo:
+        return m.SessionInfo(
+            session_id=self.id,
+            instance_id=self.instance_id,
+            argv=self.argv,
+            cwd=self.cwd,
+            pid=self.child.pid,
+            cols=self.cols,
+            rows=self.rows,
+            state="running" if self.running else "exited",
+            created_at=self.created_at,
+            exited_at=self.exited_at,
+            exit_code=self.status.exit_code if self.status else None,
+            signal=self.status.signal if self.status else None,
+            end_reason=self.end_reason,
+            first_seq=self.ring.first_seq,
+            next_seq=self.ring.next_seq,
+            subscribers=self.subscribers,
+        )
+
+
+class SessionRegistry:
+    """Every PTY session of this hostd. See the module docstring for ownership.
+
+    ``count_others`` (set by the server, default none) counts other live children (execs)
+    against ``config.max_sessions``.
+    """
+
+    def __init__(
+        self,
+        config: HostdConfig,
+        cgroups: Cgroups,
+        nursery: trio.Nursery,
+        resolve: Callable[[str], InstanceContextLike],
+    ) -> None:
+        self._config = config
+        self._cgroups = cgroups
+        self._nursery = nursery
+        self._resolve = resolve
+        self._sessions: dict[str, _Session] = {}
+        self._starting: set[str] = set()
+        self._closing = False
+        self.count_others: Callable[[], int] = lambda: 0
+
+    # -- lookups --------------------------------------------------------------------------
+
+    def _get(self, session_id: str) -> _Session:
+        s = self._sessions.get(session_id)
+        if s is None or s.deleted:
+            raise RpcError(ErrorCode.SESSION_NOT_FOUND, f"no session {session_id!r}", session_id=session_id)
+        return s
+
+    def _running(self, session_id: str) -> _Session:
+        s = self._get(session_id)
+        if not s.running or s.child.reaped:
+            raise RpcError(ErrorCode.SESSION_EXITED, f"session {session_id!r} has exited", session_id=session_id)
+        return s
+
+    def get(self, session_id: str) -> m.SessionInfo:
+        return self._get(session_id).info()
+
+    def list(self, instance_id: str | None = None) -> list[m.SessionInfo]:
+        return [
+            s.info()
+            for s in self._sessions.values()
+            if not s.deleted and (instance_id is None or s.instance_id == instance_id)
+        ]
+
+    def counts(self) -> tuple[int, int]:
+        """(sessions, running sessions)."""
+        live = [s for s in self._sessions.values() if not s.deleted]
+        return len(live), sum(1 for s in live if s.running)
+
+    def _live(self) -> int:
+        return sum(1 for s in self._sessions.values() if s.running) + len(self._starting)
+
+    # -- create ---------------------------------------------------------------------------
+
+    async def create(self, req: m.SessionCreateRequest) -> m.SessionInfo:
+        if self._closing:
+            raise RpcError(ErrorCode.SHUTTING_DOWN)
+        ctx = self._resolve(req.instance_id)
+        sid = req.session_id or new_id()
+        if sid in self._sessions or sid in self._starting:
+            raise RpcError(ErrorCode.REQUEST_INVALID, f"session {sid!r} already exists", session_id=sid)
+        if self._live() + self.count_others() >= self._config.max_sessions:
+            raise RpcError(
+                ErrorCode.LIMIT_REACHED,
+                f"at most {self._config.max_sessions} sessions and execs may run at once",
+                limit=self._config.max_sessions,
+            )
+        # A relative cwd is taken inside the instance's working dir.
+        cwd = os.path.normpath(os.path.join(ctx.working_dir, req.cwd or ""))
+        if not os.path.isdir(cwd):
+            raise RpcError(ErrorCode.WORKING_DIR_NOT_FOUND, f"working directory {cwd!r} does not exist", cwd=cwd)
+        env = {**ctx.env, **req.env}
+        env.setdefault("TERM", DEFAULT_TERM)
+        env[TREE_ENV] = sid
+        cgroup = None
+        if ctx.cgroup is not None and self._cgroups.available:
+            cgroup = Cgroups(ctx.cgroup).create(f"s-{sid}")
+        # Reserved across the spawn (which awaits a thread) against a duplicate id and the limit.
+        self._starting.add(sid)
+        try:
+            child = await spawn_pty(req.argv, cwd=cwd, env=env, cols=req.cols, rows=req.rows, cgroup=cgroup)
+        except BaseException:
+            Cgroups.remove(cgroup)
+            raise
+        finally:
+            self._starting.discard(sid)
+        ring = OutputRing(max_frames=self._config.ring_frames, max_bytes=self._config.ring_bytes)
+        s = _Session(sid, req, cwd, child, cgroup, ring)
+        self._sessions[sid] = s
+        self._nursery.start_soon(self._run, s, name=f"session {sid}")
+        log.info("session %s started: pid %d, instance %s, argv %r", sid, child.pid, s.instance_id, s.argv)
+        return s.info()
+
+    # -- the session task -------------------------------------------------------------------
+
+    async def _run(self, s: _Session) -> None:
+        """Read output into the ring, reap the leader, record the end. Owns ``s.child``."""
+        output_done = trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._pump, s, output_done)
+                await s.child.wait_exited()
+                async with s.reap_lock:
+                    s.status = s.child.reap()
+                # Output written just before the exit is still buffered, and a background
+                # process may hold the slave: read on until EIO, for a moment at most.
+                with trio.move_on_after(_DRAIN_AFTER_EXIT_S):
+                    await output_done.wait()
+                nursery.cancel_scope.cancel()
+            while data := s.child.read_nowait(READ_CHUNK):
+                s.ring.append(data)
+        except Exception:
+            log.exception("session %s: reader failed", s.id)
+        finally:
+            s.child.close()
+            s.exited_at = time.time()
+            status = s.status
+            if s.killed:
+                s.end_reason = "killed"
+            elif status is None:
+                s.end_reason = "lost"
+            else:
+                s.end_reason = "signaled" if status.signal is not None else "exited"
+            s.ring.close()
+            s.done.set()
+            log.info("session %s ended: %s %s", s.id, s.end_reason, status)
+
+    async def _pump(self, s: _Session, output_done: trio.Event) -> None:
+        try:
+            while data := await s.child.read_some(READ_CHUNK):
+                s.ring.append(data)
+        except OSError as exc:
+            log.warning("session %s: reading the pty failed: %s", s.id, exc)
+        finally:
+            output_done.set()
+
+    # -- input and control ----------------------------------------------------------------
+
+    async def write(self, session_id: str, data: bytes) -> int:
+        if len(data) > m.MAX_INPUT_BYTES:
+            raise RpcError(ErrorCode.INPUT_TOO_LARGE, f"input over {m.MAX_INPUT_BYTES} bytes", limit=m.MAX_INPUT_BYTES)
+        s = self._running(session_id)
+        try:
+            return await s.child.write_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise RpcError(
+                ErrorCode.SESSION_EXITED, f"session {session_id!r} has exited", session_id=session_id
+            ) from None
+
+    def resize(self, session_id: str, cols: int, rows: int) -> None:
+        if not (1 <= cols <= m.MAX_TERMINAL_DIM and 1 <= rows <= m.MAX_TERMINAL_DIM):
+            raise RpcError(ErrorCode.REQUEST_INVALID, f"terminal size {cols}x{rows} out of range", cols=cols, rows=rows)
+        s = self._running(session_id)
+        try:
+            s.child.resize(cols, rows)
+        except (OSError, trio.ClosedResourceError):
+            raise RpcError(
+                ErrorCode.SESSION_EXITED, f"session {session_id!r} has exited", session_id=session_id
+            ) from None
+        s.cols, s.rows = cols, rows
+
+    def signal(self, session_id: str, sig: str | int) -> None:
+        """Send ``sig`` to the session's process group (the foreground job and the leader)."""
+        signum = parse_signal(sig)
+        s = self._running(session_id)
+        # Not reaped yet (checked above, no await since): the pgid is still ours.
+        try:
+            os.killpg(s.child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    async def _terminate(self, s: _Session, grace_s: float) -> None:
+        """End the session's tree; a session already ended still gets a sweep for escapees."""
+        async with s.reap_lock:
+            leader = None if s.child.reaped else s.child.pid
+            await terminate_tree(leader=leader, pgid=leader, cgroup=s.cgroup, tree_id=s.id, grace_s=grace_s)
+
+    async def _kill(self, s: _Session, grace_s: float) -> None:
+        with trio.CancelScope(shield=True):
+            if s.running:
+                s.killed = True
+            await self._terminate(s, grace_s)
+            with trio.move_on_after(_SETTLE_S):
+                await s.done.wait()
+
+    async def kill(self, session_id: str, grace_s: float | None) -> m.SessionInfo:
+        s = self._get(session_id)
+        await self._kill(s, self._config.stop_grace_s if grace_s is None else grace_s)
+        return s.info()
+
+    async def kill_instance(self, instance_id: str, grace_s: float) -> None:
+        """Kill every running session of an instance (it is stopping)."""
+        victims = [s for s in self._sessions.values() if s.instance_id == instance_id and s.running]
+        async with trio.open_nursery() as nursery:
+            for s in victims:
+                nursery.start_soon(self._kill, s, grace_s)
+
+    async def delete(self, session_id: str) -> None:
+        """Kill the tree if it runs, end subscribers (``StreamEnd(deleted)``), forget the session."""
+        s = self._get(session_id)
+        s.deleted = True
+        for scope in list(s.parked):
+            scope.cancel()
+        with trio.CancelScope(shield=True):
+            await self._kill(s, self._config.stop_grace_s)
+            if self._sessions.get(session_id) is s:
+                del self._sessions[session_id]
+            Cgroups.remove(s.cgroup)
+        log.info("session %s deleted", session_id)
+
+    async def shutdown(self) -> None:
+        """hostd is going away: kill every running tree (short grace). PTYs cannot be re-adopted."""
+        self._closing = True
+        running = [s for s in self._sessions.values() if s.running]
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for s in running:
+                    nursery.start_soon(self._kill, s, _SHUTDOWN_GRACE_S)
+
+    # -- subscribers ------------------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        stream_id: int,
+        session_id: str,
+        from_seq: int | None,
+        send: Callable[[m.Frame], Awaitable[None]],
+    ) -> None:
+        """Replay from ``from_seq`` (None: only new output), then live, until exit or delete.
+
+        Errors (unknown session, sequence out of range) are raised before anything is sent.
+        """
+        s = self._get(session_id)
+        ring = s.ring
+        if from_seq is None:
+            cursor = ring.next_seq
+        elif ring.first_seq <= from_seq <= ring.next_seq:
+            cursor = from_seq
+        else:
+            raise RpcError(
+                ErrorCode.SEQ_OUT_OF_RANGE,
+                f"sequence {from_seq} is not in [{ring.first_seq}, {ring.next_seq}]",
+                first_seq=ring.first_seq,
+                next_seq=ring.next_seq,
+            )
+        s.subscribers += 1
+        try:
+            await send(m.StreamOpened(id=stream_id, first_seq=ring.first_seq, next_seq=ring.next_seq))
+            while not s.deleted:
+                if cursor < ring.first_seq:
+                    resume = ring.first_seq
+                    await send(m.SessionLagged(id=stream_id, missed_from=cursor, resume_seq=resume))
+                    cursor = resume
+                    continue
+                batch = ring.read(cursor, _BATCH)
+                for seq, _kind, data in batch:
+                    if seq < ring.first_seq or s.deleted:
+                        break  # evicted while we were sending: say so before going on
+                    await send(m.SessionOutput(id=stream_id, seq=seq, data=data))
+                    cursor = seq + 1
+                if batch:
+                    continue
+                if ring.closed:
+                    status = s.status
+                    await send(
+                        m.SessionExited(
+                            id=stream_id,
+                            exit_code=status.exit_code if status else None,
+                            signal=status.signal if status else None,
+                            reason=s.end_reason or "lost",
+                            last_seq=ring.next_seq - 1,
+                        )
+                    )
+                    await send(m.StreamEnd(id=stream_id, reason="exited"))
+                    return
+                with trio.CancelScope() as parked:
+                    s.parked.add(parked)
+                    try:
+                        await ring.wait_beyond(cursor)
+                    finally:
+                        s.parked.discard(parked)
+            await send(m.StreamEnd(id=stream_id, reason="deleted"))
+        finally:
+            s.subscribers -= 1

@@ -1,0 +1,449 @@
+"""agentic-hostctl against a real hostd: every command as a subprocess, attach on a real PTY."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trio
+from ptyprocess import PtyProcess
+
+from hostd import ctl
+from proto import messages as m
+from proto import open_hostd
+
+CTL = [sys.executable, "-m", "hostd.ctl"]
+PROMPT = b"PROMPT> "
+
+
+@dataclass
+class Hostd:
+    socket: str
+    env: dict[str, str]  # for agentic-hostctl: finds the socket through AIWG_HOSTD_SOCKET
+    proc: subprocess.Popen[bytes]
+    tmp: Path
+
+
+def make_test_cgroup() -> Path | None:
+    """A cgroup of this test's own for hostd's subtree, so teardown can remove all of it."""
+    for base in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
+        if (base / "cgroup.subtree_control").exists() and os.access(base, os.W_OK):
+            path = base / f"aiwg-test-ctl-{os.getpid()}-{os.urandom(4).hex()}"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            return path
+    return None
+
+
+def remove_test_cgroup(path: Path) -> None:
+    """Kill whatever is left in it (nothing, if hostd cleaned up), then remove it bottom-up."""
+    (path / "cgroup.kill").write_text("1")
+    deadline = time.monotonic() + 10
+    while "populated 1" in (path / "cgroup.events").read_text():
+        assert time.monotonic() < deadline, f"processes left in {path}"
+        time.sleep(0.01)  # cgroup.kill is asynchronous; no event to await outside trio
+    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        sub.rmdir()
+    path.rmdir()
+
+
+@pytest.fixture
+def hostd(tmp_path: Path) -> Iterator[Hostd]:
+    """A real dev hostd; READY=1 on a notify socket says when it answers."""
+    sock_path = str(tmp_path / "h.sock")
+    cgroup = make_test_cgroup()
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    env = {
+        **os.environ,
+        "AIWG_STATE_DIR": str(tmp_path / "state"),
+        "AIWG_HOSTD_SOCKET": sock_path,
+        "NOTIFY_SOCKET": str(tmp_path / "notify.sock"),
+        "AIWG_STOP_GRACE_S": "1",
+        "AIWG_CGROUP_ROOT": str(cgroup) if cgroup else "off",
+    }
+    log = (tmp_path / "hostd.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hostd.main", "--dev"], env=env, cwd=tmp_path, stdout=log, stderr=log
+    )
+    try:
+        notify.settimeout(20)
+        try:
+            while not notify.recv(4096).startswith(b"READY=1"):
+                pass
+        except TimeoutError:
+            pytest.fail(f"hostd did not get ready:\n{(tmp_path / 'hostd.log').read_text()}")
+        ctl_env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+        ctl_env.update(AIWG_HOSTD_SOCKET=sock_path, XDG_STATE_HOME=str(tmp_path / "xdg"))
+        yield Hostd(sock_path, ctl_env, proc, tmp_path)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        notify.close()
+        if cgroup is not None:
+            remove_test_cgroup(cgroup)
+
+
+async def run_ctl(h: Hostd, *args: str, rc: int = 0) -> subprocess.CompletedProcess[bytes]:
+    result = await trio.run_process(
+        [*CTL, *args], env=h.env, cwd=h.tmp, capture_stdout=True, capture_stderr=True, check=False
+    )
+    assert result.returncode == rc, (args, result.returncode, result.stdout, result.stderr)
+    assert b"Traceback" not in result.stderr
+    return result
+
+
+async def out(h: Hostd, *args: str) -> str:
+    return (await run_ctl(h, *args)).stdout.decode()
+
+
+async def make_dev(h: Hostd) -> str:
+    return (await out(h, "instance", "create", "dev", "--workdir", str(h.tmp))).split()[0]
+
+
+async def session_info(h: Hostd, sid: str) -> m.SessionInfo:
+    async with open_hostd(h.socket) as client:
+        return (await client.call(m.SessionGetRequest(session_id=sid))).session
+
+
+# -- plain commands -----------------------------------------------------------------------------
+
+
+async def test_status_and_instances(hostd: Hostd) -> None:
+    status = json.loads(await out(hostd, "--json", "status"))
+    assert status["pid"] == hostd.proc.pid
+    assert status["instances"] == 0
+    assert "hostd_version:" in await out(hostd, "status")
+
+    line = await out(hostd, "instance", "create", "dev", "--workdir", str(hostd.tmp))
+    instance_id, state = line.split()
+    assert state == "running"
+    table = (await out(hostd, "instances")).splitlines()
+    assert table[0].split()[:3] == ["INSTANCE", "NAME", "STATE"]
+    assert table[1].split()[:3] == [instance_id, "dev", "running"]
+    # --json also works after the command.
+    [info] = json.loads(await out(hostd, "instances", "--json"))
+    assert info["instance_id"] == instance_id
+    assert info["working_dir"] == str(hostd.tmp)
+
+
+async def test_instance_lifecycle(hostd: Hostd) -> None:
+    created = json.loads(
+        await out(
+            hostd, "--json", "instance", "create", "box", "--id", "box-1", "--label", "team=a",
+            "--env", "FOO=bar", "--no-start", "--workdir", str(hostd.tmp), "--", "sleep", "60",
+        )
+    )  # fmt: skip
+    assert (created["instance_id"], created["state"], created["labels"]) == ("box-1", "stopped", {"team": "a"})
+    assert created["command"] == ["sleep", "60"]
+
+    started = json.loads(await out(hostd, "instance", "start", "box", "--json"))  # by name
+    assert started["state"] == "running"
+    assert started["pid"]
+    assert (await out(hostd, "instance", "stop", "box-1", "--grace", "1")).split() == ["box-1", "stopped"]
+    assert (await out(hostd, "instance", "destroy", "box-1")).split() == ["box-1", "destroyed"]
+
+
+async def test_session_commands(hostd: Hostd) -> None:
+    await make_dev(hostd)
+    sid = (await out(hostd, "session", "new", "--env", f"PS1={PROMPT.decode()}", "--", "sh")).strip()
+    await run_ctl(hostd, "send", sid, "echo $((6*7)); exit 3", "--newline")
+    # --follow ends when the session exits, after its last output.
+    followed = (await run_ctl(hostd, "logs", sid, "--follow")).stdout
+    assert b"\r\n42\r\n" in followed
+    assert (await run_ctl(hostd, "logs", sid)).stdout == followed
+    later = (await run_ctl(hostd, "logs", sid, "--from", "2")).stdout
+    assert followed.endswith(later)
+    assert len(later) < len(followed)
+
+    [row] = (await out(hostd, "sessions")).splitlines()[1:]
+    assert row.split()[:5] == [sid, row.split()[1], "exited", "with", "code"]
+    assert row.split()[5] == "3"
+    [info] = json.loads(await out(hostd, "sessions", "--json", "--instance", "dev"))
+    assert (info["session_id"], info["exit_code"], info["argv"]) == (sid, 3, ["sh"])
+
+    sleeper = (await out(hostd, "session", "new", "--cols", "100", "--rows", "30", "--", "sleep", "60")).strip()
+    assert (await session_info(hostd, sleeper)).cols == 100
+    await run_ctl(hostd, "kill", sleeper, "--signal", "TERM")
+    await run_ctl(hostd, "logs", sleeper, "--follow")
+    assert (await session_info(hostd, sleeper)).signal == signal.SIGTERM
+
+    tree = (await out(hostd, "session", "new", "--", "sh", "-c", "sleep 60; sleep 60")).strip()
+    assert (await out(hostd, "kill", tree, "--grace", "1")).split()[1:] == ["killed", "by", "signal", "15"]
+    await run_ctl(hostd, "session", "delete", tree)
+    assert tree not in await out(hostd, "sessions")
+
+
+async def test_errors_are_one_line(hostd: Hostd, tmp_path: Path) -> None:
+    async def fails(*args: str, rc: int = 1, env: dict[str, str] | None = None) -> str:
+        result = await trio.run_process(
+            [*CTL, *args], env=env or hostd.env, capture_stdout=True, capture_stderr=True, check=False
+        )
+        assert result.returncode == rc, result
+        lines = result.stderr.decode().splitlines()
+        assert len(lines) == 1 or rc == 2, lines  # argparse prints usage above its one line
+        assert lines[-1].startswith("agentic-hostctl"), lines
+        return lines[-1]
+
+    missing = str(tmp_path / "missing.sock")
+    assert await fails("--socket", missing, "status") == (
+        f"agentic-hostctl: hostd is not running at {missing} (no such socket)"
+    )
+    stale = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(stale))  # bound, never listening
+        assert "nothing listens" in await fails("--socket", str(stale), "instances")
+    # The default socket comes from AIWG_HOSTD_SOCKET.
+    assert missing in await fails("sessions", env={**hostd.env, "AIWG_HOSTD_SOCKET": missing})
+    assert missing in await fails("attach", "nope", env={**hostd.env, "AIWG_HOSTD_SOCKET": missing})
+
+    assert "[session.not_found]" in await fails("logs", "no-such-session")
+    assert "[instance.not_found]" in await fails("instance", "stop", "nobody")
+    assert "no instance named 'dev'" in await fails("session", "new", "--", "sh", rc=2)
+    assert "KEY=VALUE" in await fails("instance", "create", "x", "--label", "novalue", rc=2)
+    await fails("kill", rc=2)
+
+
+def test_default_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert ctl.default_socket({"AIWG_HOSTD_SOCKET": "/x.sock"}) == "/x.sock"
+    assert ctl.default_socket({}) == "/run/agentic-sandbox/hostd.sock"
+    (tmp_path / ".run").mkdir()
+    (tmp_path / ".run" / "hostd.sock").touch()
+    assert ctl.default_socket({}) == str(tmp_path / ".run" / "hostd.sock")
+
+
+@pytest.mark.parametrize(
+    ("chunks", "forwarded", "detached"),
+    [
+        ([b"ls\r"], b"ls\r", False),
+        ([b"ab\x1dcd"], b"ab", True),
+        ([b"ab\x02dcd"], b"ab", True),
+        ([b"ab\x02", b"d"], b"ab", True),  # prefix and key in separate reads
+        ([b"\x02\x02x"], b"\x02x", False),  # Ctrl-B Ctrl-B sends one Ctrl-B
+        ([b"\x02x"], b"\x02x", False),
+        ([b"x\x02", b"y"], b"x\x02y", False),
+    ],
+)
+def test_detach_keys(chunks: list[bytes], forwarded: bytes, detached: bool) -> None:
+    keys = ctl.DetachKeys()
+    sent, done = b"", False
+    for chunk in chunks:
+        data, done = keys.feed(chunk)
+        sent += data
+    assert (sent, done) == (forwarded, detached)
+
+
+# -- attach on a real PTY -----------------------------------------------------------------------
+
+
+class Terminal:
+    """agentic-hostctl attach running on a PTY the test types into and reads from."""
+
+    def __init__(self, h: Hostd, *args: str, rows: int = 24, cols: int = 80) -> None:
+        self.proc = PtyProcess.spawn([*CTL, *args], env=h.env, cwd=str(h.tmp), dimensions=(rows, cols))
+        self.stream = trio.lowlevel.FdStream(os.dup(self.proc.fd))
+        self.seen = b""
+        self._pos = 0
+
+    async def _more(self) -> bool:
+        try:
+            data = await self.stream.receive_some(65536)
+        except (trio.BrokenResourceError, OSError):  # EIO: the attach process is gone
+            data = b""
+        self.seen += data
+        return bool(data)
+
+    async def expect(self, needle: bytes, timeout: float = 15) -> bytes:
+        """Read until ``needle`` appears past what earlier expects consumed; return the text before it."""
+        with trio.fail_after(timeout):
+            while (index := self.seen.find(needle, self._pos)) < 0:
+                assert await self._more(), f"attach ended before {needle!r}; saw {self.seen!r}"
+        before = self.seen[self._pos : index]
+        self._pos = index + len(needle)
+        return before
+
+    async def type(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def exit_status(self, timeout: float = 15) -> int:
+        with trio.fail_after(timeout):
+            while await self._more():
+                pass
+            return await trio.to_thread.run_sync(self.proc.wait)
+
+    def close(self) -> None:
+        self.stream.close()
+        if self.proc.isalive():
+            self.proc.terminate(force=True)
+        self.proc.close(force=True)
+
+
+@pytest.fixture
+async def terminals() -> AsyncIterator[list[Terminal]]:
+    # Async: closing a trio FdStream needs the run's context.
+    opened: list[Terminal] = []
+    yield opened
+    for term in opened:
+        term.close()
+
+
+async def new_shell(h: Hostd) -> str:
+    await make_dev(h)
+    return (await out(h, "session", "new", "--env", f"PS1={PROMPT.decode()}", "--", "sh")).strip()
+
+
+async def test_attach_detach_and_resume(hostd: Hostd, terminals: list[Terminal]) -> None:
+    sid = await new_shell(hostd)
+    term = Terminal(hostd, "attach", sid)
+    terminals.append(term)
+    await term.expect(PROMPT)  # replayed from the ring: attach is up, the terminal raw
+    await term.type(b"echo hel''lo\r")
+    await term.expect(b"\r\nhello\r\n")
+    await term.expect(PROMPT)
+    await term.type(b"\x1d")  # Ctrl-]
+    await term.expect(f"[detached from {sid} at seq ".encode())
+    seq = int(await term.expect(b"]"))
+    assert await term.exit_status() == 0
+    assert seq == (await session_info(hostd, sid)).next_seq - 1
+
+    await run_ctl(hostd, "send", sid, "echo wh''ile-detached", "--newline")
+    again = Terminal(hostd, "attach", sid)
+    terminals.append(again)
+    # Resumes after the last sequence seen: what came while detached, nothing seen before.
+    before = await again.expect(b"\r\nwhile-detached\r\n")
+    assert b"hello" not in before
+    await again.expect(PROMPT)
+    await again.type(b"exit 7\r")
+    await again.expect(f"[session {sid} exited with code 7]".encode())
+    assert await again.exit_status() == 7
+
+    # --replay shows everything the ring holds, then the exit.
+    replay = Terminal(hostd, "attach", sid, "--replay")
+    terminals.append(replay)
+    assert b"\r\nhello\r\n" in await replay.expect(b"exited with code 7")
+    assert await replay.exit_status() == 7
+
+
+async def test_attach_resize_and_prefix_detach(hostd: Hostd, terminals: list[Terminal]) -> None:
+    sid = await new_shell(hostd)
+    term = Terminal(hostd, "attach", sid, rows=33, cols=101)
+    terminals.append(term)
+    await term.expect(PROMPT)
+    await term.type(b"stty size\r")
+    await term.expect(b"\r\n33 101\r\n")
+
+    term.proc.setwinsize(40, 120)  # SIGWINCH to attach, which resizes the session's PTY
+    with trio.fail_after(10):
+        while ((info := await session_info(hostd, sid)).rows, info.cols) != (40, 120):
+            await trio.sleep(0.02)
+    await term.type(b"stty size\r")
+    await term.expect(b"\r\n40 120\r\n")
+
+    await term.type(b"\x02d")  # Ctrl-B d
+    await term.expect(b"[detached from")
+    assert await term.exit_status() == 0
+
+
+class Proxy:
+    """A Unix socket relay to hostd whose connections the test can cut."""
+
+    def __init__(self, path: str, target: str) -> None:
+        self.path, self.target = path, target
+        self.scopes: set[trio.CancelScope] = set()
+        self.connections = 0
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        await sock.bind(self.path)
+        sock.listen()
+        task_status.started()
+        await trio.serve_listeners(self._relay, [trio.SocketListener(sock)])
+
+    async def _relay(self, down: trio.SocketStream) -> None:
+        self.connections += 1
+        up = await trio.open_unix_socket(self.target)
+        with trio.CancelScope() as scope:
+            self.scopes.add(scope)
+
+            async def pump(src: trio.SocketStream, dst: trio.SocketStream) -> None:
+                try:
+                    async for chunk in src:
+                        await dst.send_all(chunk)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+                scope.cancel()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pump, down, up)
+                nursery.start_soon(pump, up, down)
+        self.scopes.discard(scope)
+        await up.aclose()
+        await down.aclose()
+
+    def cut(self) -> None:
+        for scope in self.scopes:
+            scope.cancel()
+
+
+@pytest.fixture
+async def proxy(hostd: Hostd) -> AsyncIterator[Proxy]:
+    relay = Proxy(str(hostd.tmp / "proxy.sock"), hostd.socket)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(relay.serve)
+        yield relay
+        nursery.cancel_scope.cancel()
+
+
+async def test_attach_reconnects_without_loss(hostd: Hostd, proxy: Proxy, terminals: list[Terminal]) -> None:
+    sid = await new_shell(hostd)
+    term = Terminal(hostd, "--socket", proxy.path, "attach", sid)
+    terminals.append(term)
+    await term.expect(PROMPT)
+    await term.type(b"echo fir''st\r")
+    await term.expect(b"\r\nfirst\r\n")
+    await term.expect(PROMPT)
+
+    proxy.cut()
+    await term.expect(b"reconnecting]")
+    # Output made while attach was away arrives once it is back, and nothing twice.
+    await run_ctl(hostd, "send", sid, "echo sec''ond", "--newline")
+    await term.expect(b"\r\nsecond\r\n")
+    await term.type(b"echo thi''rd\r")
+    await term.expect(b"\r\nthird\r\n")
+    assert proxy.connections >= 2
+    assert term.seen.count(b"first") == 1
+    assert term.seen.count(b"second") == 1
+    await term.type(b"\x1d")
+    await term.expect(b"[detached from")
+    assert await term.exit_status() == 0
+
+
+async def test_attach_gives_up_when_hostd_is_gone(hostd: Hostd, proxy: Proxy, terminals: list[Terminal]) -> None:
+    sid = await new_shell(hostd)
+    term = Terminal(hostd, "--socket", proxy.path, "attach", "--retries", "2", sid)
+    terminals.append(term)
+    await term.expect(PROMPT)
+    proxy.cut()
+    os.unlink(proxy.path)  # nobody to reconnect to
+    await term.expect(b"reconnecting]")
+    line = await term.expect(b"attempts to reconnect")
+    assert re.search(rb"\r\nagentic-hostctl: lost the connection to hostd at .*: gave up after 2 $", line), line
+    assert await term.exit_status() == 1

@@ -1,0 +1,464 @@
+"""ExecRegistry with real processes, pipes and control channels, inside a real instance."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import math
+import os
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from hostd.config import HostdConfig
+from hostd.errors import RpcError
+from hostd.execs import ExecRegistry
+from hostd.instances import InstanceRegistry
+from hostd.proctree import TREE_ENV, Cgroups
+from proto import ErrorCode, new_id
+from proto import messages as m
+
+WAIT_S = 10.0
+PY = sys.executable
+# The grandchild leaves the process group (setsid) but keeps stdout open: only the tree's marks find it.
+DOUBLE_FORK = ["sh", "-c", "setsid sh -c 'sleep 300 &'; echo ready; exec sleep 300"]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _procs_where(key: str, match) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if match(proc.environ().get(key, "")) and _alive(proc):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def tree_procs(tree_id: str) -> list[psutil.Process]:
+    return _procs_where(TREE_ENV, lambda v: v == tree_id)
+
+
+class Env:
+    def __init__(self, instances: InstanceRegistry, execs: ExecRegistry, instance_id: str, workdir: Path) -> None:
+        self.instances = instances
+        self.execs = execs
+        self.instance_id = instance_id
+        self.workdir = workdir
+
+    async def start(self, argv: list[str], **fields: object) -> m.ExecInfo:
+        return await self.execs.start(m.ExecStartRequest(instance_id=self.instance_id, argv=argv, **fields))  # type: ignore[arg-type]
+
+    async def events(self, exec_id: str, from_seq: int | None = 1) -> list[m.Frame]:
+        """Subscribe and collect every frame up to the end of the stream."""
+        frames: list[m.Frame] = []
+
+        async def send(frame: m.Frame) -> None:
+            frames.append(frame)
+
+        with trio.fail_after(WAIT_S):
+            await self.execs.subscribe(7, exec_id, from_seq, send)
+        assert all(f.id == 7 for f in frames)
+        return frames
+
+    async def wait_exited(self, exec_id: str) -> m.ExecInfo:
+        with trio.fail_after(WAIT_S):
+            while (info := self.execs.get(exec_id)).state != "exited":
+                await trio.sleep(0.01)
+        return info
+
+
+def make_config(tmp_path: Path, **overrides: object) -> HostdConfig:
+    settings: dict = {
+        "state_dir": str(tmp_path / "state"),
+        "socket_path": str(tmp_path / "hostd.sock"),
+        "stop_grace_s": 2.0,
+        "cgroup_root": "off",
+    }
+    settings.update(overrides)
+    return HostdConfig(**settings)
+
+
+@pytest.fixture
+def leak_check(tmp_path: Path) -> Iterator[None]:
+    """Fail the test if any process started for it (found by its instance dir) or an fd is left."""
+    fds = set(os.listdir("/proc/self/fd"))
+    yield
+    gc.collect()
+    leaked_fds = {
+        fd: os.readlink(f"/proc/self/fd/{fd}")
+        for fd in set(os.listdir("/proc/self/fd")) - fds
+        if os.path.exists(f"/proc/self/fd/{fd}")
+    }
+    prefix = str(tmp_path)
+    left = _procs_where("AIWG_INSTANCE_DIR", lambda v: v.startswith(prefix))
+    for proc in left:
+        proc.kill()
+    assert not left, f"processes left behind: {[p.pid for p in left]}"
+    assert not leaked_fds, f"fds left open: {leaked_fds}"
+
+
+async def open_env(config: HostdConfig, cgroups: Cgroups, nursery: trio.Nursery, workdir: Path) -> Env:
+    instances = InstanceRegistry(config, cgroups, nursery)
+    execs = ExecRegistry(config, cgroups, nursery, instances.context)
+    instances.on_stop.append(execs.kill_instance)
+    instances.count_children = lambda iid: (0, execs.count(iid))
+    workdir.mkdir(exist_ok=True)
+    req = m.InstanceProvisionRequest(
+        instance_id=f"i-{new_id()}", name="exec test", working_dir=str(workdir), env={"FROM_INSTANCE": "yes"}
+    )
+    await instances.provision(req)
+    return Env(instances, execs, req.instance_id, workdir)
+
+
+async def close_env(env: Env) -> None:
+    await env.execs.shutdown()
+    for info in env.instances.list():
+        await env.instances.destroy(info.instance_id, 0.5)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> HostdConfig:
+    return make_config(tmp_path)
+
+
+@pytest.fixture
+async def env(config: HostdConfig, tmp_path: Path, leak_check: None) -> AsyncIterator[Env]:
+    async with trio.open_nursery() as nursery:
+        harness = await open_env(config, Cgroups.detect("off"), nursery, tmp_path / "wd")
+        yield harness
+        await close_env(harness)
+        nursery.cancel_scope.cancel()
+
+
+def outputs(frames: list[m.Frame], stream: str) -> bytes:
+    return b"".join(f.data for f in frames if isinstance(f, m.ExecOutput) and f.stream == stream)
+
+
+def seqs(frames: list[m.Frame]) -> list[int]:
+    return [f.seq for f in frames if isinstance(f, m.ExecOutput | m.ExecControlMessage)]
+
+
+def code_of(excinfo: pytest.ExceptionInfo[RpcError]) -> ErrorCode:
+    return excinfo.value.code
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_stdout_stderr_separated_with_seqs_and_exit_code(env: Env) -> None:
+    script = textwrap.dedent(
+        """
+        import os, sys
+        for i in range(20):
+            os.write(1, b"out%d;" % i)
+            os.write(2, b"err%d;" % i)
+        print(os.getcwd(), os.environ["FROM_INSTANCE"], os.environ["AIWG_TREE"], os.environ["EXTRA"], flush=True)
+        sys.exit(3)
+        """
+    )
+    info = await env.start([PY, "-c", script], env={"EXTRA": "x"})
+    assert info.state == "running" and info.pid and info.cwd == str(env.workdir) and not info.control
+    assert os.getpgid(info.pid) == info.pid
+    frames = await env.events(info.exec_id)
+    assert isinstance(frames[0], m.StreamOpened) and frames[0].first_seq == 1
+    out = outputs(frames, "stdout")
+    assert out.startswith(b"".join(b"out%d;" % i for i in range(20)))
+    assert out.endswith(f"{env.workdir} yes {info.exec_id} x\n".encode())
+    assert outputs(frames, "stderr") == b"".join(b"err%d;" % i for i in range(20))
+    numbers = seqs(frames)
+    assert numbers == list(range(1, len(numbers) + 1))
+    exited, end = frames[-2], frames[-1]
+    assert isinstance(exited, m.ExecExited) and exited.exit_code == 3 and exited.signal is None
+    assert exited.reason == "exited" and exited.last_seq == numbers[-1]
+    assert isinstance(end, m.StreamEnd) and end.reason == "exited"
+    final = env.execs.get(info.exec_id)
+    assert final.state == "exited" and final.exit_code == 3 and final.end_reason == "exited"
+    assert final.next_seq == numbers[-1] + 1
+    assert env.execs.count(env.instance_id) == 1
+    assert env.instances.get(env.instance_id).execs == 1
+    await env.execs.delete(info.exec_id)
+    with pytest.raises(RpcError) as excinfo:
+        env.execs.get(info.exec_id)
+    assert code_of(excinfo) is ErrorCode.EXEC_NOT_FOUND
+
+
+async def test_stdin_initial_then_writes_then_eof(env: Env) -> None:
+    info = await env.start(["cat"], stdin=b"hello\n", keep_stdin_open=True)
+    assert await env.execs.write(info.exec_id, b"world\n", False) == 6
+    assert await env.execs.write(info.exec_id, b"bye\n", True) == 4
+    with pytest.raises(RpcError) as excinfo:
+        await env.execs.write(info.exec_id, b"late", False)
+    assert code_of(excinfo) in (ErrorCode.REQUEST_INVALID, ErrorCode.EXEC_EXITED)
+    frames = await env.events(info.exec_id)
+    assert outputs(frames, "stdout") == b"hello\nworld\nbye\n"
+    assert env.execs.get(info.exec_id).exit_code == 0
+    with pytest.raises(RpcError) as excinfo:
+        await env.execs.write(info.exec_id, b"x", False)
+    assert code_of(excinfo) is ErrorCode.EXEC_EXITED
+
+    # Without keep_stdin_open the initial data is all the child gets.
+    once = await env.start(["cat"], stdin=b"just this")
+    assert outputs(await env.events(once.exec_id), "stdout") == b"just this"
+    closed = await env.start(["cat"])
+    assert outputs(await env.events(closed.exec_id), "stdout") == b""
+
+
+async def test_cancel_kills_whole_tree(env: Env) -> None:
+    info = await env.start(DOUBLE_FORK)
+    ready = trio.Event()
+    frames: list[m.Frame] = []
+
+    async def send(frame: m.Frame) -> None:
+        frames.append(frame)
+        if isinstance(frame, m.ExecOutput) and b"ready" in frame.data:
+            ready.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(env.execs.subscribe, 1, info.exec_id, 1, send)
+        with trio.fail_after(WAIT_S):
+            await ready.wait()
+        assert len(tree_procs(info.exec_id)) == 2
+        canceled = await env.execs.cancel(info.exec_id, 0.5)
+    assert canceled.state == "exited" and canceled.end_reason == "canceled" and canceled.signal is not None
+    assert not tree_procs(info.exec_id)
+    assert isinstance(frames[-2], m.ExecExited) and frames[-2].reason == "canceled"
+    # Canceling again is harmless.
+    assert (await env.execs.cancel(info.exec_id, None)).end_reason == "canceled"
+
+
+async def test_leftover_holding_pipes_goes_with_its_leader(env: Env) -> None:
+    info = await env.start(["sh", "-c", "setsid sh -c 'sleep 300 &'; echo done"])
+    frames = await env.events(info.exec_id)
+    assert outputs(frames, "stdout") == b"done\n"
+    assert frames[-2].exit_code == 0 and frames[-2].reason == "exited"
+    assert not tree_procs(info.exec_id)
+
+
+async def test_timeout_kills_tree(env: Env) -> None:
+    info = await env.start(["sh", "-c", "sleep 300 & sleep 300"], timeout_s=0.2)
+    frames = await env.events(info.exec_id)
+    exited = frames[-2]
+    assert isinstance(exited, m.ExecExited) and exited.reason == "timeout"
+    assert env.execs.get(info.exec_id).end_reason == "timeout"
+    assert not tree_procs(info.exec_id)
+
+
+CONTROL_CHILD = textwrap.dedent(
+    """
+    import json, os, socket
+    sock = socket.socket(fileno=int(os.environ["AIWG_CONTROL_FD"]))
+    sock.sendall(json.dumps({"type": "question", "text": "name?"}).encode() + b"\\n")
+    sock.sendall(b"not json at all\\n[1, 2]\\n")
+    buf = b""
+    while not buf.endswith(b"\\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+    print("reply:", json.loads(buf)["answer"], flush=True)
+    sock.sendall(b'{"type": "done"}')  # last line without a newline still counts
+    """
+)
+
+
+async def test_control_channel_round_trip(env: Env) -> None:
+    info = await env.start([PY, "-c", CONTROL_CHILD], control=True)
+    assert info.control
+    send_ch, receive_ch = trio.open_memory_channel[m.Frame](math.inf)
+    frames: list[m.Frame] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(env.execs.subscribe, 3, info.exec_id, 1, send_ch.send)
+        with trio.fail_after(WAIT_S):
+            async for frame in receive_ch:
+                frames.append(frame)
+                if isinstance(frame, m.ExecControlMessage) and frame.message.get("type") == "question":
+                    await env.execs.control_send(info.exec_id, {"answer": "bob", "n": 1})
+                if isinstance(frame, m.StreamEnd):
+                    break
+    messages = [f.message for f in frames if isinstance(f, m.ExecControlMessage)]
+    assert messages == [
+        {"type": "question", "text": "name?"},
+        {"type": "invalid", "raw": "not json at all"},
+        {"type": "invalid", "raw": "[1, 2]"},
+        {"type": "done"},
+    ]
+    assert outputs(frames, "stdout") == b"reply: bob\n"
+    assert seqs(frames) == list(range(1, len(seqs(frames)) + 1))
+    assert frames[-2].exit_code == 0
+    with pytest.raises(RpcError) as excinfo:
+        await env.execs.control_send(info.exec_id, {"late": True})
+    assert code_of(excinfo) is ErrorCode.EXEC_EXITED
+
+    plain = await env.start(["true"])
+    with pytest.raises(RpcError) as excinfo:
+        await env.execs.control_send(plain.exec_id, {"x": 1})
+    assert code_of(excinfo) is ErrorCode.CONTROL_UNAVAILABLE
+
+
+async def test_byte_exact_replay_from_any_seq(env: Env) -> None:
+    script = "import os, time\nfor i in range(300):\n    os.write(1, bytes([i % 256]) * (i * 37 % 5000 + 1))\n"
+    expected = b"".join(bytes([i % 256]) * (i * 37 % 5000 + 1) for i in range(300))
+    info = await env.start([PY, "-c", script])
+    full = await env.events(info.exec_id)
+    assert outputs(full, "stdout") == expected
+    chunks = [f for f in full if isinstance(f, m.ExecOutput)]
+    for start in (chunks[len(chunks) // 2].seq, chunks[-1].seq):
+        again = await env.events(info.exec_id, start)
+        assert outputs(again, "stdout") == b"".join(c.data for c in chunks if c.seq >= start)
+    tail = await env.events(info.exec_id, None)  # only new output: none, then the exit
+    assert [type(f) for f in tail] == [m.StreamOpened, m.ExecExited, m.StreamEnd]
+    with pytest.raises(RpcError) as excinfo:
+        await env.events(info.exec_id, chunks[-1].seq + 2)
+    assert code_of(excinfo) is ErrorCode.SEQ_OUT_OF_RANGE
+    assert excinfo.value.details == {"first_seq": 1, "next_seq": chunks[-1].seq + 1}
+
+
+async def test_slow_subscriber_is_told_it_lagged(tmp_path: Path, leak_check: None) -> None:
+    config = make_config(tmp_path, ring_frames=16)
+    script = "import os, time\nfor i in range(200):\n    os.write(1, b'%05d' % i)\n    time.sleep(0.0005)\n"
+    async with trio.open_nursery() as nursery:
+        env = await open_env(config, Cgroups.detect("off"), nursery, tmp_path / "wd")
+        info = await env.start([PY, "-c", script])
+        gate = trio.Event()
+        frames: list[m.Frame] = []
+
+        async def send(frame: m.Frame) -> None:
+            if isinstance(frame, m.ExecOutput):
+                await gate.wait()
+            frames.append(frame)
+
+        async with trio.open_nursery() as inner:
+            inner.start_soon(env.execs.subscribe, 5, info.exec_id, 1, send)
+            await env.wait_exited(info.exec_id)
+            gate.set()
+        lagged = [f for f in frames if isinstance(f, m.ExecLagged)]
+        assert lagged and lagged[0].resume_seq > lagged[0].missed_from
+        got = [f for f in frames if isinstance(f, m.ExecOutput)]
+        assert got[-1].seq == frames[-2].last_seq  # caught up to the end after the lag
+        assert all(b.seq > a.seq for a, b in itertools.pairwise(got))
+        # The evicted start can no longer be asked for.
+        with pytest.raises(RpcError) as excinfo:
+            await env.events(info.exec_id, 1)
+        assert code_of(excinfo) is ErrorCode.SEQ_OUT_OF_RANGE
+        await close_env(env)
+        nursery.cancel_scope.cancel()
+
+
+async def test_argument_errors(env: Env, tmp_path: Path) -> None:
+    with pytest.raises(RpcError) as excinfo:
+        await env.start(["/nonexistent/tool", "x"])
+    assert code_of(excinfo) is ErrorCode.SPAWN_FAILED
+    assert excinfo.value.details["argv0"] == "/nonexistent/tool"
+    with pytest.raises(RpcError) as excinfo:
+        await env.start(["true"], cwd="no-such-subdir")
+    assert code_of(excinfo) is ErrorCode.WORKING_DIR_NOT_FOUND
+    with pytest.raises(RpcError) as excinfo:
+        await env.execs.start(m.ExecStartRequest(instance_id="i-missing", argv=["true"]))
+    assert code_of(excinfo) is ErrorCode.INSTANCE_NOT_FOUND
+    for call in (env.execs.get, env.execs.delete):
+        with pytest.raises(RpcError) as excinfo:
+            result = call("x-missing")
+            if not isinstance(result, m.ExecInfo):
+                await result
+        assert code_of(excinfo) is ErrorCode.EXEC_NOT_FOUND
+    (env.workdir / "sub").mkdir()
+    info = await env.start(["pwd"], cwd="sub", exec_id="my-exec")
+    assert info.exec_id == "my-exec" and info.cwd == str(env.workdir / "sub")
+    with pytest.raises(RpcError) as excinfo:
+        await env.start(["true"], exec_id="my-exec")
+    assert code_of(excinfo) is ErrorCode.REQUEST_INVALID
+    assert outputs(await env.events("my-exec"), "stdout") == f"{env.workdir / 'sub'}\n".encode()
+
+    await env.instances.stop(env.instance_id, 0.5)
+    with pytest.raises(RpcError) as excinfo:
+        await env.start(["true"])
+    assert code_of(excinfo) is ErrorCode.INSTANCE_INVALID_STATE
+
+
+async def test_limit_counts_live_execs(tmp_path: Path, leak_check: None) -> None:
+    config = make_config(tmp_path, max_sessions=1)
+    async with trio.open_nursery() as nursery:
+        env = await open_env(config, Cgroups.detect("off"), nursery, tmp_path / "wd")
+        first = await env.start(["sleep", "300"])
+        with pytest.raises(RpcError) as excinfo:
+            await env.start(["true"])
+        assert code_of(excinfo) is ErrorCode.LIMIT_REACHED
+        await env.execs.cancel(first.exec_id, 0)
+        second = await env.start(["true"])  # an exited exec no longer counts
+        await env.wait_exited(second.exec_id)
+        await close_env(env)
+        nursery.cancel_scope.cancel()
+
+
+async def test_instance_stop_and_delete_kill_execs(env: Env) -> None:
+    running = await env.start(["sh", "-c", "sleep 300 & sleep 300"])
+    doomed = await env.start(["sleep", "300"])
+    await env.execs.delete(doomed.exec_id)
+    assert not tree_procs(doomed.exec_id)
+    with pytest.raises(RpcError) as excinfo:
+        await env.events(doomed.exec_id)
+    assert code_of(excinfo) is ErrorCode.EXEC_NOT_FOUND
+    await env.instances.stop(env.instance_id, 0.5)
+    info = env.execs.get(running.exec_id)
+    assert info.state == "exited" and info.end_reason == "killed"
+    assert not tree_procs(running.exec_id)
+
+
+async def test_shutdown_kills_running_execs(env: Env) -> None:
+    info = await env.start(["sh", "-c", "sleep 300 & sleep 300"])
+    await env.execs.shutdown()
+    assert env.execs.get(info.exec_id).state == "exited"
+    assert not tree_procs(info.exec_id)
+    with pytest.raises(RpcError) as excinfo:
+        await env.start(["true"])
+    assert code_of(excinfo) is ErrorCode.SHUTTING_DOWN
+
+
+async def test_real_cgroup_per_exec(tmp_path: Path, leak_check: None) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root for cgroups")
+    cgroups = Cgroups.detect("")
+    if not cgroups.available:
+        pytest.skip("no writable cgroup v2 hierarchy")
+    async with trio.open_nursery() as nursery:
+        env = await open_env(make_config(tmp_path, cgroup_root=""), cgroups, nursery, tmp_path / "wd")
+        info = await env.start(DOUBLE_FORK)
+        cgroup = env.instances.context(env.instance_id).cgroup
+        assert cgroup is not None
+        exec_cgroup = cgroup / f"x-{info.exec_id}"
+        with trio.fail_after(WAIT_S):
+            while len(Cgroups.pids(exec_cgroup)) < 2:
+                await trio.sleep(0.01)
+        assert info.pid in Cgroups.pids(exec_cgroup)
+        await env.execs.cancel(info.exec_id, 0.5)
+        assert not tree_procs(info.exec_id) and not exec_cgroup.exists()
+        await close_env(env)
+        nursery.cancel_scope.cancel()
+
+
+async def test_overlong_control_line_is_recorded_as_invalid_and_skipped(env: Env) -> None:
+    script = textwrap.dedent(
+        """
+        import os
+        fd = int(os.environ["AIWG_CONTROL_FD"])
+        os.write(fd, b'{"long": "' + b"x" * (1536 * 1024) + b'"}\\n{"type": "after"}\\n')
+        """
+    )
+    info = await env.start([PY, "-c", script], control=True)
+    frames = await env.events(info.exec_id)
+    messages = [f.message for f in frames if isinstance(f, m.ExecControlMessage)]
+    assert messages == [{"type": "invalid", "raw": '{"long": "' + "x" * 190}, {"type": "after"}]
+    assert frames[-2].exit_code == 0

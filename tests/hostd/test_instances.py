@@ -1,0 +1,438 @@
+"""InstanceRegistry with real processes, real files and (where possible) real cgroups."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import stat
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from hostd.config import HostdConfig
+from hostd.errors import RpcError
+from hostd.instances import InstanceRegistry
+from hostd.proctree import TREE_ENV, Cgroups
+from proto import ErrorCode, new_id
+from proto import messages as m
+
+WAIT_S = 10.0
+SLEEPER = ["sleep", "300"]
+# The grandchild leaves the process group (setsid) and is reparented: only the tree's marks find it.
+DOUBLE_FORK = ["sh", "-c", "setsid sh -c 'sleep 300 &'; exec sleep 300"]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _procs_where(key: str, match) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if match(proc.environ().get(key, "")) and _alive(proc):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def tree_procs(tree_id: str) -> list[psutil.Process]:
+    return _procs_where(TREE_ENV, lambda v: v == tree_id)
+
+
+def escapees(tree_id: str, leader: int) -> list[psutil.Process]:
+    """Members of the tree running ``sleep`` outside the leader's process group."""
+    found = []
+    for proc in tree_procs(tree_id):
+        try:
+            if proc.name() == "sleep" and os.getpgid(proc.pid) != leader:
+                found.append(proc)
+        except (psutil.Error, ProcessLookupError):
+            continue
+    return found
+
+
+@pytest.fixture
+def leak_check(tmp_path: Path) -> Iterator[None]:
+    """Fail the test if any process started for it (found by its instance dir) or an fd is left."""
+    fds = set(os.listdir("/proc/self/fd"))
+    yield
+    gc.collect()
+    leaked_fds = {
+        fd: os.readlink(f"/proc/self/fd/{fd}")
+        for fd in set(os.listdir("/proc/self/fd")) - fds
+        if os.path.exists(f"/proc/self/fd/{fd}")
+    }
+    prefix = str(tmp_path)
+    left = _procs_where("AIWG_INSTANCE_DIR", lambda v: v.startswith(prefix))
+    for proc in left:
+        proc.kill()
+    assert not left, f"processes left behind: {[p.pid for p in left]}"
+    assert not leaked_fds, f"fds left open: {leaked_fds}"
+
+
+def make_config(tmp_path: Path, **overrides: object) -> HostdConfig:
+    settings: dict = {
+        "state_dir": str(tmp_path / "state"),
+        "socket_path": str(tmp_path / "hostd.sock"),
+        "stop_grace_s": 2.0,
+        "cgroup_root": "off",
+    }
+    settings.update(overrides)
+    return HostdConfig(**settings)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> HostdConfig:
+    return make_config(tmp_path)
+
+
+@pytest.fixture
+async def registry(config: HostdConfig, leak_check: None) -> AsyncIterator[InstanceRegistry]:
+    async with trio.open_nursery() as nursery:
+        reg = InstanceRegistry(config, Cgroups.detect("off"), nursery)
+        await reg.load()
+        yield reg
+        await _destroy_all(reg)
+        nursery.cancel_scope.cancel()
+
+
+async def _destroy_all(reg: InstanceRegistry) -> None:
+    for info in reg.list():
+        await reg.destroy(info.instance_id, 0.5)
+
+
+def provision_req(**fields: object) -> m.InstanceProvisionRequest:
+    fields.setdefault("instance_id", f"i-{new_id()}")
+    fields.setdefault("name", "test instance")
+    return m.InstanceProvisionRequest(**fields)  # type: ignore[arg-type]
+
+
+async def wait_state(reg: InstanceRegistry, iid: str, *states: str) -> m.InstanceInfo:
+    with trio.fail_after(WAIT_S):
+        while (info := reg.get(iid)).state not in states:
+            await trio.sleep(0.01)
+    return info
+
+
+async def wait_for(predicate, what: str) -> None:
+    with trio.fail_after(WAIT_S):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+def mode(path: str | Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def rpc_code(excinfo: pytest.ExceptionInfo[RpcError]) -> ErrorCode:
+    return excinfo.value.code
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_provision_without_command_files_and_env(registry: InstanceRegistry, config: HostdConfig) -> None:
+    req = provision_req(name="plain", env={"FOO": "bar baz", "EMPTY": ""}, labels={"team": "a"}, loadout="demo")
+    info = await registry.provision(req)
+    iid = req.instance_id
+    assert info.state == "running" and info.pid is None and info.labels == {"team": "a"}
+    inst_dir = config.instances_dir / iid
+    assert info.instance_dir == str(inst_dir)
+    assert mode(inst_dir) == 0o700
+    assert info.working_dir == str(inst_dir / "work") and mode(info.working_dir) == 0o700
+    env_file = inst_dir / "agent.env"
+    assert mode(env_file) == 0o600
+    lines = env_file.read_text().splitlines()
+    assert f"AIWG_INSTANCE_ID={iid}" in lines
+    assert f"AGENT_INSTANCE_ID={iid}" in lines
+    assert f"AGENT_ID=host-{iid}" in lines
+    assert "AGENT_LOADOUT=demo" in lines
+    assert "FOO=bar baz" in lines and "EMPTY=" in lines
+    assert mode(inst_dir / "metadata.json") == 0o600
+    assert json.loads((inst_dir / "metadata.json").read_text())["runtime"] == "host"
+    assert mode(config.state_file) == 0o600
+
+    ctx = registry.context(iid)
+    assert ctx.instance_id == iid and ctx.working_dir == info.working_dir and ctx.cgroup is None
+    assert ctx.env["HOME"] == info.working_dir
+    assert ctx.env["LANG"] == "C.UTF-8" and ctx.env["SHELL"] == "/bin/sh" and ctx.env["PATH"]
+    assert ctx.env["AIWG_INSTANCE_DIR"] == str(inst_dir)
+    assert ctx.env["FOO"] == "bar baz" and ctx.env["AGENT_ID"] == f"host-{iid}"
+    assert [i.instance_id for i in registry.list()] == [iid]
+
+
+async def test_provision_start_false_and_idempotent_start_stop(registry: InstanceRegistry) -> None:
+    req = provision_req(command=SLEEPER, start=False)
+    info = await registry.provision(req)
+    iid = req.instance_id
+    assert info.state == "stopped" and info.pid is None
+    with pytest.raises(RpcError) as excinfo:
+        registry.context(iid)
+    assert rpc_code(excinfo) is ErrorCode.INSTANCE_INVALID_STATE
+
+    started = await registry.start(iid)
+    assert started.state == "running" and started.pid is not None
+    again = await registry.start(iid)
+    assert again.pid == started.pid and again.started_at == started.started_at
+
+    stopped = await registry.stop(iid, 1.0)
+    assert stopped.state == "stopped" and stopped.pid is None and stopped.stopped_at is not None
+    assert not psutil.pid_exists(started.pid) or not _alive(psutil.Process(started.pid))
+    again = await registry.stop(iid, 1.0)
+    assert again.state == "stopped" and again.stopped_at == stopped.stopped_at
+
+    restarted = await registry.start(iid)
+    assert restarted.state == "running" and restarted.pid not in (None, started.pid)
+
+
+async def test_provision_refusals(registry: InstanceRegistry, tmp_path: Path, config: HostdConfig) -> None:
+    req = provision_req(name="first")
+    await registry.provision(req)
+    with pytest.raises(RpcError) as excinfo:
+        await registry.provision(provision_req(instance_id=req.instance_id, name="second"))
+    assert rpc_code(excinfo) is ErrorCode.INSTANCE_EXISTS
+    assert excinfo.value.details["name"] == "first"
+
+    missing = provision_req(working_dir=str(tmp_path / "nope"))
+    with pytest.raises(RpcError) as excinfo:
+        await registry.provision(missing)
+    assert rpc_code(excinfo) is ErrorCode.WORKING_DIR_NOT_FOUND
+    with pytest.raises(RpcError) as excinfo:
+        await registry.provision(provision_req(env={"BAD": "two\nlines"}))
+    assert rpc_code(excinfo) is ErrorCode.REQUEST_INVALID
+    with pytest.raises(RpcError) as excinfo:
+        await registry.provision(provision_req(env={"AGENT_ID": "mine"}))
+    assert rpc_code(excinfo) is ErrorCode.REQUEST_INVALID
+
+    broken = provision_req(command=["/nonexistent/agent-binary"])
+    with pytest.raises(RpcError) as excinfo:
+        await registry.provision(broken)
+    assert rpc_code(excinfo) is ErrorCode.SPAWN_FAILED
+    assert "/nonexistent/agent-binary" in excinfo.value.message
+    # Failed provisions leave nothing behind.
+    assert [i.instance_id for i in registry.list()] == [req.instance_id]
+    assert not (config.instances_dir / broken.instance_id).exists()
+    assert not (config.instances_dir / missing.instance_id).exists()
+    with pytest.raises(RpcError) as excinfo:
+        registry.get(broken.instance_id)
+    assert rpc_code(excinfo) is ErrorCode.INSTANCE_NOT_FOUND
+
+
+async def test_main_process_env_cwd_and_log(registry: InstanceRegistry, tmp_path: Path) -> None:
+    workdir = tmp_path / "wd"
+    workdir.mkdir()
+    script = 'echo "id=$AIWG_INSTANCE_ID agent=$AGENT_ID tree=$AIWG_TREE pwd=$(pwd)"; echo oops >&2; exec sleep 300'
+    req = provision_req(command=["sh", "-c", script], working_dir=str(workdir))
+    info = await registry.provision(req)
+    iid = req.instance_id
+    assert info.state == "running" and info.pid == info.pgid and info.working_dir == str(workdir)
+    assert os.getpgid(info.pid) == info.pid
+    log = Path(info.instance_dir) / "main.log"
+    await wait_for(lambda: "oops" in log.read_text(), "main.log output")
+    assert mode(log) == 0o600
+    assert f"id={iid} agent=host-{iid} tree={iid} pwd={workdir}" in log.read_text()
+    stopped = await registry.stop(iid, None)
+    assert stopped.state == "stopped"
+    assert not tree_procs(iid)
+
+
+async def test_stop_kills_whole_tree_including_double_forked_grandchild(registry: InstanceRegistry) -> None:
+    hook_calls: list[tuple[str, float]] = []
+
+    async def hook(instance_id: str, grace: float) -> None:
+        hook_calls.append((instance_id, grace))
+
+    registry.on_stop.append(hook)
+    req = provision_req(command=DOUBLE_FORK)
+    info = await registry.provision(req)
+    iid = req.instance_id
+    await wait_for(lambda: escapees(iid, info.pid), "grandchild")
+    (grandchild,) = escapees(iid, info.pid)
+
+    stopped = await registry.stop(iid, 0.5)
+    assert stopped.state == "stopped"
+    assert hook_calls == [(iid, 0.5)]
+    assert not tree_procs(iid)
+    assert not _alive(grandchild)
+
+
+async def test_main_exit_on_its_own(registry: InstanceRegistry) -> None:
+    ok = provision_req(command=["sh", "-c", "exit 0"])
+    bad = provision_req(command=["sh", "-c", "exit 3"])
+    killed = provision_req(command=["sh", "-c", "kill -9 $$"])
+    await registry.provision(ok)
+    await registry.provision(bad)
+    await registry.provision(killed)
+    info = await wait_state(registry, ok.instance_id, "stopped")
+    assert info.exit_code == 0 and info.pid is None and info.stopped_at is not None
+    info = await wait_state(registry, bad.instance_id, "failed")
+    assert info.exit_code == 3 and "code 3" in (info.note or "")
+    info = await wait_state(registry, killed.instance_id, "failed")
+    assert info.exit_code is None and "signal 9" in (info.note or "")
+    # A failed instance can be started again.
+    again = await registry.start(bad.instance_id)
+    assert again.state == "running" and again.note is None
+    await wait_state(registry, bad.instance_id, "failed")
+
+
+async def test_destroy_removes_everything(registry: InstanceRegistry, config: HostdConfig) -> None:
+    calls: list[str] = []
+
+    async def hook(instance_id: str, grace: float) -> None:
+        calls.append(instance_id)
+
+    registry.on_stop.append(hook)
+    req = provision_req(command=DOUBLE_FORK)
+    pid = (await registry.provision(req)).pid
+    iid = req.instance_id
+    await wait_for(lambda: escapees(iid, pid), "grandchild")
+    info = await registry.destroy(iid, 0.5)
+    assert info.state == "destroyed"
+    assert calls == [iid]
+    assert not (config.instances_dir / iid).exists()
+    assert not tree_procs(iid)
+    assert registry.list() == []
+    for call in (registry.get, registry.context):
+        with pytest.raises(RpcError) as excinfo:
+            call(iid)
+        assert rpc_code(excinfo) is ErrorCode.INSTANCE_NOT_FOUND
+    with pytest.raises(RpcError) as excinfo:
+        await registry.destroy(iid, 0)
+    assert rpc_code(excinfo) is ErrorCode.INSTANCE_NOT_FOUND
+    assert json.loads(config.state_file.read_text())["instances"] == []
+
+
+async def test_concurrent_stop_and_destroy_serialize(registry: InstanceRegistry) -> None:
+    req = provision_req(command=SLEEPER)
+    await registry.provision(req)
+    iid = req.instance_id
+    results: dict[str, object] = {}
+
+    async def run(name: str, fn) -> None:
+        try:
+            results[name] = await fn()
+        except RpcError as exc:
+            results[name] = exc.code
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, "stop", lambda: registry.stop(iid, 0.5))
+        nursery.start_soon(run, "destroy", lambda: registry.destroy(iid, 0.5))
+    destroyed = results["destroy"]
+    assert isinstance(destroyed, m.InstanceInfo) and destroyed.state == "destroyed"
+    stop = results["stop"]
+    assert stop is ErrorCode.INSTANCE_NOT_FOUND or (isinstance(stop, m.InstanceInfo) and stop.state == "stopped")
+    assert not tree_procs(iid)
+
+
+async def test_restart_readopts_live_main_and_reports_dead_one(config: HostdConfig, leak_check: None) -> None:
+    live, dead = provision_req(command=SLEEPER), provision_req(command=SLEEPER)
+    plain, parked = provision_req(), provision_req(start=False)
+    async with trio.open_nursery() as nursery:
+        first = InstanceRegistry(config, Cgroups.detect("off"), nursery)
+        await first.load()
+        for req in (live, dead, plain, parked):
+            await first.provision(req)
+        live_pid = first.get(live.instance_id).pid
+        dead_pid = first.get(dead.instance_id).pid
+        await first.shutdown()
+        with pytest.raises(RpcError) as excinfo:
+            await first.provision(provision_req())
+        assert rpc_code(excinfo) is ErrorCode.SHUTTING_DOWN
+        nursery.cancel_scope.cancel()
+    assert live_pid and dead_pid
+    assert _alive(psutil.Process(live_pid)) and _alive(psutil.Process(dead_pid))  # shutdown left them running
+
+    # The second main dies while no hostd is watching.
+    os.kill(dead_pid, signal.SIGKILL)
+    os.waitpid(dead_pid, 0)  # it is the test process's child; a real hostd would not be its parent
+
+    async with trio.open_nursery() as nursery:
+        second = InstanceRegistry(config, Cgroups.detect("off"), nursery)
+        await second.load()
+        info = second.get(live.instance_id)
+        assert info.state == "running" and info.adopted is True and info.pid == live_pid
+        info = second.get(dead.instance_id)
+        assert info.state == "failed" and info.adopted is False and info.pid is None
+        assert info.note == f"main process {dead_pid} ended while hostd was down"
+        info = second.get(plain.instance_id)
+        assert info.state == "running" and info.adopted is True
+        assert info.note == "PTY sessions and execs from the previous hostd ended with it"
+        assert second.get(parked.instance_id).state == "stopped"
+        second.context(plain.instance_id)  # usable again
+
+        # The adopted main is watched: its death is noticed.
+        os.kill(live_pid, signal.SIGKILL)
+        info = await wait_state(second, live.instance_id, "failed")
+        assert info.pid is None and info.note
+
+        # And an adopted main can be stopped.
+        await second.start(live.instance_id)
+        await second.shutdown()
+        nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        third = InstanceRegistry(config, Cgroups.detect("off"), nursery)
+        await third.load()
+        info = third.get(live.instance_id)
+        assert info.adopted is True and info.pid is not None
+        pid = info.pid
+        assert (await third.stop(live.instance_id, 0.5)).state == "stopped"
+        assert not _alive(psutil.Process(pid)) if psutil.pid_exists(pid) else True
+        await _destroy_all(third)
+        nursery.cancel_scope.cancel()
+
+
+async def test_corrupt_state_file_is_moved_aside(config: HostdConfig, leak_check: None) -> None:
+    config.state_file.parent.mkdir(parents=True)
+    config.state_file.write_text("{not json")
+    async with trio.open_nursery() as nursery:
+        reg = InstanceRegistry(config, Cgroups.detect("off"), nursery)
+        await reg.load()
+        assert reg.list() == []
+        aside = list(config.state_file.parent.glob(config.state_file.name + ".corrupt-*"))
+        assert len(aside) == 1 and aside[0].read_text() == "{not json"
+        req = provision_req()
+        await reg.provision(req)
+        assert json.loads(config.state_file.read_text())["instances"][0]["info"]["instance_id"] == req.instance_id
+        await _destroy_all(reg)
+        nursery.cancel_scope.cancel()
+
+
+def _real_cgroups() -> Cgroups:
+    if os.geteuid() != 0:
+        pytest.skip("needs root for cgroups")
+    cgroups = Cgroups.detect("")
+    if not cgroups.available:
+        pytest.skip("no writable cgroup v2 hierarchy")
+    return cgroups
+
+
+async def test_real_cgroups(tmp_path: Path, leak_check: None) -> None:
+    cgroups = _real_cgroups()
+    config = make_config(tmp_path, cgroup_root="")
+    async with trio.open_nursery() as nursery:
+        reg = InstanceRegistry(config, cgroups, nursery)
+        req = provision_req(command=DOUBLE_FORK)
+        info = await reg.provision(req)
+        iid = req.instance_id
+        assert cgroups.root is not None and info.cgroup == str(cgroups.root / iid)
+        ctx = reg.context(iid)
+        assert ctx.cgroup == cgroups.root / iid
+        await wait_for(lambda: escapees(iid, info.pid), "grandchild")
+        members = Cgroups.pids(cgroups.root / iid / "main")
+        assert {p.pid for p in tree_procs(iid)} <= members
+        await reg.stop(iid, 0.5)
+        assert not tree_procs(iid) and not Cgroups.pids(cgroups.root / iid)
+        await reg.destroy(iid, 0.5)
+        assert not (cgroups.root / iid).exists()
+        nursery.cancel_scope.cancel()

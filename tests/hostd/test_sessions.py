@@ -1,0 +1,559 @@
+"""SessionRegistry with real PTYs and real process trees.
+
+Every child inherits a per-test marker in its environment; teardown fails the test (after
+killing them) if any marked process outlives it. Zombies count as dead (PID 1 here may not
+reap orphans).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+import trio
+
+from hostd.config import HostdConfig
+from hostd.errors import RpcError
+from hostd.proctree import Cgroups, tree_members
+from hostd.sessions import SessionRegistry, parse_signal
+from proto import ErrorCode
+from proto import messages as m
+
+INSTANCE = "inst-1"
+TIMEOUT = 10
+
+
+def make_config(tmp_path: Path, **overrides: object) -> HostdConfig:
+    values: dict = {
+        "state_dir": str(tmp_path / "state"),
+        "socket_path": str(tmp_path / "hostd.sock"),
+        "ring_frames": 1000,
+        "ring_bytes": 4 * 1024 * 1024,
+        "stop_grace_s": 2.0,
+        "max_sessions": 16,
+        "cgroup_root": "off",
+    }
+    values.update(overrides)
+    return HostdConfig(**values)
+
+
+def marked(token: str) -> list[psutil.Process]:
+    """Live (non-zombie) processes carrying this test's marker."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("AIWG_TEST_RUN") == token and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, nursery: trio.Nursery, cgroups: Cgroups, **config: object) -> None:
+        self.token = uuid.uuid4().hex
+        self.workdir = tmp_path / "work"
+        self.workdir.mkdir(exist_ok=True)
+        self.cgroup: Path | None = None
+        self.context = SimpleNamespace(
+            instance_id=INSTANCE,
+            working_dir=str(self.workdir),
+            env={"PATH": os.environ.get("PATH", os.defpath), "LANG": "C", "AIWG_TEST_RUN": self.token},
+            cgroup=None,
+        )
+        self.config = make_config(tmp_path, **config)
+        self.registry = SessionRegistry(self.config, cgroups, nursery, self.resolve)
+
+    def resolve(self, instance_id: str) -> SimpleNamespace:
+        if instance_id != INSTANCE:
+            raise RpcError(ErrorCode.INSTANCE_NOT_FOUND, f"no instance {instance_id!r}")
+        return self.context
+
+    async def create(self, *argv: str, **kw: object) -> m.SessionInfo:
+        return await self.registry.create(m.SessionCreateRequest(instance_id=INSTANCE, argv=list(argv), **kw))
+
+
+@pytest.fixture
+async def make_harness(tmp_path: Path) -> AsyncIterator[Callable[..., Harness]]:
+    harnesses: list[Harness] = []
+    async with trio.open_nursery() as nursery:
+
+        def make(cgroups: Cgroups | None = None, **config: object) -> Harness:
+            h = Harness(tmp_path, nursery, cgroups or Cgroups.detect("off"), **config)
+            harnesses.append(h)
+            return h
+
+        try:
+            yield make
+        finally:
+            for h in harnesses:
+                await h.registry.shutdown()
+            nursery.cancel_scope.cancel()
+    leftovers = [p for h in harnesses for p in marked(h.token)]
+    for proc in leftovers:
+        proc.kill()
+    assert not leftovers, f"processes left behind: {leftovers}"
+
+
+@pytest.fixture
+def harness(make_harness: Callable[..., Harness]) -> Harness:
+    return make_harness()
+
+
+class Watcher:
+    """A subscriber's ``send``: records frames, lets the test wait for output."""
+
+    def __init__(self) -> None:
+        self.frames: list[m.Frame] = []
+        self.data = bytearray()
+        self.finished = trio.Event()
+        self._changed = trio.Event()
+
+    async def send(self, frame: m.Frame) -> None:
+        self.frames.append(frame)
+        if isinstance(frame, m.SessionOutput):
+            self.data += frame.data
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_for(self, needle: bytes) -> None:
+        with trio.fail_after(TIMEOUT):
+            while needle not in self.data:
+                await self._changed.wait()
+
+    def of(self, kind: type) -> list:
+        return [f for f in self.frames if isinstance(f, kind)]
+
+    def outputs(self) -> list[m.SessionOutput]:
+        return self.of(m.SessionOutput)
+
+
+def watch(nursery: trio.Nursery, h: Harness, sid: str, from_seq: int | None = 1, stream_id: int = 7) -> Watcher:
+    w = Watcher()
+
+    async def run() -> None:
+        try:
+            await h.registry.subscribe(stream_id, sid, from_seq, w.send)
+        finally:
+            w.finished.set()
+
+    nursery.start_soon(run)
+    return w
+
+
+async def collect(h: Harness, sid: str, from_seq: int | None = 1) -> Watcher:
+    """Subscribe until the stream ends (the session exits)."""
+    w = Watcher()
+    with trio.fail_after(TIMEOUT):
+        await h.registry.subscribe(3, sid, from_seq, w.send)
+    return w
+
+
+def assert_tree_gone(sid: str) -> None:
+    assert _marked_tree(sid) == {}
+
+
+async def test_lifecycle_output_and_exit_code_kept(harness: Harness) -> None:
+    info = await harness.create("sh", "-c", "echo hi; exit 3")
+    assert info.state == "running" and info.pid and info.cwd == str(harness.workdir)
+    assert (info.cols, info.rows) == (80, 24)
+    w = await collect(harness, info.session_id)
+    assert isinstance(w.frames[0], m.StreamOpened) and w.frames[0].id == 3
+    assert b"hi\r\n" in bytes(w.data)
+    exited, end = w.frames[-2:]
+    assert exited == m.SessionExited(id=3, exit_code=3, signal=None, reason="exited", last_seq=exited.last_seq)
+    assert exited.last_seq == w.outputs()[-1].seq
+    assert end == m.StreamEnd(id=3, reason="exited")
+    got = harness.registry.get(info.session_id)
+    assert (got.state, got.exit_code, got.signal, got.end_reason) == ("exited", 3, None, "exited")
+    assert got.exited_at is not None and got.exited_at >= got.created_at
+    assert got.next_seq == exited.last_seq + 1
+    assert [s.session_id for s in harness.registry.list()] == [info.session_id]
+    assert harness.registry.list("other") == []
+    assert harness.registry.counts() == (1, 0)
+    # Kept after exit, with its output, until deleted.
+    again = await collect(harness, info.session_id)
+    assert again.data == w.data
+    await harness.registry.delete(info.session_id)
+    assert harness.registry.counts() == (0, 0)
+    with pytest.raises(RpcError) as err:
+        harness.registry.get(info.session_id)
+    assert err.value.code is ErrorCode.SESSION_NOT_FOUND
+
+
+async def test_environment_cwd_and_ids(harness: Harness) -> None:
+    (harness.workdir / "sub").mkdir()
+    info = await harness.create(
+        "sh",
+        "-c",
+        'echo "[$TERM|$AIWG_TREE|$FOO|$(pwd)]"',
+        env={"FOO": "bar"},
+        cwd="sub",
+        session_id="my-session.1",
+    )
+    assert info.session_id == "my-session.1"
+    w = await collect(harness, info.session_id)
+    assert f"[xterm-256color|my-session.1|bar|{harness.workdir / 'sub'}]".encode() in w.data
+    info2 = await harness.create("sh", "-c", 'echo "[$TERM]"', env={"TERM": "dumb"})
+    assert len(info2.session_id) == 36  # a UUIDv7 chosen by hostd
+    assert b"[dumb]" in (await collect(harness, info2.session_id)).data
+    with pytest.raises(RpcError) as err:
+        await harness.create("true", session_id="my-session.1")
+    assert err.value.code is ErrorCode.REQUEST_INVALID
+
+
+async def test_create_errors(harness: Harness) -> None:
+    with pytest.raises(RpcError) as err:
+        await harness.create("/nonexistent/program", "x")
+    assert err.value.code is ErrorCode.SPAWN_FAILED
+    assert "/nonexistent/program" in err.value.message
+    with pytest.raises(RpcError) as err:
+        await harness.create("no-such-command-aiwg")
+    assert err.value.code is ErrorCode.SPAWN_FAILED
+    (harness.workdir / "plain").write_text("not executable")
+    with pytest.raises(RpcError) as err:
+        await harness.create("./plain")
+    assert err.value.code is ErrorCode.SPAWN_FAILED
+    with pytest.raises(RpcError) as err:
+        await harness.create("true", cwd="/nonexistent/dir")
+    assert err.value.code is ErrorCode.WORKING_DIR_NOT_FOUND
+    with pytest.raises(RpcError) as err:
+        await harness.registry.create(m.SessionCreateRequest(instance_id="other", argv=["true"]))
+    assert err.value.code is ErrorCode.INSTANCE_NOT_FOUND
+    assert harness.registry.counts() == (0, 0)
+
+
+async def test_byte_exact_replay_from_any_seq(harness: Harness) -> None:
+    # Printable bytes only: the PTY's output processing rewrites only newlines.
+    pattern = bytes(range(33, 127)) * (200_000 // 94)
+    script = f"import sys; sys.stdout.buffer.write(bytes(range(33, 127)) * {200_000 // 94}); sys.stdout.flush()"
+    info = await harness.create(sys.executable, "-c", script)
+    full = await collect(harness, info.session_id)
+    outputs = full.outputs()
+    assert bytes(full.data) == pattern
+    assert [o.seq for o in outputs] == list(range(1, len(outputs) + 1))
+    assert len(outputs) > 2, "expected the output in several chunks"
+    middle = outputs[len(outputs) // 2].seq
+    tail = await collect(harness, info.session_id, from_seq=middle)
+    assert tail.frames[0] == m.StreamOpened(id=3, first_seq=1, next_seq=outputs[-1].seq + 1)
+    assert bytes(tail.data) == b"".join(o.data for o in outputs if o.seq >= middle)
+    assert pattern.endswith(bytes(tail.data))
+    # From next_seq: nothing but the end.
+    end = await collect(harness, info.session_id, from_seq=outputs[-1].seq + 1)
+    assert [type(f) for f in end.frames] == [m.StreamOpened, m.SessionExited, m.StreamEnd]
+
+
+async def test_seq_out_of_range_is_an_error_before_any_frame(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness(ring_frames=4, ring_bytes=1024 * 1024)
+    info = await h.create("sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do echo line$i; sleep 0.01; done")
+    await collect(h, info.session_id)
+    got = h.registry.get(info.session_id)
+    assert got.first_seq > 1
+    for bad in (0, 1, got.first_seq - 1, got.next_seq + 1):
+        w = Watcher()
+        with pytest.raises(RpcError) as err:
+            await h.registry.subscribe(1, info.session_id, bad, w.send)
+        assert err.value.code is ErrorCode.SEQ_OUT_OF_RANGE
+        assert err.value.details == {"first_seq": got.first_seq, "next_seq": got.next_seq}
+        assert w.frames == []
+
+
+async def test_blocked_subscriber_lags_while_others_and_the_reader_go_on(
+    make_harness: Callable[..., Harness],
+) -> None:
+    h = make_harness(ring_frames=32)
+    script = "import sys\nfor i in range(20000): sys.stdout.write('%07d ' % i); sys.stdout.flush()\n"
+    info = await h.create(sys.executable, "-c", script)
+    sid = info.session_id
+    gate = trio.Event()
+    slow = Watcher()
+
+    async def blocking_send(frame: m.Frame) -> None:
+        if not isinstance(frame, m.StreamOpened):
+            await gate.wait()  # a client that stopped reading
+        await slow.send(frame)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(h.registry.subscribe, 11, sid, 1, blocking_send)
+        fast = await collect(h, sid)
+        # The process ran to its end and everything was read while one subscriber was stuck.
+        got = h.registry.get(sid)
+        assert got.state == "exited" and got.exit_code == 0
+        assert got.subscribers == 1
+        assert got.first_seq > 2
+        assert fast.of(m.SessionLagged) == []
+        assert bytes(fast.data).split() == [b"%07d" % i for i in range(20000)]
+        gate.set()
+    kinds = [type(f) for f in slow.frames]
+    assert kinds[:3] == [m.StreamOpened, m.SessionOutput, m.SessionLagged]
+    assert kinds[-2:] == [m.SessionExited, m.StreamEnd]
+    first, lagged = slow.frames[1], slow.frames[2]
+    assert first.seq == 1
+    assert lagged == m.SessionLagged(id=11, missed_from=2, resume_seq=got.first_seq)
+    resumed = [f.seq for f in slow.frames[3:-2]]
+    assert resumed == list(range(got.first_seq, got.next_seq))
+    assert h.registry.get(sid).subscribers == 0
+
+
+async def test_only_new_output_when_from_seq_is_none(harness: Harness) -> None:
+    info = await harness.create("cat")
+    sid = info.session_id
+    async with trio.open_nursery() as nursery:
+        early = watch(nursery, harness, sid)
+        await harness.registry.write(sid, b"before\n")
+        await early.wait_for(b"before\r\nbefore\r\n")
+        late = watch(nursery, harness, sid, from_seq=None)
+        with trio.fail_after(TIMEOUT):
+            while harness.registry.get(sid).subscribers < 2:
+                await trio.sleep(0.01)
+        await harness.registry.write(sid, b"after\n")
+        await late.wait_for(b"after\r\nafter\r\n")
+        assert b"before" not in late.data
+        opened = late.frames[0]
+        assert isinstance(opened, m.StreamOpened) and opened.next_seq > 1
+        await harness.registry.kill(sid, 0)
+    assert late.finished.is_set() and isinstance(late.frames[-1], m.StreamEnd)
+
+
+async def test_interactive_write_and_signal_by_name(harness: Harness) -> None:
+    info = await harness.create("cat")
+    sid = info.session_id
+    gc.collect()  # ptyprocess's object is gone: it must not have closed or killed anything
+    async with trio.open_nursery() as nursery:
+        w = watch(nursery, harness, sid)
+        assert await harness.registry.write(sid, b"hello\n") == 6
+        await w.wait_for(b"hello\r\nhello\r\n")  # the terminal's echo, then cat's output
+        harness.registry.signal(sid, "INT")
+        with trio.fail_after(TIMEOUT):
+            await w.finished.wait()
+    exited = w.of(m.SessionExited)[0]
+    assert (exited.exit_code, exited.signal, exited.reason) == (None, 2, "signaled")
+    got = harness.registry.get(sid)
+    assert (got.state, got.signal, got.end_reason) == ("exited", 2, "signaled")
+    with pytest.raises(RpcError) as err:
+        await harness.registry.write(sid, b"x")
+    assert err.value.code is ErrorCode.SESSION_EXITED
+    with pytest.raises(RpcError) as err:
+        harness.registry.signal(sid, "TERM")
+    assert err.value.code is ErrorCode.SESSION_EXITED
+    with pytest.raises(RpcError) as err:
+        harness.registry.resize(sid, 100, 30)
+    assert err.value.code is ErrorCode.SESSION_EXITED
+
+
+async def test_signal_term_runs_the_trap(harness: Harness) -> None:
+    info = await harness.create(
+        "sh", "-c", 'trap "echo got-term; exit 7" TERM; echo ready; while :; do sleep 0.05; done'
+    )
+    sid = info.session_id
+    async with trio.open_nursery() as nursery:
+        w = watch(nursery, harness, sid)
+        await w.wait_for(b"ready")
+        harness.registry.signal(sid, "SIGTERM")
+        await w.wait_for(b"got-term")
+        with trio.fail_after(TIMEOUT):
+            await w.finished.wait()
+    assert harness.registry.get(sid).exit_code == 7
+
+
+def test_parse_signal() -> None:
+    import signal
+
+    assert parse_signal("SIGINT") is signal.SIGINT
+    assert parse_signal("int") is signal.SIGINT
+    assert parse_signal(15) is signal.SIGTERM
+    assert parse_signal("9") is signal.SIGKILL
+    for bad in ("SIGFOO", "", "SIG_IGN", 0, 999, -1):
+        with pytest.raises(RpcError) as err:
+            parse_signal(bad)
+        assert err.value.code is ErrorCode.SIGNAL_UNKNOWN
+
+
+async def test_unknown_signal_on_a_running_session(harness: Harness) -> None:
+    info = await harness.create("cat")
+    with pytest.raises(RpcError) as err:
+        harness.registry.signal(info.session_id, "SIGNOPE")
+    assert err.value.code is ErrorCode.SIGNAL_UNKNOWN
+    await harness.registry.kill(info.session_id, 0)
+
+
+async def test_resize(harness: Harness) -> None:
+    info = await harness.create("sh", "-c", "stty size; read x; stty size; read y", cols=100, rows=30)
+    sid = info.session_id
+    async with trio.open_nursery() as nursery:
+        w = watch(nursery, harness, sid)
+        await w.wait_for(b"30 100")
+        harness.registry.resize(sid, 120, 40)
+        assert (harness.registry.get(sid).cols, harness.registry.get(sid).rows) == (120, 40)
+        await harness.registry.write(sid, b"\n")
+        await w.wait_for(b"40 120")
+        await harness.registry.write(sid, b"\n")
+        with trio.fail_after(TIMEOUT):
+            await w.finished.wait()
+    with pytest.raises(RpcError) as err:
+        harness.registry.resize(sid, 0, 10)
+    assert err.value.code is ErrorCode.REQUEST_INVALID
+
+
+def _marked_tree(sid: str) -> dict[int, psutil.Process]:
+    return tree_members(leader=None, pgid=None, cgroup=None, tree_id=sid)
+
+
+def _escapees(sid: str, leader: int) -> list[psutil.Process]:
+    """Marked processes that left the session's Unix session (setsid)."""
+    found = []
+    for proc in _marked_tree(sid).values():
+        try:
+            if os.getsid(proc.pid) != leader:
+                found.append(proc)
+        except OSError:
+            continue
+    return found
+
+
+async def test_kill_takes_the_whole_tree_including_a_double_forked_grandchild(harness: Harness) -> None:
+    info = await harness.create("sh", "-c", '(setsid sh -c "sleep 300" &) ; echo started; sleep 300')
+    sid = info.session_id
+    async with trio.open_nursery() as nursery:
+        w = watch(nursery, harness, sid)
+        await w.wait_for(b"started")
+        with trio.fail_after(TIMEOUT):  # sh, its sleep, and the escaped sleep
+            while not _escapees(sid, info.pid) or len(_marked_tree(sid)) < 3:
+                await trio.sleep(0.02)
+        killed = await harness.registry.kill(sid, 0.5)
+        assert_tree_gone(sid)
+        assert (killed.state, killed.end_reason) == ("exited", "killed")
+        assert killed.signal == 15 or killed.signal == 9
+        with trio.fail_after(TIMEOUT):
+            await w.finished.wait()
+    assert w.of(m.SessionExited)[0].reason == "killed"
+    # Killing an exited session is harmless.
+    again = await harness.registry.kill(sid, None)
+    assert again.end_reason == "killed"
+
+
+async def test_delete_ends_subscribers_and_the_tree(harness: Harness) -> None:
+    info = await harness.create("sh", "-c", "echo up; sleep 300")
+    sid = info.session_id
+    async with trio.open_nursery() as nursery:
+        w1 = watch(nursery, harness, sid, stream_id=1)
+        w2 = watch(nursery, harness, sid, stream_id=2)
+        await w1.wait_for(b"up")
+        await w2.wait_for(b"up")
+        with trio.fail_after(TIMEOUT):
+            await harness.registry.delete(sid)
+            await w1.finished.wait()
+            await w2.finished.wait()
+    assert w1.frames[-1] == m.StreamEnd(id=1, reason="deleted")
+    assert w2.frames[-1] == m.StreamEnd(id=2, reason="deleted")
+    assert_tree_gone(sid)
+    assert not psutil.pid_exists(info.pid) or psutil.Process(info.pid).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(RpcError) as err:
+        await harness.registry.delete(sid)
+    assert err.value.code is ErrorCode.SESSION_NOT_FOUND
+
+
+async def test_max_sessions(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness(max_sessions=2)
+    a = await h.create("sleep", "300")
+    await h.create("sleep", "300")
+    with pytest.raises(RpcError) as err:
+        await h.create("sleep", "300")
+    assert err.value.code is ErrorCode.LIMIT_REACHED
+    h.registry.count_others = lambda: 1  # execs count against the same limit
+    await h.registry.kill(a.session_id, 0)
+    with pytest.raises(RpcError) as err:
+        await h.create("sleep", "300")
+    assert err.value.code is ErrorCode.LIMIT_REACHED
+    h.registry.count_others = lambda: 0
+    await h.create("sleep", "300")  # exited sessions do not count
+    assert h.registry.counts() == (3, 2)
+
+
+async def test_unknown_session_ids(harness: Harness) -> None:
+    reg = harness.registry
+    calls = [
+        lambda: reg.get("nope"),
+        lambda: reg.resize("nope", 80, 24),
+        lambda: reg.signal("nope", "INT"),
+    ]
+    for call in calls:
+        with pytest.raises(RpcError) as err:
+            call()
+        assert err.value.code is ErrorCode.SESSION_NOT_FOUND
+    async_calls = [
+        reg.write("nope", b"x"),
+        reg.kill("nope", None),
+        reg.delete("nope"),
+        reg.subscribe(1, "nope", None, Watcher().send),
+    ]
+    for coro in async_calls:
+        with pytest.raises(RpcError) as err:
+            await coro
+        assert err.value.code is ErrorCode.SESSION_NOT_FOUND
+
+
+async def test_kill_instance_and_shutdown(harness: Harness) -> None:
+    a = await harness.create("sleep", "300")
+    b = await harness.create("sh", "-c", "trap '' TERM; echo ready; sleep 300")
+    async with trio.open_nursery() as nursery:
+        w = watch(nursery, harness, b.session_id)
+        await w.wait_for(b"ready")  # SIGTERM is ignored from here on
+        await harness.registry.kill_instance("other-instance", 0)
+        assert harness.registry.counts() == (2, 2)
+        await harness.registry.kill_instance(INSTANCE, 0.2)
+    assert harness.registry.counts() == (2, 0)
+    assert harness.registry.get(a.session_id).end_reason == "killed"
+    assert harness.registry.get(b.session_id).signal == 9
+    c = await harness.create("sleep", "300")
+    with trio.fail_after(TIMEOUT):
+        await harness.registry.shutdown()
+    assert harness.registry.get(c.session_id).state == "exited"
+    assert_tree_gone(c.session_id)
+    with pytest.raises(RpcError) as err:
+        await harness.create("true")
+    assert err.value.code is ErrorCode.SHUTTING_DOWN
+
+
+def _real_cgroups() -> Cgroups | None:
+    if os.geteuid() != 0:
+        return None
+    cgroups = Cgroups.detect("")
+    return cgroups if cgroups.available else None
+
+
+async def test_session_in_its_own_cgroup(make_harness: Callable[..., Harness]) -> None:
+    cgroups = _real_cgroups()
+    if cgroups is None:
+        pytest.skip("needs root and a writable cgroup v2 hierarchy")
+    h = make_harness(cgroups=cgroups)
+    instance_cgroup = cgroups.create(f"test-sessions-{uuid.uuid4().hex[:12]}")
+    assert instance_cgroup is not None
+    h.context.cgroup = instance_cgroup
+    try:
+        info = await h.create("sh", "-c", '(setsid sh -c "sleep 300" &) ; echo started; sleep 300')
+        sid = info.session_id
+        session_cgroup = instance_cgroup / f"s-{sid}"
+        async with trio.open_nursery() as nursery:
+            w = watch(nursery, h, sid)
+            await w.wait_for(b"started")
+            with trio.fail_after(TIMEOUT):
+                while not _escapees(sid, info.pid):
+                    await trio.sleep(0.02)
+            escapee = _escapees(sid, info.pid)[0]
+            assert escapee.pid in Cgroups.pids(session_cgroup)
+            assert info.pid in Cgroups.pids(session_cgroup)
+            await h.registry.delete(sid)
+        assert_tree_gone(sid)
+        assert not session_cgroup.exists()
+    finally:
+        Cgroups.kill(instance_cgroup)
+        Cgroups.remove(instance_cgroup)
+
