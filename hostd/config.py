@@ -11,6 +11,7 @@ allows the invoking user, and does not need root. Production defaults are
 
 from __future__ import annotations
 
+import grp
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,6 +48,8 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     socket_path: str
     #: Mode of the socket file. AIWG_HOSTD_SOCKET_MODE (octal)
     socket_mode: int = DEFAULT_SOCKET_MODE
+    #: Group that owns the socket file; its members are allowed as peers. AIWG_HOSTD_SOCKET_GROUP
+    socket_group: str = ""
     #: Peer uids allowed on the socket (root is always allowed). AIWG_HOSTD_ALLOW_UIDS
     allow_uids: frozenset[int] = frozenset()
     #: Peer gids allowed on the socket. AIWG_HOSTD_ALLOW_GIDS
@@ -130,6 +133,14 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
 
     allow_uids = _ids(env, "AIWG_HOSTD_ALLOW_UIDS")
     allow_gids = _ids(env, "AIWG_HOSTD_ALLOW_GIDS")
+    socket_group = env.get("AIWG_HOSTD_SOCKET_GROUP", "")
+    if socket_group:
+        # The group that may open the socket file is the group we let through SO_PEERCRED:
+        # one setting, so the two can never disagree.
+        try:
+            allow_gids |= {grp.getgrnam(socket_group).gr_gid}
+        except KeyError:
+            raise ConfigError(f"AIWG_HOSTD_SOCKET_GROUP={socket_group!r} is not a group on this host") from None
     if dev:
         # Dev mode serves the user who started it without further configuration.
         allow_uids |= {os.getuid()}
@@ -153,6 +164,7 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
         state_dir=state_dir,
         socket_path=socket_path,
         socket_mode=mode,
+        socket_group=socket_group,
         allow_uids=allow_uids,
         allow_gids=allow_gids,
         ring_frames=ring_frames,

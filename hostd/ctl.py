@@ -27,6 +27,7 @@ import msgspec
 import trio
 
 from proto import (
+    HostdClient,
     HostdConnectionLost,
     HostdError,
     HostdNotRunning,
@@ -46,6 +47,8 @@ from .config import PROD_SOCKET
 PROG = "agentic-hostctl"
 DEV_SOCKET = os.path.join(".run", "hostd.sock")
 DEFAULT_INSTANCE_NAME = "dev"
+#: Bound for calls that wait for process trees to end (stop, destroy, kill, delete) beyond their grace.
+TREE_CALL_TIMEOUT_S = 120.0
 
 
 class UsageError(Exception):
@@ -94,20 +97,24 @@ def _print_table(headers: list[str], rows: list[list[str]]) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
+def _tree_timeout(grace_s: float | None) -> float:
+    return (grace_s or 0.0) + TREE_CALL_TIMEOUT_S
+
+
 def _opt(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def _exit_text(exit_code: int | None, signal: int | None) -> str:
-    if signal:
-        return f"killed by signal {signal}"
+def _exit_text(exit_code: int | None, signum: int | None) -> str:
+    if signum:
+        return f"killed by signal {signum}"
     return f"exited with code {exit_code}"
 
 
 # -- lookups ------------------------------------------------------------------------------------
 
 
-async def _resolve_instance(client: Any, ref: str) -> str:
+async def _resolve_instance(client: HostdClient, ref: str) -> str:
     """An instance id, given its id or its (unique) name."""
     try:
         return (await client.call(m.InstanceGetRequest(instance_id=ref))).instance.instance_id
@@ -123,7 +130,7 @@ async def _resolve_instance(client: Any, ref: str) -> str:
     raise not_found
 
 
-async def _default_instance(client: Any) -> str:
+async def _default_instance(client: HostdClient) -> str:
     for info in (await client.call(m.InstanceListRequest())).instances:
         if info.name == DEFAULT_INSTANCE_NAME and info.state != "destroyed":
             return info.instance_id
@@ -136,7 +143,7 @@ async def _default_instance(client: Any) -> str:
 # -- commands -----------------------------------------------------------------------------------
 
 
-async def cmd_status(client: Any, args: argparse.Namespace) -> int:
+async def cmd_status(client: HostdClient, args: argparse.Namespace) -> int:
     resp = await client.call(m.StatusRequest())
     if args.json:
         _print_json(resp)
@@ -146,7 +153,7 @@ async def cmd_status(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_instances(client: Any, args: argparse.Namespace) -> int:
+async def cmd_instances(client: HostdClient, args: argparse.Namespace) -> int:
     infos = (await client.call(m.InstanceListRequest())).instances
     if args.json:
         _print_json(infos)
@@ -163,7 +170,7 @@ def _print_instance(info: m.InstanceInfo, args: argparse.Namespace) -> None:
         print(f"{info.instance_id} {info.state}" + (f" ({info.note})" if info.note else ""))
 
 
-async def cmd_instance_create(client: Any, args: argparse.Namespace) -> int:
+async def cmd_instance_create(client: HostdClient, args: argparse.Namespace) -> int:
     request = m.InstanceProvisionRequest(
         instance_id=args.id or new_id(),
         name=args.name,
@@ -177,27 +184,27 @@ async def cmd_instance_create(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_instance_start(client: Any, args: argparse.Namespace) -> int:
+async def cmd_instance_start(client: HostdClient, args: argparse.Namespace) -> int:
     instance_id = await _resolve_instance(client, args.instance)
     _print_instance((await client.call(m.InstanceStartRequest(instance_id=instance_id))).instance, args)
     return 0
 
 
-async def cmd_instance_stop(client: Any, args: argparse.Namespace) -> int:
+async def cmd_instance_stop(client: HostdClient, args: argparse.Namespace) -> int:
     instance_id = await _resolve_instance(client, args.instance)
     request = m.InstanceStopRequest(instance_id=instance_id, grace_s=args.grace)
-    _print_instance((await client.call(request, timeout=None)).instance, args)
+    _print_instance((await client.call(request, timeout=_tree_timeout(args.grace))).instance, args)
     return 0
 
 
-async def cmd_instance_destroy(client: Any, args: argparse.Namespace) -> int:
+async def cmd_instance_destroy(client: HostdClient, args: argparse.Namespace) -> int:
     instance_id = await _resolve_instance(client, args.instance)
     request = m.InstanceDestroyRequest(instance_id=instance_id, grace_s=args.grace)
-    _print_instance((await client.call(request, timeout=None)).instance, args)
+    _print_instance((await client.call(request, timeout=_tree_timeout(args.grace))).instance, args)
     return 0
 
 
-async def cmd_session_new(client: Any, args: argparse.Namespace) -> int:
+async def cmd_session_new(client: HostdClient, args: argparse.Namespace) -> int:
     if not args.argv:
         raise UsageError("session new: give the command to run after --, e.g. session new -- bash")
     instance_id = await (_resolve_instance(client, args.instance) if args.instance else _default_instance(client))
@@ -218,12 +225,12 @@ async def cmd_session_new(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_session_delete(client: Any, args: argparse.Namespace) -> int:
-    await client.call(m.SessionDeleteRequest(session_id=args.session_id), timeout=None)
+async def cmd_session_delete(client: HostdClient, args: argparse.Namespace) -> int:
+    await client.call(m.SessionDeleteRequest(session_id=args.session_id), timeout=_tree_timeout(None))
     return 0
 
 
-async def cmd_sessions(client: Any, args: argparse.Namespace) -> int:
+async def cmd_sessions(client: HostdClient, args: argparse.Namespace) -> int:
     instance_id = await _resolve_instance(client, args.instance) if args.instance else None
     sessions = (await client.call(m.SessionListRequest(instance_id=instance_id))).sessions
     if args.json:
@@ -244,7 +251,7 @@ async def cmd_sessions(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_logs(client: Any, args: argparse.Namespace) -> int:
+async def cmd_logs(client: HostdClient, args: argparse.Namespace) -> int:
     info = (await client.call(m.SessionGetRequest(session_id=args.session_id))).session
     start = info.first_seq if args.from_seq is None else args.from_seq
     end = info.next_seq  # without --follow: what the ring held when we asked
@@ -266,7 +273,7 @@ async def cmd_logs(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_send(client: Any, args: argparse.Namespace) -> int:
+async def cmd_send(client: HostdClient, args: argparse.Namespace) -> int:
     data = args.text.encode() + (b"\r" if args.newline else b"")
     written = (await client.call(m.SessionWriteRequest(session_id=args.session_id, data=data))).written
     if args.json:
@@ -274,7 +281,7 @@ async def cmd_send(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_kill(client: Any, args: argparse.Namespace) -> int:
+async def cmd_kill(client: HostdClient, args: argparse.Namespace) -> int:
     if args.signal is not None:
         sig: str | int = int(args.signal) if args.signal.isdigit() else args.signal
         await client.call(m.SessionSignalRequest(session_id=args.session_id, signal=sig))
@@ -282,7 +289,7 @@ async def cmd_kill(client: Any, args: argparse.Namespace) -> int:
             _print_json({"session_id": args.session_id, "signal": sig})
         return 0
     request = m.SessionKillRequest(session_id=args.session_id, grace_s=args.grace)
-    session = (await client.call(request, timeout=None)).session
+    session = (await client.call(request, timeout=_tree_timeout(args.grace))).session
     if args.json:
         _print_json(session)
     else:
@@ -384,8 +391,7 @@ class _Terminal:
             cols, rows = os.get_terminal_size(0)
         except OSError:
             return None
-        clamp = lambda n: max(1, min(n, m.MAX_TERMINAL_DIM))  # noqa: E731
-        return clamp(cols), clamp(rows)
+        return max(1, min(cols, m.MAX_TERMINAL_DIM)), max(1, min(rows, m.MAX_TERMINAL_DIM))
 
 
 def _cursor_file(host_id: str, session_id: str) -> Path:
@@ -395,6 +401,8 @@ def _cursor_file(host_id: str, session_id: str) -> Path:
 
 
 class _Attach:
+    """What one attach keeps across connections."""
+
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.cursor: int | None = None  # last sequence written to the terminal
@@ -402,6 +410,15 @@ class _Attach:
         self.detached = False
         self.failures = 0
         self.keys = DetachKeys()
+        #: Typed but not sent yet (e.g. while reconnecting); sent first on the next connection.
+        self.pending = bytearray()
+
+    def take_keys(self, data: bytes) -> bool:
+        """Queue typed bytes; True once the user asked to detach."""
+        forward, detach = self.keys.feed(data)
+        self.pending += forward[: m.MAX_INPUT_BYTES - len(self.pending)]
+        self.detached = self.detached or detach
+        return detach
 
 
 async def _ignore_exited(call: Awaitable[Any]) -> None:
@@ -413,7 +430,43 @@ async def _ignore_exited(call: Awaitable[Any]) -> None:
             raise
 
 
-async def _attach_connection(client: Any, st: _Attach, term: _Terminal, signals: Any) -> None:
+async def _keyboard(
+    st: _Attach, term: _Terminal, scope: trio.CancelScope, flush: Callable[[], Awaitable[None]] | None
+) -> None:
+    """Read keys until detach (which cancels ``scope``); ``flush`` sends them when connected."""
+    if flush is not None:
+        await flush()
+    while data := await term.read():
+        detach = st.take_keys(data)
+        if flush is not None:
+            await flush()
+        if detach:
+            scope.cancel()
+            return
+    # End of input (a pipe or file): keep showing output until the session exits.
+
+
+async def _signals(
+    st: _Attach, signals: Any, scope: trio.CancelScope, resize: Callable[[], Awaitable[None]] | None
+) -> None:
+    async for signum in signals:
+        if signum != signal.SIGWINCH:  # SIGTERM, SIGHUP: leave like a detach, terminal restored
+            st.detached = True
+            scope.cancel()
+            return
+        if resize is not None:
+            await resize()
+
+
+async def _backoff(st: _Attach, term: _Terminal, signals: Any, delay_s: float) -> None:
+    """Wait before reconnecting, still honouring the detach keys and signals."""
+    with trio.move_on_after(delay_s):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_keyboard, st, term, nursery.cancel_scope, None)
+            nursery.start_soon(_signals, st, signals, nursery.cancel_scope, None)
+
+
+async def _attach_connection(client: HostdClient, st: _Attach, term: _Terminal, signals: Any) -> None:
     """Serve one connection until detach or session exit; raises if the connection fails."""
     info = (await client.call(m.SessionGetRequest(session_id=st.session_id))).session
     st.failures = 0
@@ -422,55 +475,52 @@ async def _attach_connection(client: Any, st: _Attach, term: _Terminal, signals:
         start = info.first_seq
     st.cursor = start - 1
 
-    async def send_size() -> None:
+    async def resize() -> None:
         size = term.size()
         if size is not None:
             request = m.SessionResizeRequest(session_id=st.session_id, cols=size[0], rows=size[1])
             await _ignore_exited(client.call(request))
 
+    async def flush() -> None:
+        # Taken before the call: input in flight when the connection drops is lost, never sent twice.
+        while st.pending:
+            data = bytes(st.pending)
+            st.pending.clear()
+            await _ignore_exited(client.call(m.SessionWriteRequest(session_id=st.session_id, data=data)))
+
+    async def output() -> None:
+        cursor = st.cursor
+        async with client.stream(m.SessionSubscribeRequest(session_id=st.session_id, from_seq=start)) as events:
+            async for event in events:
+                if isinstance(event, m.SessionOutput) and event.seq > cursor:
+                    await term.write(event.data)
+                    st.cursor = cursor = event.seq
+                elif isinstance(event, m.SessionLagged):
+                    st.cursor = cursor = event.resume_seq - 1
+                elif isinstance(event, m.SessionExited):
+                    st.exited = event
+        if st.exited is None:
+            # Ended without an exit: hostd is shutting down or the session was deleted;
+            # a new connection tells which.
+            raise HostdConnectionLost("hostd ended the output stream")
+        nursery.cancel_scope.cancel()
+
+    await resize()
     async with trio.open_nursery() as nursery:
-
-        async def output() -> None:
-            request = m.SessionSubscribeRequest(session_id=st.session_id, from_seq=start)
-            async with client.stream(request) as events:
-                async for event in events:
-                    if isinstance(event, m.SessionOutput) and event.seq > st.cursor:  # type: ignore[operator]
-                        await term.write(event.data)
-                        st.cursor = event.seq
-                    elif isinstance(event, m.SessionLagged):
-                        st.cursor = event.resume_seq - 1
-                    elif isinstance(event, m.SessionExited):
-                        st.exited = event
-            if st.exited is None:
-                # Ended without an exit: hostd is shutting down or the session was deleted;
-                # a new connection tells which.
-                raise HostdConnectionLost("hostd ended the output stream")
-            nursery.cancel_scope.cancel()
-
-        async def keyboard() -> None:
-            while data := await term.read():
-                forward, detach = st.keys.feed(data)
-                if forward:
-                    await _ignore_exited(client.call(m.SessionWriteRequest(session_id=st.session_id, data=forward)))
-                if detach:
-                    st.detached = True
-                    nursery.cancel_scope.cancel()
-                    return
-            # End of input (a pipe or file): keep showing output until the session exits.
-
-        async def on_signals() -> None:
-            await send_size()
-            async for signum in signals:
-                if signum == signal.SIGWINCH:
-                    await send_size()
-                else:  # SIGTERM, SIGHUP: leave like a detach, terminal restored
-                    st.detached = True
-                    nursery.cancel_scope.cancel()
-                    return
-
         nursery.start_soon(output)
-        nursery.start_soon(keyboard)
-        nursery.start_soon(on_signals)
+        nursery.start_soon(_keyboard, st, term, nursery.cancel_scope, flush)
+        nursery.start_soon(_signals, st, signals, nursery.cancel_scope, resize)
+
+
+def _start_cursor(args: argparse.Namespace, cursor_file: Path) -> int | None:
+    if args.from_seq is not None:
+        return int(args.from_seq) - 1
+    if args.replay:
+        return None
+    try:
+        return int(cursor_file.read_text())
+    except (OSError, ValueError):
+        return None  # first attach: replay what the ring holds
 
 
 async def cmd_attach(_client: None, args: argparse.Namespace) -> int:
@@ -478,17 +528,13 @@ async def cmd_attach(_client: None, args: argparse.Namespace) -> int:
     cursor_file: Path | None = None
     try:
         with _Terminal() as term, trio.open_signal_receiver(signal.SIGWINCH, signal.SIGTERM, signal.SIGHUP) as sigs:
-            while True:
+            while not st.detached:
                 try:
                     async with open_hostd(args.socket, client_name=f"{PROG} attach") as client:
                         if cursor_file is None:
                             assert client.hello is not None
                             cursor_file = _cursor_file(client.hello.host_id, st.session_id)
-                            if args.from_seq is not None:
-                                st.cursor = args.from_seq - 1
-                            elif not args.replay:
-                                with contextlib.suppress(OSError, ValueError):
-                                    st.cursor = int(cursor_file.read_text())
+                            st.cursor = _start_cursor(args, cursor_file)
                         await _attach_connection(client, st, term, sigs)
                     break
                 except* RECOVERABLE as group:
@@ -502,7 +548,7 @@ async def cmd_attach(_client: None, args: argparse.Namespace) -> int:
                     if st.failures == 1:
                         sys.stderr.write(f"\r\n[{PROG}: connection to hostd lost ({_leaf(group)}); reconnecting]\r\n")
                         sys.stderr.flush()
-                    await trio.sleep(RECONNECT_DELAYS_S[min(st.failures, len(RECONNECT_DELAYS_S)) - 1])
+                await _backoff(st, term, sigs, RECONNECT_DELAYS_S[min(st.failures, len(RECONNECT_DELAYS_S)) - 1])
     finally:
         if cursor_file is not None and st.exited is None and st.cursor is not None:
             with contextlib.suppress(OSError):
@@ -512,12 +558,18 @@ async def cmd_attach(_client: None, args: argparse.Namespace) -> int:
         if cursor_file is not None:
             cursor_file.unlink(missing_ok=True)
         exited = st.exited
-        print(f"\n[session {st.session_id} {_exit_text(exited.exit_code, exited.signal)}]", file=sys.stderr)
+        _say(f"\n[session {st.session_id} {_exit_text(exited.exit_code, exited.signal)}]")
         if exited.exit_code is not None:
             return exited.exit_code
         return 128 + exited.signal if exited.signal else 1
-    print(f"\n[detached from {st.session_id} at seq {st.cursor}]", file=sys.stderr)
+    _say(f"\n[detached from {st.session_id} at seq {st.cursor}]")
     return 0
+
+
+def _say(line: str) -> None:
+    # After SIGHUP the terminal may be gone; the exit status still tells what happened.
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr)
 
 
 # -- parser -------------------------------------------------------------------------------------

@@ -86,9 +86,7 @@ async def run_hostd(config: HostdConfig, *, task_status: trio.TaskStatus[None] =
                 connections=lambda: len(server.connections) if server else 0,
             )
             server = RpcServer(config, handlers)
-            bound = await bind_unix(
-                config.socket_path, mode=config.socket_mode, group=os.environ.get("AIWG_HOSTD_SOCKET_GROUP") or None
-            )
+            bound = await bind_unix(config.socket_path, mode=config.socket_mode, group=config.socket_group or None)
             try:
                 async with trio.open_nursery() as serve_nursery:
                     await serve_nursery.start(server.serve, bound)

@@ -54,6 +54,10 @@ class Cgroups:
         """
         if configured == "off":
             return cls(None)
+        if not configured and os.environ.get("INVOCATION_ID"):
+            delegated = cls._delegated_root()
+            if delegated is not None:
+                return cls(delegated)
         candidates = (configured,) if configured else _CGROUP_CANDIDATES
         for base in candidates:
             base_path = Path(base)
@@ -74,6 +78,37 @@ class Cgroups:
                 return cls(root)
         log.info("no writable cgroup v2 hierarchy; falling back to process groups and sweeps")
         return cls(None)
+
+    @staticmethod
+    def _delegated_root() -> Path | None:
+        """Under systemd with ``Delegate=yes``: our unit's own cgroup, split into two leaves.
+
+        cgroup v2 lets a cgroup hold processes or child cgroups, not both, so hostd moves
+        itself into ``<unit>/supervisor`` and puts instances under ``<unit>/instances``. The
+        instances stay in the unit's subtree, which is what systemd accounts and kills.
+        """
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError:
+            return None
+        own = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
+        if not own or own == "/":
+            return None
+        for mount in _CGROUP_CANDIDATES:
+            unit = Path(mount) / own.lstrip("/")
+            if not (unit / "cgroup.procs").exists():
+                continue
+            try:
+                (unit / "supervisor").mkdir(exist_ok=True)
+                (unit / "supervisor" / "cgroup.procs").write_text(str(os.getpid()))
+                root = unit / "instances"
+                root.mkdir(exist_ok=True)
+            except OSError as exc:
+                log.warning("delegated cgroup %s not usable: %s", unit, exc)
+                return None
+            log.info("using delegated cgroup subtree %s", root)
+            return root
+        return None
 
     def create(self, name: str) -> Path | None:
         """Make (or reuse) the cgroup ``root/name``; None if cgroups are unavailable or it fails."""

@@ -5,10 +5,12 @@ child leads its own session and process group, PTY as controlling terminal) and 
 :class:`PtyChild` that owns three things: the master fd, a pidfd, and the duty to reap the
 child.
 
-Resource handling: ptyprocess's ``PtyProcess`` object closes its fd and SIGKILLs its child
-when garbage-collected. We keep none of it: the master fd is duplicated (close-on-exec) and
-the object is closed and marked closed right away, so nothing is closed or killed behind our
-back. :meth:`PtyChild.close` closes the master and the pidfd; :meth:`PtyChild.wait` reaps.
+Resource handling: ptyprocess's ``PtyProcess`` closes its fd and kills its child (sleeping
+in between) when garbage-collected, whenever and in whichever thread that happens. We use a
+subclass without that finalizer and keep nothing of the object: the master fd is duplicated
+(close-on-exec), the object's own fd closed at once. When spawning fails after the fork, the
+half-started child is killed and reaped and its fd closed before the error is raised.
+:meth:`PtyChild.close` closes the master; :meth:`PtyChild.wait` reaps and closes the pidfd.
 
 Error handling: every failure to start (argv[0] missing or not executable, cwd gone, cgroup
 join refused, exec error) raises ``RpcError(SPAWN_FAILED)`` naming argv[0] and the OS error.
@@ -16,6 +18,7 @@ join refused, exec error) raises ``RpcError(SPAWN_FAILED)`` naming argv[0] and t
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -23,6 +26,7 @@ import shutil
 import signal
 import struct
 import termios
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -196,37 +200,60 @@ class _SpawnFailed(Exception):
     pass
 
 
+_spawned = threading.local()
+
+
+class _PtyProcess(ptyprocess.PtyProcess):
+    """Remembers itself for the spawning thread (``spawn`` raises after constructing it when
+    the child fails) and, unlike its base, does nothing when garbage-collected."""
+
+    def __init__(self, pid: int, fd: int) -> None:
+        super().__init__(pid, fd)
+        _spawned.proc = self
+
+    def __del__(self) -> None:
+        pass
+
+
+def _discard(proc: ptyprocess.PtyProcess) -> None:
+    """Close a failed spawn's fd and kill and reap its child (it may have exec'd already)."""
+    proc.closed = True
+    with contextlib.suppress(OSError):
+        proc.fileobj.close()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(proc.pid, 0)
+
+
 def _spawn_blocking(
     argv: Sequence[str], cwd: str, env: dict[str, str], cols: int, rows: int, cgroup: Path | None
 ) -> PtyChild:
+    _spawned.proc = None
     try:
         executable = _resolve(argv[0], cwd, env)
-        proc = ptyprocess.PtyProcess.spawn(
+        proc = _PtyProcess.spawn(
             [executable, *argv[1:]],
             cwd=None,
             env=env,
             dimensions=(rows, cols),
             preexec_fn=_preexec(cwd, Cgroups.join_fn(cgroup)),
         )
+        pidfd = os.pidfd_open(proc.pid)
     except Exception as exc:
+        failed, _spawned.proc = _spawned.proc, None
+        if failed is not None:
+            _discard(failed)
         # ptyprocess re-raises the child's preexec/exec error as the builtin type it had.
         message = str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
-    else:
-        message = None
-    if message is not None:
-        # Raised outside the except block so that no traceback keeps ptyprocess's failed
-        # PtyProcess alive: its __del__ (which sleeps and reaps the failed child) runs here,
-        # in this worker thread, not later in trio's.
-        raise _SpawnFailed(message)
+        raise _SpawnFailed(message) from None
+    _spawned.proc = None
     try:
-        pidfd = os.pidfd_open(proc.pid)
         fd = os.dup(proc.fd)  # non-inheritable, unlike forkpty's master
     except OSError as exc:
-        message = str(exc)
-        proc.close(force=True)  # kills and reaps the child we cannot own
-        raise _SpawnFailed(message) from None
-    # Neutralize the PtyProcess: close its own fd now and keep __del__ from closing
-    # anything or killing the child later.
+        os.close(pidfd)
+        _discard(proc)
+        raise _SpawnFailed(str(exc)) from None
     proc.fileobj.close()
     proc.closed = True
     os.set_blocking(fd, False)

@@ -58,3 +58,10 @@ def test_allow_lists_parse() -> None:
     assert cfg.peer_allowed(1001, 7)
     assert cfg.peer_allowed(7, 50)
     assert not cfg.peer_allowed(7, 7)
+
+
+def test_socket_group_members_are_allowed() -> None:
+    cfg = from_env({"AIWG_HOSTD_SOCKET_GROUP": "root"})
+    assert cfg.peer_allowed(4242, 0)
+    with pytest.raises(ConfigError, match="AIWG_HOSTD_SOCKET_GROUP"):
+        from_env({"AIWG_HOSTD_SOCKET_GROUP": "no-such-group-here"})

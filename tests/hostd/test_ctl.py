@@ -447,3 +447,16 @@ async def test_attach_gives_up_when_hostd_is_gone(hostd: Hostd, proxy: Proxy, te
     line = await term.expect(b"attempts to reconnect")
     assert re.search(rb"\r\nagentic-hostctl: lost the connection to hostd at .*: gave up after 2 $", line), line
     assert await term.exit_status() == 1
+
+
+async def test_attach_detaches_while_reconnecting(hostd: Hostd, proxy: Proxy, terminals: list[Terminal]) -> None:
+    sid = await new_shell(hostd)
+    term = Terminal(hostd, "--socket", proxy.path, "attach", sid)
+    terminals.append(term)
+    await term.expect(PROMPT)
+    proxy.cut()
+    os.unlink(proxy.path)
+    await term.expect(b"reconnecting]")
+    await term.type(b"\x1d")  # honoured during the backoff, not only once connected again
+    await term.expect(f"[detached from {sid} at seq ".encode(), timeout=3)
+    assert await term.exit_status() == 0

@@ -22,7 +22,6 @@ from proto import (
     FrameEncoder,
     HostdConnectionLost,
     HostdRemoteError,
-    HostdVersionMismatch,
     open_hostd,
 )
 from proto import messages as m

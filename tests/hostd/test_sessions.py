@@ -83,6 +83,7 @@ class Harness:
 @pytest.fixture
 async def make_harness(tmp_path: Path) -> AsyncIterator[Callable[..., Harness]]:
     harnesses: list[Harness] = []
+    fds_before = len(os.listdir("/proc/self/fd"))
     async with trio.open_nursery() as nursery:
 
         def make(cgroups: Cgroups | None = None, **config: object) -> Harness:
@@ -100,6 +101,9 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Callable[..., Harness]]:
     for proc in leftovers:
         proc.kill()
     assert not leftovers, f"processes left behind: {leftovers}"
+    zombies = [c.pid for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE]
+    assert not zombies, f"children not reaped: {zombies}"
+    assert len(os.listdir("/proc/self/fd")) == fds_before, "file descriptors leaked"
 
 
 @pytest.fixture
@@ -221,6 +225,13 @@ async def test_create_errors(harness: Harness) -> None:
     with pytest.raises(RpcError) as err:
         await harness.create("./plain")
     assert err.value.code is ErrorCode.SPAWN_FAILED
+    garbage = harness.workdir / "garbage"
+    garbage.write_bytes(b"\0\1 not a program")
+    garbage.chmod(0o755)
+    with pytest.raises(RpcError) as err:
+        await harness.create("./garbage")  # fails in exec, after the fork
+    assert err.value.code is ErrorCode.SPAWN_FAILED
+    assert "Exec format error" in err.value.message
     with pytest.raises(RpcError) as err:
         await harness.create("true", cwd="/nonexistent/dir")
     assert err.value.code is ErrorCode.WORKING_DIR_NOT_FOUND
@@ -522,6 +533,19 @@ async def test_kill_instance_and_shutdown(harness: Harness) -> None:
     assert err.value.code is ErrorCode.SHUTTING_DOWN
 
 
+async def test_spawn_failure_in_the_child_cleans_up(make_harness: Callable[..., Harness], tmp_path: Path) -> None:
+    # A directory that is not a cgroup: the child's pre-exec join fails after the fork.
+    fake_root = tmp_path / "not-a-cgroup"
+    h = make_harness(cgroups=Cgroups(fake_root))
+    h.context.cgroup = fake_root / "inst"
+    with pytest.raises(RpcError) as err:
+        await h.create("true", session_id="s1")
+    assert err.value.code is ErrorCode.SPAWN_FAILED
+    assert "cgroup.procs" in err.value.message
+    assert not (fake_root / "inst" / "s-s1").exists()
+    assert h.registry.counts() == (0, 0)
+
+
 def _real_cgroups() -> Cgroups | None:
     if os.geteuid() != 0:
         return None
@@ -556,4 +580,3 @@ async def test_session_in_its_own_cgroup(make_harness: Callable[..., Harness]) -
     finally:
         Cgroups.kill(instance_cgroup)
         Cgroups.remove(instance_cgroup)
-

@@ -70,7 +70,9 @@ class Peer:
         )
 
 
-async def serve_script(path: str, script: Script, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def serve_script(
+    path: str, script: Script, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     await sock.bind(path)
     sock.listen(8)
@@ -122,7 +124,7 @@ async def test_hello_deadline(sock_path: str, nursery: trio.Nursery) -> None:
 
 async def test_version_mismatch_reported_by_server(sock_path: str, nursery: trio.Nursery) -> None:
     async def refuse(stream, peer):
-        req = await peer.recv()
+        await peer.recv()
         await peer.send(m.ErrorResponse(id=0, code="protocol.version_mismatch", message="hostd speaks 99"))
 
     await nursery.start(serve_script, sock_path, refuse)

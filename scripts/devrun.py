@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""``make run``: start ``agentic-hostd --dev`` and ``agentic-controller --dev`` together.
+
+A thin wrapper: both children get the same environment (so the same ``AIWG_*`` settings: state in
+``AIWG_STATE_DIR``, default ``./.run``) and behave exactly as when started by hand, one at a time.
+
+* The children run in their own process group, so a Ctrl-C in the terminal reaches only this
+  wrapper, which then stops them in order: the controller first, then hostd (SIGTERM, then SIGKILL
+  after ``STOP_TIMEOUT_S``). SIGTERM to the wrapper does the same.
+* If either child exits on its own, the other is stopped too and the wrapper exits with the
+  child's status, so a broken half never keeps running alone.
+
+Run it with the venv's python (``.venv/bin/python scripts/devrun.py``); the children are started
+with the same interpreter (``-m hostd.main`` / ``-m controller.main``, what the entry points run).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STOP_TIMEOUT_S = 15.0
+HOSTD_WAIT_S = 10.0
+
+
+def _start(module: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # process_group=0: a terminal Ctrl-C goes to the wrapper only; it forwards exactly one signal.
+    return subprocess.Popen([sys.executable, "-m", module, "--dev"], env=env, cwd=ROOT, process_group=0)
+
+
+def _stop(proc: subprocess.Popen[bytes], name: str) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            print(f"devrun: {name} did not stop within {STOP_TIMEOUT_S:g} s; killing it", file=sys.stderr)
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def _wait_for_socket(path: str, hostd: subprocess.Popen[bytes]) -> None:
+    """Give hostd a moment to listen so the controller's first connect succeeds (it retries anyway)."""
+    deadline = time.monotonic() + HOSTD_WAIT_S
+    while time.monotonic() < deadline and hostd.poll() is None and not os.path.exists(path):
+        time.sleep(0.05)
+
+
+def main() -> int:
+    env = dict(os.environ)
+    env.setdefault("AIWG_STATE_DIR", str(ROOT / ".run"))
+    state_dir = env["AIWG_STATE_DIR"]
+    socket_path = env.get("AIWG_HOSTD_SOCKET") or os.path.join(state_dir, "hostd.sock")
+
+    stopping = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        raise KeyboardInterrupt  # leaves the wait below at once
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    hostd = controller = None
+    status = 0
+    try:
+        hostd = _start("hostd.main", env)
+        _wait_for_socket(socket_path, hostd)
+        controller = _start("controller.main", env)
+        pid, raw = os.wait()  # the first child to exit ends the pair
+        name = "hostd" if pid == hostd.pid else "controller"
+        status = os.waitstatus_to_exitcode(raw)
+        (hostd if pid == hostd.pid else controller).returncode = status
+        print(f"devrun: {name} exited with status {status}; stopping the other", file=sys.stderr)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean stop
+        if controller is not None:
+            _stop(controller, "controller")
+        if hostd is not None:
+            _stop(hostd, "hostd")
+    if stopping:
+        return 0
+    return 128 - status if status < 0 else status  # a signal -N reads as 128+N, as in a shell
+
+
+if __name__ == "__main__":
+    sys.exit(main())

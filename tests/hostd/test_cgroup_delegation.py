@@ -1,0 +1,63 @@
+"""Under systemd (Delegate=yes) hostd keeps its instances inside its own unit's cgroup."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from proto import messages as m
+from proto import open_hostd
+from tests.hostd_process import ROOT
+
+UNIFIED = Path("/sys/fs/cgroup/unified")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not (UNIFIED / "cgroup.procs").exists(), reason="needs root and cgroup v2")
+async def test_delegated_unit_cgroup_is_split_into_supervisor_and_instances(tmp_path: Path) -> None:
+    unit = UNIFIED / f"test-unit-{os.getpid()}-{time.monotonic_ns()}.service"
+    unit.mkdir()
+    state = tmp_path / "state"
+    env = {
+        **os.environ,
+        "AIWG_STATE_DIR": str(state),
+        "AIWG_HOSTD_SOCKET": str(tmp_path / "h.sock"),
+        "INVOCATION_ID": "0123456789abcdef0123456789abcdef",  # what systemd sets for a service
+        "PYTHONPATH": str(ROOT),
+    }
+
+    def join_unit() -> None:
+        (unit / "cgroup.procs").write_text("0")
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hostd.main", "--dev"], env=env, preexec_fn=join_unit, cwd=ROOT, stderr=subprocess.PIPE
+    )
+    try:
+        with trio.fail_after(15):
+            while not (tmp_path / "h.sock").exists():
+                await trio.sleep(0.05)
+        async with open_hostd(tmp_path / "h.sock") as client:
+            status = await client.call(m.StatusRequest())
+            assert status.cgroup_root == str(unit / "instances")
+            info = (
+                await client.call(m.InstanceProvisionRequest(instance_id="d", name="d", command=["sleep", "60"]))
+            ).instance
+            assert info.cgroup and info.cgroup.startswith(str(unit / "instances"))
+            assert str(info.pid) in Path(info.cgroup, "main", "cgroup.procs").read_text().split() or any(
+                str(info.pid) in p.read_text().split() for p in Path(info.cgroup).rglob("cgroup.procs")
+            )
+            own = Path(f"/proc/{proc.pid}/cgroup").read_text()
+            assert f"0::/{unit.name}/supervisor" in own
+            await client.call(m.InstanceDestroyRequest(instance_id="d", grace_s=0.5))
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        for path in sorted(unit.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir():
+                path.rmdir()
+        unit.rmdir()
