@@ -45,4 +45,5 @@ def hostd(tmp_path: Path) -> Iterator[HostdProcess]:
                 psutil.Process(pid).kill()
             except psutil.Error:
                 pass
+        proc.cleanup()
         assert not left, f"processes left behind by hostd: {left}"

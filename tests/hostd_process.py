@@ -11,6 +11,41 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CGROUP_TEST_PARENT = Path("/sys/fs/cgroup/unified/agentic-sandbox-tests")
+
+
+def test_cgroup() -> Path | None:
+    """A fresh cgroup for one test's hostd, so tests never share or leave cgroups behind."""
+    if os.geteuid() != 0 or not (CGROUP_TEST_PARENT.parent / "cgroup.procs").exists():
+        return None
+    path = CGROUP_TEST_PARENT / f"t{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        path.mkdir(parents=True)
+    except OSError:
+        return None
+    return path
+
+
+def remove_cgroup(path: Path | None) -> None:
+    """Kill whatever is left in ``path`` and remove it with every cgroup below it."""
+    if path is None or not path.exists():
+        return
+    try:
+        (path / "cgroup.kill").write_text("1")
+    except OSError:
+        pass
+    deadline = time.monotonic() + 5
+    for child in [*sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True), path]:
+        while True:
+            try:
+                child.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
 
 
 class HostdProcess:
@@ -27,6 +62,9 @@ class HostdProcess:
             "PYTHONPATH": str(ROOT),
             **(env or {}),
         }
+        self.cgroup = test_cgroup() if "AIWG_CGROUP_ROOT" not in self.env else None
+        if self.cgroup is not None:
+            self.env["AIWG_CGROUP_ROOT"] = str(self.cgroup)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = state_dir.parent / f"{state_dir.name}-hostd.log"
 
@@ -71,6 +109,11 @@ class HostdProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait(5)
+
+    def cleanup(self) -> None:
+        """Stop hostd and remove this hostd's cgroup (and anything still in it)."""
+        self.stop()
+        remove_cgroup(self.cgroup)
 
     def kill(self) -> None:
         """SIGKILL: hostd dies without any cleanup, as in a crash."""

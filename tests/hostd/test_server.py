@@ -147,7 +147,7 @@ async def test_peer_with_other_uid_is_refused(tmp_path: Path) -> None:
         async with open_hostd(proc.socket_path) as client:
             await client.call(m.PingRequest())
     finally:
-        proc.stop()
+        proc.cleanup()
         shutil.rmtree(sock_dir, ignore_errors=True)
 
 
@@ -172,7 +172,7 @@ def test_stale_socket_is_replaced_and_foreign_file_is_not(tmp_path: Path) -> Non
     stale.bind(str(state / "hostd.sock"))
     stale.close()
     proc = HostdProcess(state).start()
-    proc.stop()
+    proc.cleanup()
     assert not (state / "hostd.sock").exists(), "clean shutdown removes its own socket"
 
     (state / "hostd.sock").write_text("not a socket")
@@ -264,7 +264,7 @@ async def test_restart_reloads_instances(tmp_path: Path) -> None:
                 await client.call(m.InstanceDestroyRequest(instance_id=iid, grace_s=0.5))
         assert not alive({main.instance.pid})
     finally:
-        proc.stop()
+        proc.cleanup()
 
 
 def test_sigterm_stops_cleanly_and_ends_sessions(hostd: HostdProcess) -> None:
