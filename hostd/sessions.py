@@ -44,6 +44,7 @@ _BATCH = 64
 #: After the leader exits, how long output may still arrive before the session counts as
 #: exited (a background process may hold the slave open; the master is closed after this).
 _DRAIN_AFTER_EXIT_S = 0.5
+_FINAL_READS = 16
 #: How long kill/delete wait for the session task to record the end after the tree is dead.
 _SETTLE_S = 5.0
 _SHUTDOWN_GRACE_S = 0.5
@@ -245,7 +246,11 @@ class SessionRegistry:
                 with trio.move_on_after(_DRAIN_AFTER_EXIT_S):
                     await output_done.wait()
                 nursery.cancel_scope.cancel()
-            while data := s.child.read_nowait(READ_CHUNK):
+            # What arrived since the reader stopped; bounded, since a leftover process may
+            # still be writing flat out.
+            for _ in range(_FINAL_READS):
+                if not (data := s.child.read_nowait(READ_CHUNK)):
+                    break
                 s.ring.append(data)
         except Exception:
             log.exception("session %s: reader failed", s.id)

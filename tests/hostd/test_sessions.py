@@ -450,6 +450,17 @@ async def test_kill_takes_the_whole_tree_including_a_double_forked_grandchild(ha
     assert again.end_reason == "killed"
 
 
+async def test_exit_is_recorded_while_an_escaped_process_holds_the_pty(harness: Harness) -> None:
+    # The escapee ignores SIGHUP: the hangup of the leader's exit may reach it before setsid.
+    info = await harness.create("sh", "-c", "(trap '' HUP; setsid sleep 300 &); echo done; exit 5")
+    w = await collect(harness, info.session_id)
+    assert b"done" in w.data
+    assert w.of(m.SessionExited)[0].exit_code == 5
+    assert _marked_tree(info.session_id), "the escaped sleep should still run"
+    await harness.registry.delete(info.session_id)  # sweeps escapees of an exited session
+    assert_tree_gone(info.session_id)
+
+
 async def test_delete_ends_subscribers_and_the_tree(harness: Harness) -> None:
     info = await harness.create("sh", "-c", "echo up; sleep 300")
     sid = info.session_id
