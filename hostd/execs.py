@@ -46,7 +46,7 @@ KIND_STDERR = 2
 KIND_CONTROL = 3
 _STREAM_NAMES: dict[int, str] = {KIND_STDOUT: "stdout", KIND_STDERR: "stderr"}
 _READ_CHUNK = 64 * 1024
-_BATCH = 64
+_BATCH = 32
 #: Longest control line accepted from a child; longer ones are recorded as invalid and skipped.
 MAX_CONTROL_LINE = 1024 * 1024
 #: After the leader exits, how long its pipes may stay open before the rest of the tree is killed.
@@ -474,7 +474,7 @@ class ExecRegistry:
         stream_id: int,
         exec_id: str,
         from_seq: int | None,
-        send: Callable[[m.Frame], Awaitable[None]],
+        send: Callable[[m.Frame | list[m.Frame]], Awaitable[None]],
     ) -> None:
         """Replay from ``from_seq`` (None: only new), then live: output, control messages and
         lag notices, then ``ExecExited`` + ``StreamEnd(exited)``, or ``StreamEnd(deleted)``.
@@ -499,10 +499,10 @@ class ExecRegistry:
                 await send(m.ExecLagged(id=stream_id, missed_from=cursor, resume_seq=exc.first_seq))
                 cursor = exc.first_seq
                 continue
-            for seq, kind, data in batch:
-                await send(self._event(stream_id, seq, kind, data))
-                cursor = seq + 1
             if batch:
+                # One write per batch (see SessionRegistry.subscribe).
+                await send([self._event(stream_id, seq, kind, data) for seq, kind, data in batch])
+                cursor = batch[-1][0] + 1
                 continue
             if ring.closed:
                 await send(

@@ -23,7 +23,8 @@ from .sessions import SessionRegistry
 
 HOSTD_VERSION = "0.1.0"
 
-Send = Callable[[m.Frame], Awaitable[None]]
+#: How a stream handler sends: one frame, or a list sent in one write.
+Send = Callable[[m.Frame | list[m.Frame]], Awaitable[None]]
 
 #: Requests answered at once, in the connection's read loop (never block).
 INLINE: frozenset[type[m.Request]] = frozenset(

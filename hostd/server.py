@@ -64,10 +64,16 @@ class Connection:
     def __repr__(self) -> str:
         return f"<connection pid={self.peer_pid} uid={self.peer_uid}>"
 
-    async def send(self, frame: m.Frame) -> None:
+    async def send(self, frames: m.Frame | list[m.Frame]) -> None:
+        """Send one frame, or several in one write (streams batch what the ring holds)."""
         if self._closed:
             raise trio.ClosedResourceError("connection closed")
-        data = self._encoder.encode(frame)
+        if isinstance(frames, list):
+            data = bytearray()
+            for frame in frames:
+                self._encoder.append(frame, data)
+        else:
+            data = self._encoder.encode(frames)
         async with self._send_lock:
             await self.stream.send_all(data)
 

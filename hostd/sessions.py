@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 #: Largest chunk read from a PTY master in one go (one ring entry).
 READ_CHUNK = 64 * 1024
 #: Ring entries a subscriber takes per read.
-_BATCH = 64
+_BATCH = 32  # entries per write to a subscriber: at most 32 x 64 KiB
 #: After the leader exits, how long output may still arrive before the session counts as
 #: exited (a background process may hold the slave open; the master is closed after this).
 _DRAIN_AFTER_EXIT_S = 0.5
@@ -271,6 +271,17 @@ class SessionRegistry:
     async def _pump(self, s: _Session, output_done: trio.Event) -> None:
         try:
             while data := await s.child.read_some(READ_CHUNK):
+                # A PTY read gives at most a few KiB. Take what is already buffered too, so a
+                # fast producer makes a few large ring entries, not thousands of small ones
+                # (each entry is a frame for every subscriber).
+                if len(data) < READ_CHUNK:
+                    parts = [data]
+                    size = len(data)
+                    while size < READ_CHUNK and (more := s.child.read_nowait(READ_CHUNK - size)):
+                        parts.append(more)
+                        size += len(more)
+                    if len(parts) > 1:
+                        data = b"".join(parts)
                 s.ring.append(data)
         except OSError as exc:
             log.warning("session %s: reading the pty failed: %s", s.id, exc)
@@ -367,7 +378,7 @@ class SessionRegistry:
         stream_id: int,
         session_id: str,
         from_seq: int | None,
-        send: Callable[[m.Frame], Awaitable[None]],
+        send: Callable[[m.Frame | list[m.Frame]], Awaitable[None]],
     ) -> None:
         """Replay from ``from_seq`` (None: only new output), then live, until exit or delete.
 
@@ -396,12 +407,11 @@ class SessionRegistry:
                     cursor = resume
                     continue
                 batch = ring.read(cursor, _BATCH)
-                for seq, _kind, data in batch:
-                    if seq < ring.first_seq or s.deleted:
-                        break  # evicted while we were sending: say so before going on
-                    await send(m.SessionOutput(id=stream_id, seq=seq, data=data))
-                    cursor = seq + 1
                 if batch:
+                    # One write for the whole batch: the entries are taken from the ring
+                    # before the await, so eviction meanwhile cannot tear the batch.
+                    await send([m.SessionOutput(id=stream_id, seq=seq, data=data) for seq, _kind, data in batch])
+                    cursor = batch[-1][0] + 1
                     continue
                 if ring.closed:
                     status = s.status

@@ -36,13 +36,19 @@ class FrameEncoder:
         self.max_frame_bytes = max_frame_bytes
 
     def encode(self, message: Any) -> bytearray:
-        buf = bytearray(HEADER_BYTES)
-        self._encoder.encode_into(message, buf, HEADER_BYTES)
-        size = len(buf) - HEADER_BYTES
-        if size > self.max_frame_bytes:
-            raise FrameTooLarge(size, self.max_frame_bytes)
-        buf[:HEADER_BYTES] = size.to_bytes(HEADER_BYTES, "big")
+        buf = bytearray()
+        self.append(message, buf)
         return buf
+
+    def append(self, message: Any, buf: bytearray) -> None:
+        """Encode ``message`` as one more frame at the end of ``buf``, in place."""
+        start = len(buf)
+        self._encoder.encode_into(message, buf, start + HEADER_BYTES)
+        size = len(buf) - start - HEADER_BYTES
+        if size > self.max_frame_bytes:
+            del buf[start:]
+            raise FrameTooLarge(size, self.max_frame_bytes)
+        buf[start : start + HEADER_BYTES] = size.to_bytes(HEADER_BYTES, "big")
 
 
 class FrameInvalid(HostdProtocolError):

@@ -65,8 +65,8 @@ class Env:
         """Subscribe and collect every frame up to the end of the stream."""
         frames: list[m.Frame] = []
 
-        async def send(frame: m.Frame) -> None:
-            frames.append(frame)
+        async def send(frame: m.Frame | list[m.Frame]) -> None:
+            frames.extend(frame if isinstance(frame, list) else [frame])
 
         with trio.fail_after(WAIT_S):
             await self.execs.subscribe(7, exec_id, from_seq, send)
@@ -221,10 +221,11 @@ async def test_cancel_kills_whole_tree(env: Env) -> None:
     ready = trio.Event()
     frames: list[m.Frame] = []
 
-    async def send(frame: m.Frame) -> None:
-        frames.append(frame)
-        if isinstance(frame, m.ExecOutput) and b"ready" in frame.data:
-            ready.set()
+    async def send(batch: m.Frame | list[m.Frame]) -> None:
+        for frame in batch if isinstance(batch, list) else [batch]:
+            frames.append(frame)
+            if isinstance(frame, m.ExecOutput) and b"ready" in frame.data:
+                ready.set()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(env.execs.subscribe, 1, info.exec_id, 1, send)
@@ -280,7 +281,12 @@ async def test_control_channel_round_trip(env: Env) -> None:
     send_ch, receive_ch = trio.open_memory_channel[m.Frame](math.inf)
     frames: list[m.Frame] = []
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(env.execs.subscribe, 3, info.exec_id, 1, send_ch.send)
+
+        async def send_each(frame: m.Frame | list[m.Frame]) -> None:
+            for one in frame if isinstance(frame, list) else [frame]:
+                await send_ch.send(one)
+
+        nursery.start_soon(env.execs.subscribe, 3, info.exec_id, 1, send_each)
         with trio.fail_after(WAIT_S):
             async for frame in receive_ch:
                 frames.append(frame)
@@ -335,10 +341,11 @@ async def test_slow_subscriber_is_told_it_lagged(tmp_path: Path, leak_check: Non
         gate = trio.Event()
         frames: list[m.Frame] = []
 
-        async def send(frame: m.Frame) -> None:
-            if isinstance(frame, m.ExecOutput):
-                await gate.wait()
-            frames.append(frame)
+        async def send(batch: m.Frame | list[m.Frame]) -> None:
+            for frame in batch if isinstance(batch, list) else [batch]:
+                if isinstance(frame, m.ExecOutput):
+                    await gate.wait()
+                frames.append(frame)
 
         async with trio.open_nursery() as inner:
             inner.start_soon(env.execs.subscribe, 5, info.exec_id, 1, send)

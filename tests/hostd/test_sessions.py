@@ -120,10 +120,11 @@ class Watcher:
         self.finished = trio.Event()
         self._changed = trio.Event()
 
-    async def send(self, frame: m.Frame) -> None:
-        self.frames.append(frame)
-        if isinstance(frame, m.SessionOutput):
-            self.data += frame.data
+    async def send(self, batch: m.Frame | list[m.Frame]) -> None:
+        for frame in batch if isinstance(batch, list) else [batch]:
+            self.frames.append(frame)
+            if isinstance(frame, m.SessionOutput):
+                self.data += frame.data
         self._changed.set()
         self._changed = trio.Event()
 
