@@ -37,12 +37,13 @@ INLINE: frozenset[type[m.Request]] = frozenset(
         m.SessionListRequest,
         m.SessionResizeRequest,
         m.SessionSignalRequest,
+        m.SessionWriteRequest,  # never waits: the session keeps an ordered input backlog
         m.ExecGetRequest,
     }
 )
 
 #: Requests that must keep their order per target (session or exec) but may wait on it.
-ORDERED: frozenset[type[m.Request]] = frozenset({m.SessionWriteRequest, m.ExecWriteRequest, m.ExecControlSendRequest})
+ORDERED: frozenset[type[m.Request]] = frozenset({m.ExecWriteRequest, m.ExecControlSendRequest})
 
 #: Requests answered by a stream.
 STREAMS: frozenset[type[m.Request]] = frozenset(m.STREAM_REQUESTS)
@@ -50,7 +51,7 @@ STREAMS: frozenset[type[m.Request]] = frozenset(m.STREAM_REQUESTS)
 
 def ordered_key(request: m.Request) -> str:
     """Requests with the same key run one after another, in arrival order."""
-    return getattr(request, "session_id", None) or getattr(request, "exec_id", "")
+    return getattr(request, "exec_id", "")
 
 
 class Handlers:

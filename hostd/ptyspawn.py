@@ -132,6 +132,23 @@ class PtyChild:
         except OSError:  # EAGAIN: nothing buffered; EIO: every slave closed
             return b""
 
+    def write_nowait(self, data: bytes | memoryview) -> int:
+        """Write what the PTY accepts right now; 0 if it is full or a write is in progress.
+
+        Raises ``trio.BrokenResourceError`` if the child side is gone and
+        ``ClosedResourceError`` if the master is closed.
+        """
+        if self.closed:
+            raise trio.ClosedResourceError("pty is closed")
+        if self._write_lock.locked():
+            return 0  # keep order: a waiting writer goes first
+        try:
+            return os.write(self.fd, data)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"pty write failed: {exc}") from exc
+
     async def write_all(self, data: bytes) -> int:
         """Write all of ``data`` to the child's input, waiting while the PTY buffer is full.
 

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 #: Largest chunk read from a PTY master in one go (one ring entry).
 READ_CHUNK = 64 * 1024
+#: Input a session may hold for a child that is not reading its terminal.
+INPUT_BACKLOG_BYTES = 4 * 1024 * 1024
 #: Ring entries a subscriber takes per read.
 _BATCH = 32  # entries per write to a subscriber: at most 32 x 64 KiB
 #: After the leader exits, how long output may still arrive before the session counts as
@@ -108,6 +110,9 @@ class _Session:
         self.reap_lock = trio.Lock()
         #: Cancel scopes of subscribers parked in ``wait_beyond``; delete cancels them.
         self.parked: set[trio.CancelScope] = set()
+        #: Input the PTY did not take at once, in arrival order; drained by ``_feed``.
+        self.pending_input = bytearray()
+        self.input_waiting = trio.Event()
 
     @property
     def running(self) -> bool:
@@ -238,6 +243,7 @@ class SessionRegistry:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump, s, output_done)
+                nursery.start_soon(self._feed, s)
                 await s.child.wait_exited()
                 async with s.reap_lock:
                     s.status = s.child.reap()
@@ -291,15 +297,49 @@ class SessionRegistry:
     # -- input and control ----------------------------------------------------------------
 
     async def write(self, session_id: str, data: bytes) -> int:
+        """Accept input for the session without ever waiting on the PTY.
+
+        What the PTY takes at once is written now (a keystroke costs one syscall); the rest
+        joins the session's input backlog, which ``_feed`` drains in order. A backlog past
+        ``INPUT_BACKLOG_BYTES`` is refused whole with ``limit.reached``: a child that stopped
+        reading its terminal is told, not buffered for. Returns the bytes accepted.
+        """
         if len(data) > m.MAX_INPUT_BYTES:
             raise RpcError(ErrorCode.INPUT_TOO_LARGE, f"input over {m.MAX_INPUT_BYTES} bytes", limit=m.MAX_INPUT_BYTES)
         s = self._running(session_id)
-        try:
-            return await s.child.write_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        if len(s.pending_input) + len(data) > INPUT_BACKLOG_BYTES:
             raise RpcError(
-                ErrorCode.SESSION_EXITED, f"session {session_id!r} has exited", session_id=session_id
-            ) from None
+                ErrorCode.LIMIT_REACHED,
+                f"session {session_id!r} is not reading its input; {len(s.pending_input)} bytes already wait",
+                backlog=len(s.pending_input),
+                limit=INPUT_BACKLOG_BYTES,
+            )
+        written = 0
+        if not s.pending_input:
+            try:
+                written = s.child.write_nowait(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                raise RpcError(
+                    ErrorCode.SESSION_EXITED, f"session {session_id!r} has exited", session_id=session_id
+                ) from None
+        if written < len(data):
+            s.pending_input += memoryview(data)[written:]
+            s.input_waiting.set()
+        return len(data)
+
+    async def _feed(self, s: _Session) -> None:
+        """Drain the session's input backlog into the PTY, in order, for as long as it runs."""
+        while True:
+            await s.input_waiting.wait()
+            s.input_waiting = trio.Event()
+            while s.pending_input:
+                chunk = bytes(s.pending_input[:READ_CHUNK])
+                try:
+                    await s.child.write_all(chunk)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    s.pending_input.clear()  # the child is gone: nobody will read it
+                    return
+                del s.pending_input[: len(chunk)]
 
     def resize(self, session_id: str, cols: int, rows: int) -> None:
         if not (1 <= cols <= m.MAX_TERMINAL_DIM and 1 <= rows <= m.MAX_TERMINAL_DIM):

@@ -94,6 +94,7 @@ class HostdClient:
         self._calls: dict[int, _Call] = {}
         self._streams: dict[int, _Stream] = {}
         self._broken: HostdError | None = None
+        self._reader_done = trio.Event()
         self.hello: m.HelloResponse | None = None
 
     # -- public API ---------------------------------------------------------------------------
@@ -215,6 +216,10 @@ class HostdClient:
             try:
                 await self._sock.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                # hostd may have said why before it closed (a refused peer, shutting down):
+                # let the reader take that frame first, so the caller gets the real reason.
+                with trio.move_on_after(1):
+                    await self._reader_done.wait()
                 self._fail(HostdConnectionLost(f"connection to hostd lost while sending: {exc}"))
                 raise self._broken from exc  # type: ignore[misc]
 
@@ -275,6 +280,8 @@ class HostdClient:
             self._fail(HostdProtocolError(f"malformed frame from hostd: {exc}"))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._fail(HostdConnectionLost(f"connection to hostd lost: {exc}"))
+        finally:
+            self._reader_done.set()
 
 
 @contextmanager
