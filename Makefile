@@ -26,7 +26,7 @@ sysdeps: $(SYSSTAMP)
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/agentic-hostd --dev
+	$(PY) scripts/devrun.py
 
 test: $(STAMP)
 	$(PY) -m pytest
