@@ -23,7 +23,7 @@ import trio
 from hostd.config import HostdConfig
 from hostd.errors import RpcError
 from hostd.proctree import Cgroups, tree_members
-from hostd.sessions import SessionRegistry, parse_signal
+from hostd.sessions import RETAINED_PER_LIVE, SessionRegistry, parse_signal
 from proto import ErrorCode
 from proto import messages as m
 
@@ -502,6 +502,24 @@ async def test_max_sessions(make_harness: Callable[..., Harness]) -> None:
     h.registry.count_others = lambda: 0
     await h.create("sleep", "300")  # exited sessions do not count
     assert h.registry.counts() == (3, 2)
+
+
+async def test_exited_sessions_kept_are_bounded_not_dropped(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness(max_sessions=1)
+    done = []
+    for _ in range(RETAINED_PER_LIVE):
+        info = await h.create("true")
+        with trio.fail_after(TIMEOUT):
+            while h.registry.get(info.session_id).state != "exited":
+                await trio.sleep(0.01)
+        done.append(info.session_id)
+    with pytest.raises(RpcError) as err:
+        await h.create("true")
+    assert err.value.code is ErrorCode.LIMIT_REACHED
+    # Nothing was dropped to make room: every exit code is still there.
+    assert all(h.registry.get(sid).exit_code == 0 for sid in done)
+    await h.registry.delete(done[0])
+    await h.create("true")
 
 
 async def test_unknown_session_ids(harness: Harness) -> None:
