@@ -1,0 +1,23 @@
+"""Surface 1, admin: ``/api/v2/admin/...`` (operator bearer tokens, ``application/problem+json`` errors).
+
+The blueprint and its error handlers live here; route modules register on it and are imported at the
+bottom: ``instances``, ``operations``, ``deprecation`` (instances and their lifecycle, operation
+polling, v1 counters) and ``storage``, ``catalog`` (agentshare storage, container images, loadouts).
+Handlers decode into a typed object, call one service method, and return its view.
+
+Errors: a ``Problem`` answers as itself; a ``HostdError`` as 503 ``internal.unavailable`` (fail
+closed); an HTTP error (413 from the body limit) with its status; anything else as 500
+``internal.error``, logged with its traceback. Routing 404/405 under the prefix carry no blueprint,
+so the app's handler answers those in the same shape (see ``controller.app``).
+"""
+
+from __future__ import annotations
+
+from quart import Blueprint
+
+from ..problems import install_problem_handlers
+
+admin = Blueprint("admin", __name__, url_prefix="/api/v2/admin")
+install_problem_handlers(admin)
+
+from . import catalog, deprecation, instances, operations, storage  # noqa: E402,F401  (routes register on import)

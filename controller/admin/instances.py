@@ -1,0 +1,87 @@
+"""Admin instance routes: list, provision, detail, decommission, lifecycle verbs.
+
+Long-running work answers 202 with an ``OperationStatus`` and ``Location`` (see
+``controller.instances`` for what is checked before that and ``controller.auth`` for who may).
+"""
+
+from __future__ import annotations
+
+from quart import Response, request
+
+from ..auth import ADMIN_ONLY, OPERATE, READ, require_role
+from ..http import accepted, base_url, json_response
+from ..models import InstanceList, ProvisionRequest
+from ..problems import Problem, decode_json, not_found, not_implemented, validation_failed
+from ..state import app_state
+from . import admin
+
+TRUE = ("true", "1", "yes")
+FALSE = ("false", "0", "no", "")
+
+
+@admin.get("/instances")
+@require_role(*READ)
+async def list_instances() -> Response:
+    svc = app_state().instances
+    records = await svc.list(
+        state=request.args.get("state"), runtime=request.args.get("runtime"), provider=request.args.get("provider")
+    )
+    base = base_url()
+    return json_response(InstanceList(items=[svc.view(rec, base) for rec in records]))
+
+
+@admin.post("/instances")
+@require_role(*ADMIN_ONLY)
+async def provision_instance() -> Response:
+    req = decode_json(await request.get_data(cache=False), ProvisionRequest)
+    op, _created = await app_state().instances.provision(req)
+    return accepted(op)
+
+
+@admin.get("/instances/<instance_id>")
+@require_role(*READ)
+async def get_instance(instance_id: str) -> Response:
+    svc = app_state().instances
+    return json_response(svc.view(await svc.get(instance_id), base_url()))
+
+
+@admin.delete("/instances/<instance_id>")
+@require_role(*ADMIN_ONLY)
+async def decommission_instance(instance_id: str) -> Response:
+    raw = request.args.get("force", "false").lower()
+    if raw not in TRUE + FALSE:
+        raise validation_failed([{"field": "force", "message": "must be true or false", "code": "type"}])
+    op = await app_state().instances.decommission(instance_id, force=raw in TRUE)
+    return accepted(op)
+
+
+@admin.post("/instances/<instance_id>/<any(start, stop, restart):verb>")
+@require_role(*OPERATE)
+async def instance_lifecycle(instance_id: str, verb: str) -> Response:
+    return accepted(await app_state().instances.lifecycle(instance_id, verb))
+
+
+@admin.post("/instances/<instance_id>/destroy")
+@require_role(*ADMIN_ONLY)
+async def destroy_instance(instance_id: str) -> Response:
+    return accepted(await app_state().instances.lifecycle(instance_id, "destroy"))
+
+
+@admin.post("/instances/<instance_id>/reprovision")
+@require_role(*ADMIN_ONLY)
+async def reprovision_instance(instance_id: str) -> Response:
+    await app_state().instances.get(instance_id)  # 404 first
+    raise not_implemented("runtime.not_implemented", "reprovision is not implemented yet for the host runtime")
+
+
+@admin.post("/instances/<instance_id>/rotate-secret")
+@require_role(*ADMIN_ONLY)
+async def rotate_instance_secret(instance_id: str) -> Response:
+    if await app_state().store.get_instance(instance_id) is None:
+        raise not_found("instance.not_found", f"no instance with id {instance_id!r}")
+    raise Problem(
+        410,
+        "legacy_agent_secret.retired",
+        "Legacy agent shared-secret retired",
+        "legacy agent shared-secret rotation was retired; use transport identity credentials",
+    )

@@ -1,0 +1,209 @@
+"""Admin storage routes: ``GET|PUT|DELETE /api/v2/admin/storage/{scope}/{path}``.
+
+The path rule (and why symlinks are never followed) is in ``controller.storage``. In short:
+``global`` is read-only here (PUT/DELETE → 403 ``storage.scope_disabled``); ``inbox`` and
+``outbox`` paths are ``<instance_id>/<name...>``; a path that tries to leave its scope is a 422
+``validation.failed`` naming ``path``.
+
+The rule takes ``{path}`` with a converter that matches anything (a leading ``/`` included) and
+does not merge slashes, so ``inbox//etc/passwd`` reaches the validator and is refused as absolute
+rather than being silently rewritten by the router. hypercorn percent-decodes the path before
+routing, so ``%2e%2e`` and ``%2F`` arrive as ``..`` and ``/`` and meet the same checks.
+
+GET answers the JSON ``StorageObject`` unless ``Accept`` prefers the object's own media type or
+``application/octet-stream``, in which case the raw bytes are sent (streamed for objects above the
+size limit, whose JSON form carries metadata only). PUT takes ``application/json`` as a
+``StorageObjectWrite`` (``{media_type?, content | content_base64}``); any other ``Content-Type`` is
+stored raw with that media type. To store a raw JSON document, wrap it in ``content``.
+
+The view functions are plain coroutines so the v1 compatibility routes can call them as they are.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+import msgspec
+import trio
+from quart import Response, current_app, request
+from werkzeug.routing import BaseConverter
+
+from ..auth import OPERATE, READ, require_role
+from ..problems import Problem, decode_json, not_found, validation_failed
+from ..storage import (
+    SCOPES,
+    InvalidPath,
+    ObjectNotFound,
+    ObjectTooLarge,
+    ScopeReadOnly,
+    StorageError,
+    StorageService,
+    StorageUnavailable,
+    guess_media_type,
+    is_textual,
+    validate_media_type,
+)
+from . import admin
+
+JSON = "application/json"
+OCTET = "application/octet-stream"
+
+
+class StorageObjectWrite(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """admin-api ``StorageObjectWrite``: exactly one of ``content`` / ``content_base64``."""
+
+    media_type: str | None = None
+    content: str | None = None
+    content_base64: str | None = None
+
+
+class _AnyPathConverter(BaseConverter):
+    """Matches any non-empty rest of the URL, leading or doubled slashes and newlines included."""
+
+    regex = r"[\s\S]+"  # not ".+": a decoded %0A must reach the validator (422), not miss the route
+    part_isolating = False
+    weight = 200
+
+
+@admin.record_once
+def _register_converter(state: object) -> None:
+    # Runs before the rules below are added (deferred functions run in recording order).
+    state.app.url_map.converters.setdefault("storagepath", _AnyPathConverter)  # type: ignore[attr-defined]
+
+
+def _service() -> StorageService:
+    return current_app.extensions["storage"]
+
+
+@contextlib.contextmanager
+def _problems() -> Iterator[None]:
+    """Turn the storage error family into problems (the one place this mapping lives)."""
+    try:
+        yield
+    except InvalidPath as exc:
+        raise validation_failed([{"field": "path", "message": exc.message, "code": "path.invalid"}]) from None
+    except ScopeReadOnly as exc:
+        raise Problem(403, "storage.scope_disabled", "Storage scope is read-only", str(exc)) from None
+    except ObjectNotFound as exc:
+        raise not_found("storage.not_found", str(exc)) from None
+    except ObjectTooLarge as exc:
+        raise Problem(413, "storage.too_large", "Object too large", str(exc)) from None
+    except StorageUnavailable as exc:
+        raise Problem(503, "storage.unavailable", "Storage unavailable", str(exc)) from None
+    except StorageError as exc:  # pragma: no cover - every subclass is listed above
+        raise Problem(503, "storage.unavailable", "Storage unavailable", str(exc)) from None
+
+
+def _check_scope(scope: str) -> None:
+    if scope not in SCOPES:
+        raise validation_failed(
+            [{"field": "scope", "message": f"must be one of {', '.join(SCOPES)}", "code": "enum.invalid"}]
+        )
+
+
+def _json(obj: msgspec.Struct, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(obj), status=status, content_type=JSON)
+
+
+def _raw_type(media_type: str) -> str | None:
+    """The media type to answer raw bytes with, or None for the JSON form (see module docstring)."""
+    accept = request.accept_mimetypes
+    if not accept:
+        return None
+    base = media_type.split(";", 1)[0].strip().lower()
+    best = accept.best_match([JSON, base, OCTET])
+    if best is None or best == JSON:
+        return None
+    return media_type if best == base else OCTET
+
+
+async def _stream(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        while (chunk := await trio.to_thread.run_sync(next, chunks, None)) is not None:
+            yield chunk
+    finally:
+        chunks.close()  # type: ignore[attr-defined]  # a generator: closes its fd
+
+
+@admin.get("/storage/<scope>/<storagepath:path>", merge_slashes=False)
+@require_role(*READ)
+async def get_storage_object(scope: str, path: str) -> Response:
+    _check_scope(scope)
+    service = _service()
+    with _problems():
+        obj = await service.read(scope, path)
+        raw_type = _raw_type(obj.meta.media_type)
+        if raw_type is not None:
+            if obj.data is not None:
+                return Response(obj.data, content_type=raw_type)
+            meta, chunks = await service.stream(scope, path)
+            response = Response(_stream(chunks), content_type=raw_type)
+            response.headers["Content-Length"] = str(meta.size_bytes)
+            return response
+    meta = obj.meta
+    if obj.data is not None:
+        text = None
+        if is_textual(meta.media_type):
+            with contextlib.suppress(UnicodeDecodeError):
+                text = obj.data.decode("utf-8")
+        if text is not None:
+            meta = msgspec.structs.replace(meta, content=text)
+        else:
+            meta = msgspec.structs.replace(meta, content_base64=base64.b64encode(obj.data).decode("ascii"))
+    return _json(meta)
+
+
+def _media_type_or_422(media_type: str) -> str:
+    try:
+        return validate_media_type(media_type)
+    except ValueError as exc:
+        raise validation_failed([{"field": "media_type", "message": str(exc), "code": "media_type.invalid"}]) from None
+
+
+async def _decode_write(path: str) -> tuple[bytes, str]:
+    body = await request.get_data(cache=False, as_text=False)
+    if request.mimetype != JSON:
+        return body, _media_type_or_422(request.headers.get("Content-Type") or OCTET)
+    write = decode_json(body, StorageObjectWrite)
+    if (write.content is None) == (write.content_base64 is None):
+        raise validation_failed(
+            [{"field": "content", "message": "give exactly one of content or content_base64", "code": "oneof"}]
+        )
+    if write.content is not None:
+        data = write.content.encode("utf-8", "surrogatepass")
+        default = guess_media_type(path.rsplit("/", 1)[-1])
+        default = default if is_textual(default) else "text/plain; charset=utf-8"
+    else:
+        try:
+            data = base64.b64decode(write.content_base64 or "", validate=True)
+        except (binascii.Error, ValueError):
+            raise validation_failed(
+                [{"field": "content_base64", "message": "not valid base64", "code": "base64.invalid"}]
+            ) from None
+        default = OCTET
+    return data, _media_type_or_422(write.media_type or default)
+
+
+@admin.put("/storage/<scope>/<storagepath:path>", merge_slashes=False)
+@require_role(*OPERATE)
+async def put_storage_object(scope: str, path: str) -> Response:
+    _check_scope(scope)
+    service = _service()
+    with _problems():
+        if scope not in ("inbox", "outbox"):
+            raise ScopeReadOnly(scope)  # before reading the body: the answer cannot change
+        data, media_type = await _decode_write(path)
+        meta, created = await service.write(scope, path, data, media_type)
+    return _json(meta, 201 if created else 200)
+
+
+@admin.delete("/storage/<scope>/<storagepath:path>", merge_slashes=False)
+@require_role(*OPERATE)
+async def delete_storage_object(scope: str, path: str) -> Response:
+    _check_scope(scope)
+    with _problems():
+        await _service().delete(scope, path)
+    return Response(b"", status=204)

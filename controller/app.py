@@ -1,0 +1,149 @@
+"""``create_app(config)``: the quart-trio app with its three surfaces and per-app state.
+
+Blueprints: ``observability`` (``/healthz``, ``/readyz``, ``/metrics``, OpenAPI), ``admin``
+(``/api/v2/admin``) and ``v1`` (``/api/v1``, answering through the admin views). Later issues add
+the A2A surface under ``/agents/{id}``; the surfaces never share a prefix.
+
+Resource handling: ``create_app`` opens the SQLite store and resolves the tokens (so configuration
+errors surface before serving). Background services live in the app's nursery (quart-trio's
+``app.nursery``, which exists while the app is served): the hostd link, the operation purge timer and
+every operation's work. ``after_serving`` closes the store; at shutdown the nursery is cancelled at
+once (``BACKGROUND_TASK_SHUTDOWN_TIMEOUT = None``): operations are durable and a restart marks the
+interrupted ones failed.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from quart import Response, g, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from .auth import Authenticator, config_tokens, resolve_admin_token
+from .config import ControllerConfig
+from .hostlink import HostdLink
+from .images import ImageService
+from .instances import InstanceService
+from .loadouts import LoadoutService
+from .metrics import Metrics
+from .operations import OperationService
+from .problems import from_http_exception, problem_response
+from .state import AppState
+from .storage import StorageService
+from .store import Store
+
+API_PREFIX = "/api/"
+
+
+def _surface(blueprint: str | None, path: str) -> str:
+    if blueprint in ("admin", "v1", "observability"):
+        return blueprint
+    if path.startswith("/api/v1/"):
+        return "v1"
+    if path.startswith("/api/v2/admin/"):
+        return "admin"
+    if path.startswith("/agents/"):
+        return "a2a"
+    return "other"
+
+
+def create_app(config: ControllerConfig) -> QuartTrio:
+    app = QuartTrio(__name__, static_folder=None)
+    app.config["MAX_CONTENT_LENGTH"] = config.max_request_bytes
+    app.config["BACKGROUND_TASK_SHUTDOWN_TIMEOUT"] = None
+
+    metrics = Metrics()
+    store = Store.open(config.database_path)
+    store.replace_tokens("config", config_tokens(config, resolve_admin_token(config)))
+    auth = Authenticator(store.list_tokens())
+    link = HostdLink(
+        config.hostd_socket,
+        call_timeout_s=config.hostd_call_timeout_s,
+        connect_timeout_s=config.hostd_connect_timeout_s,
+        ping_interval_s=config.hostd_ping_interval_s,
+        reconnect_max_s=config.hostd_reconnect_max_s,
+        metrics=metrics,
+    )
+    operations = OperationService(store, metrics, retention_s=config.operation_retention_s)
+
+    loadouts = LoadoutService(Path(config.loadouts_dir))
+    storage = StorageService(Path(config.storage_dir), max_object_bytes=config.max_request_bytes)
+    images = ImageService(config.podman_socket)
+
+    instances = InstanceService(store, link, operations, loadouts=loadouts)
+    link.on_connected.append(instances.reconcile)
+
+    state = AppState(
+        config=config,
+        store=store,
+        metrics=metrics,
+        link=link,
+        operations=operations,
+        instances=instances,
+        auth=auth,
+    )
+    app.extensions["aiwg"] = state
+    app.extensions["auth"] = auth
+    app.extensions["loadouts"] = loadouts
+    app.extensions["storage"] = storage
+    app.extensions["images"] = images
+
+    from .admin import admin
+    from .observability import observability
+    from .v1 import v1
+
+    app.register_blueprint(observability)
+    app.register_blueprint(admin)
+    app.register_blueprint(v1)
+
+    @app.before_serving
+    async def _start_services() -> None:
+        operations.attach(app.nursery)
+        await operations.recover()
+        await app.nursery.start(link.run)
+        await app.nursery.start(operations.run_purger)
+
+    @app.after_serving
+    async def _close_store() -> None:
+        store.close()
+
+    @app.before_request
+    async def _start_timer() -> None:
+        g.started = time.perf_counter()
+
+    @app.after_request
+    async def _observe(response: Response) -> Response:
+        started = g.get("started")
+        if started is not None:
+            rule = request.url_rule.rule if request.url_rule is not None else "<unmatched>"
+            metrics.observe_http(
+                _surface(request.blueprint, request.path),
+                request.method,
+                rule,
+                response.status_code,
+                time.perf_counter() - started,
+            )
+        return response
+
+    @app.after_request
+    async def _drain_body(response: Response) -> Response:
+        # A request body the handler never read (a 405, a 401, a GET with a body) must be read
+        # before the response ends: hypercorn's h11 keep-alive recycling can otherwise miss the
+        # next request on the connection and stall it (seen with schemathesis, ~1 in 10).
+        try:
+            await request.get_data(cache=False)
+        except HTTPException:
+            pass  # over the size limit: the connection is not reused anyway
+        return response
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException) -> Any:
+        # Routing errors carry no blueprint: under /api/ they still answer problem+json.
+        if request.path.startswith(API_PREFIX):
+            return problem_response(from_http_exception(exc))
+        return exc
+
+    return app

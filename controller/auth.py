@@ -1,0 +1,131 @@
+"""Operator bearer tokens for the admin surface: two roles, stored hashed, compared in constant time.
+
+Roles and what they may do (``require_role`` on each route says which applies):
+
+=============================================================  =====  ========
+verb                                                           admin  operator
+=============================================================  =====  ========
+read anything under ``/api/v2/admin`` (GET)                      yes    yes
+lifecycle ``start`` / ``stop`` / ``restart``                     yes    yes
+storage writes and deletes (inbox/outbox)                        yes    yes
+provision, ``destroy``, decommission (DELETE), reprovision       yes    no
+create loadouts (``POST /loadouts``)                             yes    no
+=============================================================  =====  ========
+
+Tokens come from configuration: the admin token (``AIWG_ADMIN_TOKEN``, else the admin token file,
+written with a fresh random token in dev mode) and the optional operator token
+(``AIWG_OPERATOR_TOKEN``). Only their SHA-256 digests are kept (in memory and in the store's
+``tokens`` table, replaced at every start so a rotated token stops working); a presented token is
+hashed and compared with every known digest by ``hmac.compare_digest``, without an early exit.
+
+No or a wrong token → 401 with ``WWW-Authenticate: Bearer``; a role that may not → 403.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import os
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from quart import current_app, g, request
+
+from .config import ConfigError, ControllerConfig
+from .problems import forbidden, unauthorized
+from .store import TokenRecord
+
+ROLE_ADMIN = "admin"
+ROLE_OPERATOR = "operator"
+
+#: Role sets used by the routes.
+READ = (ROLE_ADMIN, ROLE_OPERATOR)
+OPERATE = (ROLE_ADMIN, ROLE_OPERATOR)
+ADMIN_ONLY = (ROLE_ADMIN,)
+
+
+class Principal(msgspec.Struct, frozen=True, kw_only=True):
+    role: str
+    label: str
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def resolve_admin_token(config: ControllerConfig) -> str:
+    """The admin token: from the config, else the token file; dev mode writes a fresh one (0600)."""
+    if config.admin_token:
+        return config.admin_token
+    path = config.admin_token_file
+    try:
+        with open(path) as fh:
+            token = fh.read().strip()
+    except FileNotFoundError:
+        if not config.dev:
+            raise ConfigError(f"no admin token: set AIWG_ADMIN_TOKEN or create AIWG_ADMIN_TOKEN_FILE={path}") from None
+        token = secrets.token_urlsafe(32)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(token + "\n")
+        return token
+    except OSError as exc:
+        raise ConfigError(f"AIWG_ADMIN_TOKEN_FILE={path}: {exc.strerror}") from None
+    if len(token) < 16:
+        raise ConfigError(f"AIWG_ADMIN_TOKEN_FILE={path} must hold a token of at least 16 characters")
+    return token
+
+
+def config_tokens(config: ControllerConfig, admin_token: str) -> list[TokenRecord]:
+    tokens = [TokenRecord(hash=hash_token(admin_token), role=ROLE_ADMIN, label="admin", source="config")]
+    if config.operator_token:
+        tokens.append(
+            TokenRecord(hash=hash_token(config.operator_token), role=ROLE_OPERATOR, label="operator", source="config")
+        )
+    return tokens
+
+
+class Authenticator:
+    """Maps a presented bearer token to a :class:`Principal`, or None."""
+
+    def __init__(self, tokens: list[TokenRecord]) -> None:
+        self._tokens = [(bytes.fromhex(t.hash), Principal(role=t.role, label=t.label)) for t in tokens]
+
+    def authenticate(self, authorization: str | None) -> Principal | None:
+        if not authorization:
+            return None
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return None
+        digest = hashlib.sha256(token.encode()).digest()
+        found: Principal | None = None
+        for known, principal in self._tokens:
+            # Every digest is compared, so the time taken does not depend on which one matched.
+            if hmac.compare_digest(digest, known):
+                found = principal
+        return found
+
+
+def require_role(*roles: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Route decorator: 401 without a valid bearer token, 403 if its role is not in ``roles``."""
+
+    def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(view)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            authenticator: Authenticator = current_app.extensions["auth"]
+            principal = authenticator.authenticate(request.headers.get("Authorization"))
+            if principal is None:
+                raise unauthorized()
+            if principal.role not in roles:
+                raise forbidden(f"the {principal.role} role may not {request.method} {request.path}")
+            g.principal = principal
+            return await current_app.ensure_async(view)(*args, **kwargs)
+
+        return wrapper
+
+    return decorate

@@ -1,0 +1,283 @@
+"""The controller's configuration: one frozen object from defaults, an optional TOML file and ``AIWG_*``.
+
+Precedence (lowest first): defaults, the TOML file (``--config FILE``; keys are the field names
+below, unknown keys are refused), then one environment variable per setting. ``load_config``
+validates everything and raises :class:`ConfigError` naming the offending key;
+``agentic-controller`` prints it and exits non-zero rather than run half-configured.
+
+Dev mode (``--dev``) keeps state under ``./.run`` and looks for hostd at ``./.run/hostd.sock``
+(the same defaults as ``agentic-hostd --dev``). Production defaults are
+``/var/lib/agentic-sandbox-controller`` and ``/run/agentic-sandbox/hostd.sock``.
+
+An invalid ``AIWG_V1_SUNSET_DATE`` is the one setting that does not stop the start: the v1
+compatibility contract says to log a warning and keep the default date.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+log = logging.getLogger(__name__)
+
+SECONDS = 1.0
+MIB = 1024 * 1024
+
+PROD_STATE_DIR = "/var/lib/agentic-sandbox-controller"
+PROD_HOSTD_SOCKET = "/run/agentic-sandbox/hostd.sock"
+DEV_STATE_DIR = ".run"
+
+DEFAULT_LISTEN = "127.0.0.1:8122"
+DEFAULT_V1_SUNSET = "Sun, 09 May 2027 00:00:00 GMT"
+DEFAULT_HOSTD_CALL_TIMEOUT_S = 10 * SECONDS
+DEFAULT_HOSTD_CONNECT_TIMEOUT_S = 2 * SECONDS
+DEFAULT_HOSTD_PING_INTERVAL_S = 1 * SECONDS
+DEFAULT_HOSTD_RECONNECT_MAX_S = 1 * SECONDS
+DEFAULT_MAX_REQUEST_BYTES = 16 * MIB
+DEFAULT_OPERATION_RETENTION_S = 24 * 3600 * SECONDS
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid; the message names it."""
+
+
+class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Everything the controller reads at start. Units are in the names; secrets are masked in repr."""
+
+    #: host:port to serve on (one port for every surface). AIWG_LISTEN
+    listen: str = DEFAULT_LISTEN
+    #: PEM certificate and key; both or neither. AIWG_TLS_CERT, AIWG_TLS_KEY
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: Controller state: SQLite database, dev admin token. AIWG_STATE_DIR
+    state_dir: str
+    #: hostd's RPC socket. AIWG_HOSTD_SOCKET
+    hostd_socket: str
+    #: Deadline of one hostd call; past it the HTTP request fails with 503. AIWG_HOSTD_CALL_TIMEOUT_S
+    hostd_call_timeout_s: float = DEFAULT_HOSTD_CALL_TIMEOUT_S
+    #: Deadline of connect + Hello. AIWG_HOSTD_CONNECT_TIMEOUT_S
+    hostd_connect_timeout_s: float = DEFAULT_HOSTD_CONNECT_TIMEOUT_S
+    #: How often the link pings hostd to notice a hung peer. AIWG_HOSTD_PING_INTERVAL_S
+    hostd_ping_interval_s: float = DEFAULT_HOSTD_PING_INTERVAL_S
+    #: Cap of the reconnect backoff. AIWG_HOSTD_RECONNECT_MAX_S
+    hostd_reconnect_max_s: float = DEFAULT_HOSTD_RECONNECT_MAX_S
+    #: Admin bearer token (AIWG_ADMIN_TOKEN); else read from admin_token_file (AIWG_ADMIN_TOKEN_FILE,
+    #: default <state_dir>/admin-token, written with a fresh token in dev mode).
+    admin_token: str | None = None
+    admin_token_file: str
+    #: Optional operator-role bearer token. AIWG_OPERATOR_TOKEN
+    operator_token: str | None = None
+    #: IMF-fixdate for the Sunset header of /api/v1/ responses. AIWG_V1_SUNSET_DATE
+    v1_sunset: str = DEFAULT_V1_SUNSET
+    #: Largest request body accepted (413 above). AIWG_MAX_REQUEST_BYTES
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    #: How long ended operations stay readable. AIWG_OPERATION_RETENTION_S
+    operation_retention_s: float = DEFAULT_OPERATION_RETENTION_S
+    #: Root of the agentshare tree (global/, inbox/, outbox/). AIWG_STORAGE_DIR
+    storage_dir: str
+    #: Operator-added loadout manifests. AIWG_LOADOUTS_DIR
+    loadouts_dir: str
+    #: podman API socket for the container-image catalog; None = not available. AIWG_PODMAN_SOCKET
+    podman_socket: str | None = None
+    #: Base URL clients reach the controller at (AgentCard URLs); None = the request's host. AIWG_PUBLIC_URL
+    public_url: str | None = None
+    dev: bool = False
+
+    def __repr__(self) -> str:
+        fields = []
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if name in ("admin_token", "operator_token") and value is not None:
+                value = "***"
+            fields.append(f"{name}={value!r}")
+        return f"ControllerConfig({', '.join(fields)})"
+
+    @property
+    def database_path(self) -> Path:
+        return Path(self.state_dir) / "controller.db"
+
+    @property
+    def listen_host_port(self) -> tuple[str, int]:
+        return _split_listen(self.listen, "listen")
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
+
+    @property
+    def v1_sunset_datetime(self) -> datetime:
+        return parse_imf_fixdate(self.v1_sunset)
+
+
+# -- IMF-fixdate (RFC 9110 §5.6.7) --------------------------------------------------------------
+
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_IMF_RE = re.compile(
+    r"^(?P<day>Mon|Tue|Wed|Thu|Fri|Sat|Sun), (?P<d>\d{2}) (?P<mon>"
+    + "|".join(_MONTHS)
+    + r") (?P<y>\d{4}) (?P<H>\d{2}):(?P<M>\d{2}):(?P<S>\d{2}) GMT$"
+)
+
+
+def parse_imf_fixdate(value: str) -> datetime:
+    """Parse ``Sun, 09 May 2027 00:00:00 GMT`` strictly (the weekday must match); ValueError if not."""
+    match = _IMF_RE.match(value)
+    if match is None:
+        raise ValueError(f"{value!r} is not an IMF-fixdate like {DEFAULT_V1_SUNSET!r}")
+    when = datetime(
+        int(match["y"]),
+        _MONTHS.index(match["mon"]) + 1,
+        int(match["d"]),
+        int(match["H"]),
+        int(match["M"]),
+        int(match["S"]),
+        tzinfo=UTC,
+    )
+    if _DAYS[when.weekday()] != match["day"]:
+        raise ValueError(f"{value!r}: {when.date()} is a {_DAYS[when.weekday()]}, not a {match['day']}")
+    return when
+
+
+# -- loading -------------------------------------------------------------------------------------
+
+_ENV = {
+    "listen": "AIWG_LISTEN",
+    "tls_cert": "AIWG_TLS_CERT",
+    "tls_key": "AIWG_TLS_KEY",
+    "state_dir": "AIWG_STATE_DIR",
+    "hostd_socket": "AIWG_HOSTD_SOCKET",
+    "hostd_call_timeout_s": "AIWG_HOSTD_CALL_TIMEOUT_S",
+    "hostd_connect_timeout_s": "AIWG_HOSTD_CONNECT_TIMEOUT_S",
+    "hostd_ping_interval_s": "AIWG_HOSTD_PING_INTERVAL_S",
+    "hostd_reconnect_max_s": "AIWG_HOSTD_RECONNECT_MAX_S",
+    "admin_token": "AIWG_ADMIN_TOKEN",
+    "admin_token_file": "AIWG_ADMIN_TOKEN_FILE",
+    "operator_token": "AIWG_OPERATOR_TOKEN",
+    "v1_sunset": "AIWG_V1_SUNSET_DATE",
+    "max_request_bytes": "AIWG_MAX_REQUEST_BYTES",
+    "operation_retention_s": "AIWG_OPERATION_RETENTION_S",
+    "storage_dir": "AIWG_STORAGE_DIR",
+    "loadouts_dir": "AIWG_LOADOUTS_DIR",
+    "podman_socket": "AIWG_PODMAN_SOCKET",
+    "public_url": "AIWG_PUBLIC_URL",
+}
+_FLOATS = {
+    "hostd_call_timeout_s": (0.01, 3600.0),
+    "hostd_connect_timeout_s": (0.01, 3600.0),
+    "hostd_ping_interval_s": (0.01, 3600.0),
+    "hostd_reconnect_max_s": (0.01, 3600.0),
+    "operation_retention_s": (0.0, 365 * 24 * 3600.0),
+}
+
+
+def _split_listen(value: str, key: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{key}={value!r} must be host:port (port 0-65535)")
+    return host.strip("[]"), int(port)
+
+
+def _read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"config file {os.fspath(path)!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {os.fspath(path)!r} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - set(ControllerConfig.__struct_fields__) - {"dev"})
+    if unknown:
+        raise ConfigError(f"config file {os.fspath(path)!r}: unknown key {unknown[0]!r}")
+    return data
+
+
+def _coerce(key: str, raw: Any, source: str) -> Any:
+    """Turn a TOML value or an env string into the field's type, naming ``source`` on error."""
+    if key in _FLOATS:
+        low, high = _FLOATS[key]
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source}={raw!r} is not a number") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{source}={value} must be between {low} and {high}")
+        return value
+    if key == "max_request_bytes":
+        try:
+            value = int(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source}={raw!r} is not an integer") from None
+        if value < 1024:
+            raise ConfigError(f"{source}={value} must be at least 1024")
+        return value
+    if not isinstance(raw, str):
+        raise ConfigError(f"{source}={raw!r} must be a string")
+    return raw
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None, *, dev: bool = False
+) -> ControllerConfig:
+    """Build and validate the configuration; ``env`` defaults to ``os.environ``."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    if path is not None:
+        for key, raw in _read_file(path).items():
+            if key == "dev":
+                dev = dev or bool(raw)
+                continue
+            values[key] = _coerce(key, raw, f"{key} (in {os.fspath(path)})")
+    for key, var in _ENV.items():
+        raw = env.get(var)
+        if raw is not None and raw != "":
+            values[key] = _coerce(key, raw, var)
+
+    state_dir = os.path.abspath(values.get("state_dir") or (DEV_STATE_DIR if dev else PROD_STATE_DIR))
+    values["state_dir"] = state_dir
+    values.setdefault("hostd_socket", os.path.join(state_dir, "hostd.sock") if dev else PROD_HOSTD_SOCKET)
+    values["hostd_socket"] = os.path.abspath(values["hostd_socket"])
+    if len(os.fsencode(values["hostd_socket"])) > 107:
+        raise ConfigError(f"AIWG_HOSTD_SOCKET={values['hostd_socket']!r} is longer than a Unix socket path may be")
+    values.setdefault("admin_token_file", os.path.join(state_dir, "admin-token"))
+    values.setdefault("storage_dir", os.path.join(state_dir, "storage"))
+    values.setdefault("loadouts_dir", os.path.join(state_dir, "loadouts"))
+
+    _split_listen(values.get("listen", DEFAULT_LISTEN), "AIWG_LISTEN")
+    cert, key = values.get("tls_cert"), values.get("tls_key")
+    if bool(cert) != bool(key):
+        raise ConfigError("AIWG_TLS_CERT and AIWG_TLS_KEY must be given together")
+    for name, tls_path in (("AIWG_TLS_CERT", cert), ("AIWG_TLS_KEY", key)):
+        if tls_path and not os.path.isfile(tls_path):
+            raise ConfigError(f"{name}={tls_path!r} is not a readable file")
+    for name in ("admin_token", "operator_token"):
+        token = values.get(name)
+        if token is not None and len(token) < 16:
+            raise ConfigError(f"{_ENV[name]} must be at least 16 characters")
+    if values.get("admin_token") and values.get("admin_token") == values.get("operator_token"):
+        raise ConfigError("AIWG_OPERATOR_TOKEN must differ from AIWG_ADMIN_TOKEN")
+    public_url = values.get("public_url")
+    if public_url is not None:
+        if not re.match(r"^https?://[^/\s]+$", public_url.rstrip("/")):
+            raise ConfigError(f"AIWG_PUBLIC_URL={public_url!r} must be an http(s) origin like https://host:8122")
+        values["public_url"] = public_url.rstrip("/")
+
+    sunset = values.get("v1_sunset", DEFAULT_V1_SUNSET)
+    try:
+        parse_imf_fixdate(sunset)
+    except ValueError as exc:
+        log.warning("AIWG_V1_SUNSET_DATE ignored, keeping %s: %s", DEFAULT_V1_SUNSET, exc)
+        values["v1_sunset"] = DEFAULT_V1_SUNSET
+
+    try:
+        return ControllerConfig(**values, dev=dev)
+    except (TypeError, msgspec.ValidationError) as exc:  # pragma: no cover - guarded above
+        raise ConfigError(str(exc)) from None

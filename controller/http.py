@@ -1,0 +1,31 @@
+"""Small response helpers shared by the admin and v1 route modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from quart import Response, current_app, request
+
+from .operations import operation_path, to_view
+from .store import OperationRecord
+
+JSON = "application/json"
+
+
+def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    response = Response(msgspec.json.encode(obj), status=status, content_type=JSON)
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+def accepted(op: OperationRecord) -> Response:
+    """202 with the ``OperationStatus`` and its ``Location``."""
+    return json_response(to_view(op), 202, {"Location": operation_path(op.id)})
+
+
+def base_url() -> str:
+    """Origin clients reach us at: the configured public URL, else the request's own."""
+    public = current_app.extensions["aiwg"].config.public_url
+    return public or request.host_url.rstrip("/")

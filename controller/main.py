@@ -1,0 +1,112 @@
+"""``agentic-controller [--dev] [--config FILE]``: serve the controller with hypercorn's trio worker.
+
+Start-up order: load and validate the configuration (exit 2 with the message on error), install the
+process guard (from here on this process cannot create processes), build the app (opens the store,
+resolves tokens), then serve on ``AIWG_LISTEN`` (TLS when a cert and key are configured). Once
+listening it prints the URLs a newcomer needs; ``--dev`` also provisions (first start) or starts the
+host instance ``dev`` as soon as hostd is reachable and prints its AgentCard URL.
+
+SIGINT/SIGTERM: stop accepting, give open requests ``GRACEFUL_TIMEOUT_S``, cancel background work,
+close the store, exit 0. Instances keep running on hostd.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from functools import partial
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+from quart_trio import QuartTrio
+
+from .app import create_app
+from .config import ConfigError, ControllerConfig, load_config
+from .guard import install_process_guard
+from .state import AppState
+
+log = logging.getLogger("controller")
+
+GRACEFUL_TIMEOUT_S = 3.0
+DEV_INSTANCE = "dev"
+
+
+def _hypercorn_config(config: ControllerConfig) -> HypercornConfig:
+    hc = HypercornConfig()
+    hc.bind = [config.listen]
+    if config.tls_cert and config.tls_key:
+        hc.certfile = config.tls_cert
+        hc.keyfile = config.tls_key
+    hc.graceful_timeout = GRACEFUL_TIMEOUT_S
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("hypercorn.error")
+    hc.include_server_header = False
+    return hc
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+async def _dev_instance(state: AppState, base: str) -> None:
+    """Make sure the ``dev`` host instance exists and runs, then print its AgentCard URL."""
+    await state.link.wait_ready()
+    rec = await state.instances.ensure_dev_instance(DEV_INSTANCE)
+    if rec is None:
+        _say(f"dev instance: could not be provisioned (see the log); retry with POST {base}/api/v2/admin/instances")
+        return
+    _say(f"dev instance:  {rec.name} {rec.id} ({rec.state})")
+    _say(f"  AgentCard:   {base}/agents/{rec.id}/.well-known/agent-card.json")
+
+
+async def _wait_for_signal(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+            stop.set()
+            return
+
+
+async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
+    state: AppState = app.extensions["aiwg"]
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_wait_for_signal, stop)
+
+        async def serve_then_stop(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+            await serve(app, _hypercorn_config(config), shutdown_trigger=stop.wait, task_status=task_status)
+            nursery.cancel_scope.cancel()
+
+        binds: list[str] = await nursery.start(serve_then_stop)
+        base = config.public_url or binds[0]
+        _say(f"agentic-controller listening on {binds[0]}")
+        _say(f"  admin API:   {base}/api/v2/admin/instances  (Authorization: Bearer <token>)")
+        if config.admin_token is None:
+            _say(f"  admin token: {config.admin_token_file}")
+        _say(f"  metrics:     {base}/metrics   readiness: {base}/readyz")
+        if config.dev:
+            nursery.start_soon(_dev_instance, state, base)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="agentic-controller", description=__doc__.splitlines()[0])
+    parser.add_argument("--dev", action="store_true", help="development defaults (state in ./.run, dev instance)")
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file (AIWG_* variables override it)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config, dev=args.dev)
+        install_process_guard()
+        app = create_app(config)
+    except ConfigError as exc:
+        print(f"agentic-controller: configuration error: {exc}", file=sys.stderr)
+        return 2
+    trio.run(partial(serve_app, app, config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

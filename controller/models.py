@@ -1,0 +1,94 @@
+"""JSON shapes of the admin surface (instances, operations), after ``contracts/admin-api.openapi.yaml``.
+
+Input Structs forbid unknown fields so a typo is a 422 naming the field, not a silently ignored
+setting. Output Structs omit unset optional fields (the contract types them as non-nullable).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+RUNTIMES = ("qemu", "docker", "host")
+Runtime = Literal["qemu", "docker", "host"]
+InstanceStateName = Literal[
+    "provisioning", "stopped", "starting", "running", "stopping", "failed", "destroying", "destroyed"
+]
+INSTANCE_STATES: tuple[str, ...] = InstanceStateName.__args__  # type: ignore[attr-defined]
+
+InstanceName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9-]{1,62}$")]
+Short = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+Path = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+Labels = Annotated[
+    dict[Annotated[str, msgspec.Meta(min_length=1, max_length=256)], Annotated[str, msgspec.Meta(max_length=4096)]],
+    msgspec.Meta(max_length=256),
+]
+
+
+class ProvisionRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``InstanceProvisionRequest``; fields other runtimes use are accepted and checked there."""
+
+    name: InstanceName
+    runtime: Runtime
+    provider: Short | None = None
+    runtime_options: dict[str, Any] | None = None
+    loadout: Short | None = None
+    profile: Short | None = None
+    image: Short | None = None
+    agentshare: bool = False
+    mounts: list[Path] = []
+    network: Short | None = None
+    start: bool = False
+    working_dir: Path | None = None
+    ssh_key: Path | None = None
+    labels: Labels = {}
+
+
+class HostDaemon(msgspec.Struct, kw_only=True):
+    status: Literal["available", "unavailable"]
+    label: str
+
+
+class InstanceView(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """``Instance`` as served."""
+
+    id: str
+    name: str
+    runtime: str
+    state: str
+    agent_card_url: str
+    created_at: str
+    provider: str | None = None
+    capabilities: list[str] = []
+    loadout: str | None = None
+    source: str | None = None
+    cwd: str | None = None
+    operation_status: str | None = None
+    transport: str | None = None
+    transport_posture: str | None = None
+    host_daemon: HostDaemon | None = None
+    labels: dict[str, str] = {}
+
+
+class InstanceList(msgspec.Struct, kw_only=True):
+    items: list[InstanceView]
+
+
+class OperationView(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """``OperationStatus`` as served."""
+
+    id: str
+    kind: str
+    state: str
+    created_at: str
+    started_at: str | None = None
+    completed_at: str | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+def iso(ts: float) -> str:
+    """RFC 3339 UTC with milliseconds, e.g. ``2026-05-09T14:01:00.000Z``."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,115 @@
+"""v1 compatibility: the v1 admin paths answer through the v2 handlers, with deprecation headers.
+
+Each v1 route translates its own path into the v2 path of the migration guide's map (``/agents``
+and ``/vms`` → ``/instances``, the rest keep their shape under ``/api/v2/admin``), matches it against
+the app's URL map and calls the admin view found there, in the same request (same auth, same body,
+same query). So v1 and v2 can never drift apart.
+
+Every response to a path under ``/api/v1/`` (404s included) carries ``Sunset`` (configured date),
+``Deprecated: true`` and ``Link: <guide>; rel="successor-version"``; a matched request also counts in
+``aiwg_v1_path_requests_total{path}`` under its route template (``/api/v1/vms/{id}``), never the raw
+path. The v1 dispatch, mission-stream and PTY routes come with the A2A and PTY surfaces.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from quart import Blueprint, Response, current_app, request
+from werkzeug.exceptions import NotFound
+from werkzeug.routing import BaseConverter
+
+from .problems import install_problem_handlers
+
+V1_PREFIX = "/api/v1"
+V2_PREFIX = "/api/v2/admin"
+MIGRATION_GUIDE = "https://agentic-sandbox.aiwg.io/v2-migration-guide"
+SUCCESSOR_LINK = f'<{MIGRATION_GUIDE}>; rel="successor-version"'
+
+#: The migration guide's v1 → v2 map (reported by ``/deprecation/v1-counters``).
+PATH_MAP: dict[str, str] = {
+    "/api/v1/agents": "/api/v2/admin/instances",
+    "/api/v1/vms": "/api/v2/admin/instances",
+    "/api/v1/operations/{id}": "/api/v2/admin/operations/{id}",
+    "/api/v1/storage/{scope}/{path}": "/api/v2/admin/storage/{scope}/{path}",
+    "/api/v1/container-images": "/api/v2/admin/container-images",
+    "/api/v1/sessions/{id}/dispatch": "/agents/{id}/v1/messages:send",
+    "/api/v1/ws/missions/{id}": "/agents/{id}/v1/tasks/{tid}/subscribe",
+    "/api/v1/hitl/{id}": "input-required + hitl-prompt/v1 extension",
+    "ws://host:8121/sessions/{id}": "wss://host/agents/{id}/sessions/{sid}/attach",
+}
+
+v1 = Blueprint("v1", __name__, url_prefix=V1_PREFIX)
+install_problem_handlers(v1)
+
+
+class _RestConverter(BaseConverter):
+    """The rest of the path, slashes included, handed on unchanged for the v2 rule to judge."""
+
+    regex = r"[\s\S]+"  # "." would stop at a decoded newline and miss the route
+    part_isolating = False
+    weight = 200
+
+
+@v1.record_once
+def _register_converter(state: Any) -> None:
+    state.app.url_map.converters.setdefault("v1rest", _RestConverter)
+
+
+def to_v2_path(path: str) -> str:
+    rest = path[len(V1_PREFIX) :]
+    for old in ("/agents", "/vms"):
+        if rest == old or rest.startswith(old + "/"):
+            rest = "/instances" + rest[len(old) :]
+            break
+    return V2_PREFIX + rest
+
+
+async def _through_v2(**_params: Any) -> Any:
+    """Find the admin view serving the v2 twin of this path and let it answer."""
+    adapter = current_app.url_map.bind("localhost", url_scheme=request.scheme)
+    endpoint, args = adapter.match(to_v2_path(request.path), method=request.method)
+    if not endpoint.startswith("admin."):
+        raise NotFound()
+    return await current_app.ensure_async(current_app.view_functions[endpoint])(**args)
+
+
+_ROUTES: list[tuple[str, list[str]]] = [
+    ("/agents", ["GET", "POST"]),
+    ("/vms", ["GET", "POST"]),
+    ("/vms/<id>", ["GET", "DELETE"]),
+    ("/vms/<id>/<verb>", ["POST"]),
+    ("/operations/<id>", ["GET"]),
+    ("/storage/<scope>/<v1rest:path>", ["GET", "PUT", "DELETE"]),
+    ("/container-images", ["GET"]),
+]
+for _rule, _methods in _ROUTES:
+    v1.add_url_rule(
+        _rule,
+        endpoint="v1" + re.sub(r"[^a-z0-9]+", "_", _rule),
+        view_func=_through_v2,
+        methods=_methods,
+        merge_slashes=False,
+        strict_slashes=False,
+    )
+
+
+_PARAM_RE = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
+
+
+def route_label(rule: str) -> str:
+    """``/api/v1/storage/<scope>/<v1rest:path>`` → ``/api/v1/storage/{scope}/{path}``."""
+    return _PARAM_RE.sub(r"{\1}", rule)
+
+
+@v1.after_app_request
+async def _deprecation_headers(response: Response) -> Response:
+    if request.path == V1_PREFIX or request.path.startswith(V1_PREFIX + "/"):
+        state = current_app.extensions["aiwg"]
+        response.headers["Sunset"] = state.config.v1_sunset
+        response.headers["Deprecated"] = "true"
+        response.headers["Link"] = SUCCESSOR_LINK
+        if request.url_rule is not None and request.blueprint == "v1":
+            state.metrics.count_v1(route_label(request.url_rule.rule))
+    return response

@@ -1,0 +1,119 @@
+"""Bearer tokens: hashing, constant-time lookup, the admin token file, and every auth case over HTTP."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import httpx
+import pytest
+
+from controller.auth import Authenticator, config_tokens, hash_token, resolve_admin_token
+from controller.config import ConfigError, load_config
+
+from .conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController, provision
+from .test_problems import assert_problem
+
+
+def test_authenticator_maps_tokens_to_roles() -> None:
+    config = load_config(env={"AIWG_ADMIN_TOKEN": ADMIN_TOKEN, "AIWG_OPERATOR_TOKEN": OPERATOR_TOKEN}, dev=True)
+    auth = Authenticator(config_tokens(config, ADMIN_TOKEN))
+    assert auth.authenticate(f"Bearer {ADMIN_TOKEN}").role == "admin"  # type: ignore[union-attr]
+    assert auth.authenticate(f"bearer   {OPERATOR_TOKEN}").role == "operator"  # type: ignore[union-attr]
+    for bad in (None, "", "Bearer", "Bearer ", f"Basic {ADMIN_TOKEN}", f"Bearer {ADMIN_TOKEN}x", ADMIN_TOKEN):
+        assert auth.authenticate(bad) is None
+
+
+def test_only_hashes_are_kept() -> None:
+    config = load_config(env={"AIWG_ADMIN_TOKEN": ADMIN_TOKEN}, dev=True)
+    records = config_tokens(config, ADMIN_TOKEN)
+    assert [r.hash for r in records] == [hash_token(ADMIN_TOKEN)]
+    assert ADMIN_TOKEN not in repr(records)
+
+
+def test_dev_token_file_is_written_once_with_mode_0600(tmp_path: Path) -> None:
+    config = load_config(env={"AIWG_STATE_DIR": str(tmp_path / "s")}, dev=True)
+    token = resolve_admin_token(config)
+    path = Path(config.admin_token_file)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert path.read_text().strip() == token
+    assert resolve_admin_token(config) == token  # reused, not rotated
+
+
+def test_production_needs_a_token(tmp_path: Path) -> None:
+    config = load_config(env={"AIWG_STATE_DIR": str(tmp_path)})
+    with pytest.raises(ConfigError, match="AIWG_ADMIN_TOKEN"):
+        resolve_admin_token(config)
+    Path(config.admin_token_file).write_text("short\n")
+    with pytest.raises(ConfigError, match="at least 16"):
+        resolve_admin_token(config)
+    Path(config.admin_token_file).write_text("f" * 30 + "\n")
+    assert resolve_admin_token(config) == "f" * 30
+
+
+async def test_env_token_wins_over_the_file(tmp_path: Path) -> None:
+    config = load_config(env={"AIWG_STATE_DIR": str(tmp_path), "AIWG_ADMIN_TOKEN": ADMIN_TOKEN}, dev=True)
+    assert resolve_admin_token(config) == ADMIN_TOKEN
+    assert not Path(config.admin_token_file).exists()
+
+
+# -- over HTTP -------------------------------------------------------------------------------
+
+
+async def test_missing_and_wrong_tokens_are_401_with_challenge(controller: LiveController) -> None:
+    for headers in ({}, {"Authorization": "Bearer nope-nope-nope"}, {"Authorization": f"Basic {ADMIN_TOKEN}"}):
+        async with httpx.AsyncClient(base_url=controller.url, headers=headers) as client:
+            for method, path in (
+                ("GET", "/api/v2/admin/instances"),
+                ("POST", "/api/v2/admin/instances"),
+                ("GET", "/api/v2/admin/operations/op_x"),
+                ("GET", "/api/v2/admin/deprecation/v1-counters"),
+                ("GET", "/api/v1/vms"),
+            ):
+                response = await client.request(method, path)
+                assert_problem(response, 401, "auth.unauthorized")
+                assert response.headers["WWW-Authenticate"] == "Bearer"
+
+
+async def test_observability_needs_no_token(anon: httpx.AsyncClient) -> None:
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert (await anon.get(path)).status_code == 200
+
+
+async def test_operator_reads_and_operates_but_may_not_provision_or_destroy(
+    admin: httpx.AsyncClient, operator: httpx.AsyncClient
+) -> None:
+    op = await provision(admin, "auth-target", start=True)
+    iid = op["result"]["instance_id"]
+
+    assert (await operator.get("/api/v2/admin/instances")).status_code == 200
+    assert (await operator.get(f"/api/v2/admin/instances/{iid}")).status_code == 200
+    assert (await operator.get(f"/api/v2/admin/operations/{op['id']}")).status_code == 200
+    assert (await operator.get("/api/v2/admin/deprecation/v1-counters")).status_code == 200
+    stop = await operator.post(f"/api/v2/admin/instances/{iid}/stop")
+    assert stop.status_code == 202
+
+    denied = [
+        ("POST", "/api/v2/admin/instances", {"name": "nope-1", "runtime": "host"}),
+        ("POST", f"/api/v2/admin/instances/{iid}/destroy", None),
+        ("DELETE", f"/api/v2/admin/instances/{iid}", None),
+        ("POST", f"/api/v2/admin/instances/{iid}/reprovision", None),
+    ]
+    for method, path, body in denied:
+        response = await operator.request(method, path, json=body)
+        problem = assert_problem(response, 403, "auth.forbidden")
+        assert "operator" in problem["detail"]
+
+
+async def test_admin_may_do_everything(admin: httpx.AsyncClient) -> None:
+    op = await provision(admin, "auth-admin")
+    iid = op["result"]["instance_id"]
+    assert (await admin.post(f"/api/v2/admin/instances/{iid}/destroy")).status_code == 202
+
+
+async def test_the_store_holds_no_plaintext_token(controller: LiveController) -> None:
+    data = b"".join(p.read_bytes() for p in Path(controller.config.state_dir).glob("controller.db*"))
+    assert ADMIN_TOKEN.encode() not in data
+    assert OPERATOR_TOKEN.encode() not in data
+    assert hash_token(ADMIN_TOKEN).encode() in data

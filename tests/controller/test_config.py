@@ -1,0 +1,165 @@
+"""ControllerConfig: defaults, TOML file, env overrides, validation naming the key; TLS served for real."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import ssl
+from pathlib import Path
+
+import httpx
+import pytest
+
+from controller.config import (
+    DEFAULT_V1_SUNSET,
+    PROD_HOSTD_SOCKET,
+    PROD_STATE_DIR,
+    ConfigError,
+    ControllerConfig,
+    load_config,
+    parse_imf_fixdate,
+)
+
+from .conftest import LiveHostd, controller_env, serve_controller
+
+TOKEN = "t" * 20
+
+
+def test_dev_defaults_live_under_dot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = load_config(env={}, dev=True)
+    run = tmp_path / ".run"
+    assert config.state_dir == str(run)
+    assert config.hostd_socket == str(run / "hostd.sock")
+    assert config.admin_token_file == str(run / "admin-token")
+    assert config.storage_dir == str(run / "storage")
+    assert config.loadouts_dir == str(run / "loadouts")
+    assert config.listen == "127.0.0.1:8122"
+    assert config.v1_sunset == DEFAULT_V1_SUNSET
+    assert config.dev
+
+
+def test_production_defaults() -> None:
+    config = load_config(env={"AIWG_ADMIN_TOKEN": TOKEN})
+    assert config.state_dir == PROD_STATE_DIR
+    assert config.hostd_socket == PROD_HOSTD_SOCKET
+    assert not config.dev
+
+
+def test_file_then_env_override(tmp_path: Path) -> None:
+    path = tmp_path / "controller.toml"
+    path.write_text(
+        f'listen = "127.0.0.1:9000"\nstate_dir = "{tmp_path}/s"\nhostd_call_timeout_s = 2.5\nmax_request_bytes = 4096\n'
+    )
+    config = load_config(path, env={"AIWG_LISTEN": "127.0.0.1:9001"})
+    assert config.listen == "127.0.0.1:9001"  # env wins
+    assert config.state_dir == f"{tmp_path}/s"
+    assert config.hostd_call_timeout_s == 2.5
+    assert config.max_request_bytes == 4096
+    assert config.storage_dir == f"{tmp_path}/s/storage"
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"AIWG_LISTEN": "nonsense"}, "AIWG_LISTEN"),
+        ({"AIWG_LISTEN": "127.0.0.1:99999"}, "AIWG_LISTEN"),
+        ({"AIWG_HOSTD_CALL_TIMEOUT_S": "soon"}, "AIWG_HOSTD_CALL_TIMEOUT_S"),
+        ({"AIWG_HOSTD_CALL_TIMEOUT_S": "-1"}, "AIWG_HOSTD_CALL_TIMEOUT_S"),
+        ({"AIWG_MAX_REQUEST_BYTES": "12"}, "AIWG_MAX_REQUEST_BYTES"),
+        ({"AIWG_TLS_CERT": "/nonexistent.pem"}, "AIWG_TLS_KEY"),
+        ({"AIWG_TLS_CERT": "/nonexistent.pem", "AIWG_TLS_KEY": "/nonexistent.key"}, "AIWG_TLS_CERT"),
+        ({"AIWG_ADMIN_TOKEN": "short"}, "AIWG_ADMIN_TOKEN"),
+        ({"AIWG_OPERATOR_TOKEN": TOKEN, "AIWG_ADMIN_TOKEN": TOKEN}, "AIWG_OPERATOR_TOKEN"),
+        ({"AIWG_PUBLIC_URL": "ftp://x"}, "AIWG_PUBLIC_URL"),
+        ({"AIWG_HOSTD_SOCKET": "/" + "s" * 120}, "AIWG_HOSTD_SOCKET"),
+    ],
+)
+def test_invalid_settings_name_the_key(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_config(env=env, dev=True)
+
+
+def test_unknown_file_key_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('lisen = "127.0.0.1:1"\n')
+    with pytest.raises(ConfigError, match="lisen"):
+        load_config(path, env={})
+    path.write_text("listen = [\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(path, env={})
+    with pytest.raises(ConfigError, match=r"missing\.toml"):
+        load_config(tmp_path / "missing.toml", env={})
+
+
+def test_secrets_are_masked_in_repr() -> None:
+    config = load_config(env={"AIWG_ADMIN_TOKEN": TOKEN, "AIWG_OPERATOR_TOKEN": "o" * 20}, dev=True)
+    assert TOKEN not in repr(config)
+    assert "o" * 20 not in repr(config)
+    assert "admin_token='***'" in repr(config)
+
+
+def test_the_struct_forbids_unknown_fields() -> None:
+    with pytest.raises(TypeError):
+        ControllerConfig(bogus=1)  # type: ignore[call-arg]
+
+
+def test_sunset_override_and_invalid_fallback(caplog: pytest.LogCaptureFixture) -> None:
+    config = load_config(env={"AIWG_V1_SUNSET_DATE": "Mon, 01 Nov 2027 00:00:00 GMT"}, dev=True)
+    assert config.v1_sunset == "Mon, 01 Nov 2027 00:00:00 GMT"
+    assert config.v1_sunset_datetime == datetime.datetime(2027, 11, 1, tzinfo=datetime.UTC)
+    for bad in ("2027-05-09", "Sat, 09 May 2027 00:00:00 GMT", "Sun, 09 May 2027 00:00:00 UTC", "tomorrow"):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="controller.config"):
+            config = load_config(env={"AIWG_V1_SUNSET_DATE": bad}, dev=True)
+        assert config.v1_sunset == DEFAULT_V1_SUNSET
+        assert "AIWG_V1_SUNSET_DATE" in caplog.text
+
+
+def test_imf_fixdate_parser() -> None:
+    assert parse_imf_fixdate(DEFAULT_V1_SUNSET) == datetime.datetime(2027, 5, 9, tzinfo=datetime.UTC)
+    with pytest.raises(ValueError, match="not a Mon"):
+        parse_imf_fixdate("Mon, 09 May 2027 00:00:00 GMT")
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+async def test_tls_is_served_with_the_configured_pair(hostd: LiveHostd, tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path)
+    env = controller_env(tmp_path / "c", hostd.socket_path, AIWG_TLS_CERT=str(cert), AIWG_TLS_KEY=str(key))
+    config = load_config(env=env)
+    assert config.scheme == "https"
+    async with serve_controller(config) as live:
+        assert live.url.startswith("https://")
+        port = live.url.rsplit(":", 1)[1]
+        context = ssl.create_default_context(cafile=str(cert))
+        async with httpx.AsyncClient(verify=context) as client:
+            response = await client.get(f"https://localhost:{port}/healthz")
+        assert response.status_code == 200
+        assert response.json() == {"status": "alive"}
