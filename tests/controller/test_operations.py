@@ -19,6 +19,7 @@ from controller.operations import OperationService, new_operation_id, new_ulid
 from controller.problems import Problem
 from controller.store import OperationRecord, Store
 from proto import HostdConnectionLost
+from tests.contracts import validate_problem
 
 from .conftest import LiveController, provision, wait_operation
 from .test_problems import ENVELOPE, assert_problem
@@ -98,6 +99,7 @@ async def test_failures_become_error_envelopes(
     assert done.state == "failed"
     assert done.result is None
     assert done.error is not None
+    validate_problem(done.error)
     jsonschema.validate(done.error, ENVELOPE)
     assert (done.error["status"], done.error["code"]) == (status, code)
     assert done.error["instance"] == f"/api/v2/admin/operations/{done.id}"
@@ -117,6 +119,7 @@ async def test_restart_marks_unfinished_operations_interrupted(tmp_path: Path) -
         op = await svc.get(op_id)
         assert op is not None and op.state == "failed"
         assert op.error is not None and op.error["code"] == "operation.interrupted"
+        validate_problem(op.error)
         jsonschema.validate(op.error, ENVELOPE)
     assert (await svc.get("op_C")).state == "succeeded"  # type: ignore[union-attr]
     assert await svc.recover() == 0
@@ -181,6 +184,7 @@ async def test_failed_operation_carries_its_error(admin: httpx.AsyncClient, cont
     assert "result" not in done
     assert done["error"]["code"] == "validation.failed"
     assert done["error"]["errors"][0]["field"] == "working_dir"
+    validate_problem(done["error"])
     jsonschema.validate(done["error"], ENVELOPE)
     # hostd refused, so nothing was made and the name is free again.
     await provision(admin, "ops-bad-dir")

@@ -25,10 +25,12 @@ from controller.problems import (
     unauthorized,
 )
 from proto import HostdConnectionLost, HostdNotRunning, HostdProtocolError, HostdRemoteError, HostdTimeout
+from tests.contracts import validate_problem
 
 from .conftest import ADMIN_TOKEN, controller_env
 
-#: contracts/admin-api/error-envelope.schema.json (the parts a response can break).
+#: Our stricter reading of contracts/admin-api/error-envelope.schema.json (code and trace_id
+#: patterns); every problem is also validated against the contract file itself.
 ENVELOPE = {
     "type": "object",
     "required": ["type", "title", "status", "code"],
@@ -57,7 +59,8 @@ def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
     assert response.status_code == status, getattr(response, "text", response)
     assert response.headers["content-type"].startswith(PROBLEM_MEDIA_TYPE)
     body = response.json() if callable(response.json) else response.json
-    jsonschema.validate(body, ENVELOPE)
+    validate_problem(body)  # upstream's schema, from ../shared/contracts
+    jsonschema.validate(body, ENVELOPE)  # and our stricter reading of it
     assert body["status"] == status
     assert body["code"] == code, body
     return body

@@ -1,0 +1,82 @@
+"""Upstream's contracts, read from ``../shared/contracts/`` (CI has them there too).
+
+Tests validate what we emit against these files rather than against copies: if upstream's
+schema and our output part ways, the test says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTRACTS = ROOT.parent / "shared" / "contracts"
+
+
+def _require(path: Path) -> Path:
+    assert path.exists(), f"upstream contract {path} is missing: ../shared/ must sit beside the repo"
+    return path
+
+
+@functools.cache
+def error_envelope() -> dict[str, Any]:
+    return json.loads(_require(CONTRACTS / "admin-api" / "error-envelope.schema.json").read_text())
+
+
+@functools.cache
+def admin_openapi() -> dict[str, Any]:
+    return yaml.safe_load(_require(CONTRACTS / "admin-api.openapi.yaml").read_text())
+
+
+#: Files the OpenAPI document refers to by relative path, and the $defs name each becomes.
+_EXTERNAL = {"./admin-api/error-envelope.schema.json": "_ErrorEnvelopeFile"}
+
+
+def _ref(target: str) -> str:
+    if target in _EXTERNAL:
+        return f"#/$defs/{_EXTERNAL[target]}"
+    return target.replace("#/components/schemas/", "#/$defs/")
+
+
+def _rewrite_refs(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: (_ref(v) if k == "$ref" and isinstance(v, str) else _rewrite_refs(v)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_rewrite_refs(v) for v in node]
+    return node
+
+
+@functools.cache
+def _defs() -> dict[str, Any]:
+    defs = _rewrite_refs(admin_openapi()["components"]["schemas"])
+    envelope = {k: v for k, v in error_envelope().items() if k not in ("$schema", "$id")}
+    defs[_EXTERNAL["./admin-api/error-envelope.schema.json"]] = envelope
+    return defs
+
+
+def component(name: str) -> dict[str, Any]:
+    """A component schema of the admin OpenAPI as a standalone JSON schema (2020-12)."""
+    defs = _defs()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **defs[name], "$defs": defs}
+
+
+def response_schema(path: str, method: str = "get", status: str = "200") -> dict[str, Any]:
+    """The JSON schema of one documented response, refs resolved against the components."""
+    op = admin_openapi()["paths"][path][method]
+    schema = _rewrite_refs(op["responses"][status]["content"]["application/json"]["schema"])
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "$defs": _defs()}
+
+
+def validate(instance: Any, schema: dict[str, Any]) -> None:
+    """Validate with format checks (uuid, date-time, uri, ...) switched on."""
+    cls = jsonschema.validators.validator_for(schema)
+    cls(schema, format_checker=cls.FORMAT_CHECKER).validate(instance)
+
+
+def validate_problem(body: Any) -> None:
+    validate(body, error_envelope())
