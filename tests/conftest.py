@@ -7,18 +7,7 @@ import psutil
 import pytest
 
 from tests.hostd_process import HostdProcess
-
-
-def alive(pids: set[int]) -> list[int]:
-    """The pids still running; zombies count as dead (PID 1 here may not reap orphans)."""
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.Error:
-            pass
-    return out
+from tests.processes import alive
 
 
 @pytest.fixture

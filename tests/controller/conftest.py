@@ -44,22 +44,11 @@ from controller.state import AppState
 from proto import HostdError, open_hostd
 from proto import messages as m
 from tests.hostd_process import ROOT, HostdProcess
+from tests.processes import alive
 
 ADMIN_TOKEN = "admin-token-" + "a" * 24
 OPERATOR_TOKEN = "operator-token-" + "o" * 21
 START_TIMEOUT_S = 20.0
-
-
-def alive(pids: set[int]) -> list[int]:
-    """The pids still running; zombies count as dead (PID 1 here may not reap orphans)."""
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.Error:
-            pass
-    return out
 
 
 def descendants(pid: int) -> set[int]:

@@ -11,7 +11,6 @@ import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 import trio
 
@@ -19,36 +18,15 @@ from hostd.config import HostdConfig
 from hostd.errors import RpcError
 from hostd.execs import ExecRegistry
 from hostd.instances import InstanceRegistry
-from hostd.proctree import TREE_ENV, Cgroups
+from hostd.proctree import Cgroups
 from proto import ErrorCode, new_id
 from proto import messages as m
+from tests.processes import procs_where, tree_procs
 
 WAIT_S = 10.0
 PY = sys.executable
 # The grandchild leaves the process group (setsid) but keeps stdout open: only the tree's marks find it.
 DOUBLE_FORK = ["sh", "-c", "setsid sh -c 'sleep 300 &'; echo ready; exec sleep 300"]
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _procs_where(key: str, match) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if match(proc.environ().get(key, "")) and _alive(proc):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
-def tree_procs(tree_id: str) -> list[psutil.Process]:
-    return _procs_where(TREE_ENV, lambda v: v == tree_id)
 
 
 class Env:
@@ -103,7 +81,7 @@ def leak_check(tmp_path: Path) -> Iterator[None]:
         if os.path.exists(f"/proc/self/fd/{fd}")
     }
     prefix = str(tmp_path)
-    left = _procs_where("AIWG_INSTANCE_DIR", lambda v: v.startswith(prefix))
+    left = procs_where("AIWG_INSTANCE_DIR", lambda v: v.startswith(prefix))
     for proc in left:
         proc.kill()
     assert not left, f"processes left behind: {[p.pid for p in left]}"

@@ -17,36 +17,15 @@ import trio
 from hostd.config import HostdConfig
 from hostd.errors import RpcError
 from hostd.instances import InstanceRegistry
-from hostd.proctree import TREE_ENV, Cgroups
+from hostd.proctree import Cgroups
 from proto import ErrorCode, new_id
 from proto import messages as m
+from tests.processes import procs_where, running, tree_procs
 
 WAIT_S = 10.0
 SLEEPER = ["sleep", "300"]
 # The grandchild leaves the process group (setsid) and is reparented: only the tree's marks find it.
 DOUBLE_FORK = ["sh", "-c", "setsid sh -c 'sleep 300 &'; exec sleep 300"]
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _procs_where(key: str, match) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if match(proc.environ().get(key, "")) and _alive(proc):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
-def tree_procs(tree_id: str) -> list[psutil.Process]:
-    return _procs_where(TREE_ENV, lambda v: v == tree_id)
 
 
 def escapees(tree_id: str, leader: int) -> list[psutil.Process]:
@@ -73,7 +52,7 @@ def leak_check(tmp_path: Path) -> Iterator[None]:
         if os.path.exists(f"/proc/self/fd/{fd}")
     }
     prefix = str(tmp_path)
-    left = _procs_where("AIWG_INSTANCE_DIR", lambda v: v.startswith(prefix))
+    left = procs_where("AIWG_INSTANCE_DIR", lambda v: v.startswith(prefix))
     for proc in left:
         proc.kill()
     assert not left, f"processes left behind: {[p.pid for p in left]}"
@@ -187,7 +166,7 @@ async def test_provision_start_false_and_idempotent_start_stop(registry: Instanc
 
     stopped = await registry.stop(iid, 1.0)
     assert stopped.state == "stopped" and stopped.pid is None and stopped.stopped_at is not None
-    assert not psutil.pid_exists(started.pid) or not _alive(psutil.Process(started.pid))
+    assert not psutil.pid_exists(started.pid) or not running(psutil.Process(started.pid))
     again = await registry.stop(iid, 1.0)
     assert again.state == "stopped" and again.stopped_at == stopped.stopped_at
 
@@ -263,7 +242,7 @@ async def test_stop_kills_whole_tree_including_double_forked_grandchild(registry
     assert stopped.state == "stopped"
     assert hook_calls == [(iid, 0.5)]
     assert not tree_procs(iid)
-    assert not _alive(grandchild)
+    assert not running(grandchild)
 
 
 async def test_main_exit_on_its_own(registry: InstanceRegistry) -> None:
@@ -350,7 +329,7 @@ async def test_restart_readopts_live_main_and_reports_dead_one(config: HostdConf
         assert rpc_code(excinfo) is ErrorCode.SHUTTING_DOWN
         nursery.cancel_scope.cancel()
     assert live_pid and dead_pid
-    assert _alive(psutil.Process(live_pid)) and _alive(psutil.Process(dead_pid))  # shutdown left them running
+    assert running(psutil.Process(live_pid)) and running(psutil.Process(dead_pid))  # shutdown left them running
 
     # The second main dies while no hostd is watching.
     os.kill(dead_pid, signal.SIGKILL)
@@ -387,7 +366,7 @@ async def test_restart_readopts_live_main_and_reports_dead_one(config: HostdConf
         assert info.adopted is True and info.pid is not None
         pid = info.pid
         assert (await third.stop(live.instance_id, 0.5)).state == "stopped"
-        assert not _alive(psutil.Process(pid)) if psutil.pid_exists(pid) else True
+        assert not running(psutil.Process(pid)) if psutil.pid_exists(pid) else True
         await _destroy_all(third)
         nursery.cancel_scope.cancel()
 

@@ -25,8 +25,8 @@ from proto import (
     open_hostd,
 )
 from proto import messages as m
-from tests.conftest import alive
 from tests.hostd_process import ROOT, HostdProcess
+from tests.processes import alive
 
 SERVER = msgspec.msgpack.Decoder(m.ServerFrame)
 

@@ -26,6 +26,7 @@ from hostd.proctree import Cgroups, tree_members
 from hostd.sessions import RETAINED_PER_LIVE, SessionRegistry, parse_signal
 from proto import ErrorCode
 from proto import messages as m
+from tests.processes import procs_where
 
 INSTANCE = "inst-1"
 TIMEOUT = 10
@@ -47,14 +48,7 @@ def make_config(tmp_path: Path, **overrides: object) -> HostdConfig:
 
 def marked(token: str) -> list[psutil.Process]:
     """Live (non-zombie) processes carrying this test's marker."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("AIWG_TEST_RUN") == token and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
+    return procs_where("AIWG_TEST_RUN", lambda v: v == token)
 
 
 class Harness:
