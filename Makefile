@@ -10,6 +10,7 @@ export AIWG_STATE_DIR ?= $(CURDIR)/.run
 .PHONY: run test lint bench install sysdeps venv clean
 
 $(PY):
+	bash scripts/install-system-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 

@@ -4,6 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
+  python3-venv python3-dev gcc  # the project's .venv, and building libvirt-python
   podman runc            # container runtime tests (DESIGN.md §6: runc, not crun)
   busybox-static         # rootfs for locally built container images (no pulls here)
   libvirt-dev pkg-config # building libvirt-python; test:///default needs no daemon
