@@ -2,8 +2,10 @@
 
 Resource handling: :meth:`RpcServer.serve` owns the listening socket and a nursery holding one
 task per connection; each connection owns a nursery for its slow requests, its ordered-write
-workers and its streams. Closing a connection cancels only those: PTY readers and process
-waiters live in the registries' nursery, so a dropped controller kills no shell.
+workers and its streams. When the client hangs up (or half-closes), its streams are cancelled and
+the calls it already made run to completion, so no provision or stop is ever cut in half; hostd's
+own shutdown cancels everything. PTY readers and process waiters live in the registries'
+nursery, never a connection's, so a dropped controller kills no shell.
 
 Scheduling per connection (see :mod:`hostd.handlers`): cheap requests are answered inline by
 the read loop; writes keep their order per session/exec in a small worker each, whose backlog is
@@ -60,6 +62,8 @@ class Connection:
         self._ordered: dict[str, trio.MemorySendChannel[m.Request]] = {}
         self._tasks = 0
         self._closed = False
+        #: False once the read loop ended: streams not yet started must not start.
+        self._reading = True
 
     def __repr__(self) -> str:
         return f"<connection pid={self.peer_pid} uid={self.peer_uid}>"
@@ -93,7 +97,14 @@ class Connection:
                 # Nothing raised here may escape as a group: _read_loop ends the connection by
                 # returning, and every task it spawns is guarded (see _guarded).
                 await self._read_loop(buffer)
-                nursery.cancel_scope.cancel()
+                # The client is gone or done sending. Streams would never end on their own;
+                # calls already accepted run to completion (a provision or a stop is never cut
+                # in half by a client that went away; its answer is simply not delivered).
+                self._reading = False
+                for scope in list(self._streams.values()):
+                    scope.cancel()
+                for send in self._ordered.values():
+                    send.close()
         except (_CloseConnection, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
@@ -244,7 +255,10 @@ class Connection:
             while True:
                 frame = None
                 with trio.move_on_after(ORDERED_IDLE_S):
-                    frame = await receive.receive()
+                    try:
+                        frame = await receive.receive()
+                    except trio.EndOfChannel:
+                        return  # the connection stopped reading; everything queued was answered
                 if frame is None:
                     # Idle: go away so a long-lived connection does not keep a worker per
                     # session. No checkpoint between the timeout and the pop, so no write
@@ -256,6 +270,8 @@ class Connection:
                 await self._answer(frame, self.server.handlers.call(frame))
 
     async def _run_stream(self, frame: m.Request) -> None:
+        if not self._reading:
+            return
         scope = trio.CancelScope()
         self._streams[frame.id] = scope
         try:

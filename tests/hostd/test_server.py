@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -279,3 +280,63 @@ def test_sigterm_stops_cleanly_and_ends_sessions(hostd: HostdProcess) -> None:
     assert not hostd.socket_path.exists()
     assert not alive({pid})
     assert "shutting down" in hostd.log()
+
+
+async def test_random_frames_never_take_hostd_down(hostd: HostdProcess) -> None:
+    """Valid framing around random msgpack-ish bodies and random field values: hostd answers or
+    drops that one connection, and keeps serving."""
+    seed = int.from_bytes(os.urandom(4), "big")
+    rng = random.Random(seed)
+    enc = FrameEncoder()
+    names = [cls.__name__ for cls in m.ClientFrame.__args__]
+    values = [None, -1, 0, 2**63, "x" * 300, "../../etc", b"\x00\xff", [], {}, [1, "a"], {"k": None}, 1.5, True]
+    async with open_hostd(hostd.socket_path) as bystander:
+        for _ in range(60):
+            body: dict[str, object] = {"t": rng.choice(names), "id": rng.choice([0, 1, 2, rng.randrange(2**31)])}
+            for field in rng.sample(
+                ["session_id", "instance_id", "exec_id", "argv", "data", "cols", "rows", "signal", "from_seq", "env"],
+                k=rng.randrange(0, 6),
+            ):
+                body[field] = rng.choice(values)
+            payload = hello_bytes() + bytes(enc.encode(body))
+            if rng.random() < 0.3:
+                garbage = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))
+                payload += len(garbage).to_bytes(4, "big") + garbage
+            sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            await sock.connect(str(hostd.socket_path))
+            async with trio.SocketStream(sock) as stream:
+                await stream.send_all(payload)
+                await stream.send_eof()  # hostd answers what it read, then closes
+                with trio.fail_after(5):
+                    while await stream.receive_some(65536):
+                        pass
+        assert (await bystander.call(m.PingRequest(payload=b"alive"))).payload == b"alive", f"seed {seed}"
+    assert "Traceback" not in hostd.log(), f"seed {seed}:\n{hostd.log()}"
+
+
+async def test_a_call_outlives_the_client_that_hung_up(hostd: HostdProcess) -> None:
+    """A client that sends a provision and hangs up at once never leaves it half done."""
+    provision = FrameEncoder().encode(
+        m.InstanceProvisionRequest(id=2, instance_id="orphaned", name="orphaned", command=["sleep", "60"])
+    )
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.connect(str(hostd.socket_path))
+    async with trio.SocketStream(sock) as stream:
+        await stream.send_all(hello_bytes())
+        with trio.fail_after(5):
+            assert await stream.receive_some(65536)  # the Hello answer
+        await stream.send_all(bytes(provision))
+    async with open_hostd(hostd.socket_path) as client:
+        with trio.fail_after(10):
+            while True:
+                try:
+                    info = (await client.call(m.InstanceGetRequest(instance_id="orphaned"))).instance
+                except HostdRemoteError:
+                    await trio.sleep(0.02)
+                    continue
+                if info.state == "running":
+                    break
+                await trio.sleep(0.02)
+        assert info.pid and alive({info.pid})
+        await client.call(m.InstanceDestroyRequest(instance_id="orphaned", grace_s=0.2))
+        assert not alive({info.pid})
