@@ -18,7 +18,7 @@ import pytest
 import trio
 from ptyprocess import PtyProcess
 
-from hostd import ctl
+from hostd import attach, ctl
 from proto import messages as m
 from proto import open_hostd
 
@@ -243,7 +243,7 @@ def test_default_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     ],
 )
 def test_detach_keys(chunks: list[bytes], forwarded: bytes, detached: bool) -> None:
-    keys = ctl.DetachKeys()
+    keys = attach.DetachKeys()
     sent, done = b"", False
     for chunk in chunks:
         data, done = keys.feed(chunk)
