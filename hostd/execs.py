@@ -4,24 +4,24 @@ Each exec is the leader of its own tree (session, ``AIWG_TREE=<exec id>``, cgrou
 ``<instance cgroup>/x-<exec id>`` when the instance has one). Its stdout and stderr are separate
 pipes read into one :class:`OutputRing` (kind 1 = stdout, 2 = stderr) by reader tasks in the
 registry's nursery, whether or not anyone subscribes. With ``control=True`` the child also gets
-one end of a Unix socketpair, its fd number in ``AIWG_CONTROL_FD``: JSON objects, one per line,
-both ways. Lines the child writes go into the same ring (kind 3, the JSON bytes), so replay
-interleaves output and control messages in the order hostd saw them.
+a control channel (:mod:`hostd.control`): JSON objects, one per line, both ways. Messages the
+child writes go into the same ring (kind 3, the JSON bytes), so replay interleaves output and
+control messages in the order hostd saw them.
 
 Lifetime: the exec ends when its leader exits and its pipes are closed. If something the leader
 started keeps the pipes open past a short drain, the rest of the tree is killed (the tree goes
 with its leader). ``cancel``, ``timeout_s``, ``kill_instance`` and ``shutdown`` kill the whole
 tree (SIGTERM, grace, SIGKILL). The exit status stays until ``delete``.
 
-stdin: one writer task per exec owns the pipe; ``start`` queues ``req.stdin`` first, so later
-``write`` calls land after it, in order. ``write`` returns once its data is in the pipe.
+stdin: one writer task per exec owns the pipe (:mod:`hostd.stdinqueue`); ``start`` queues
+``req.stdin`` first, so later ``write`` calls land after it, in order. ``write`` returns once its
+data is in the pipe.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -32,12 +32,14 @@ import trio
 from proto import ErrorCode, new_id
 from proto import messages as m
 
-from . import procspawn, proctree
+from . import control, procspawn, proctree
 from .config import HostdConfig
+from .control import ControlChannel
 from .errors import RpcError
 from .instances import InstanceContext
 from .proctree import Cgroups
 from .ring import OutputRing, SeqOutOfRange
+from .stdinqueue import StdinQueue
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +49,6 @@ KIND_CONTROL = 3
 _STREAM_NAMES: dict[int, str] = {KIND_STDOUT: "stdout", KIND_STDERR: "stderr"}
 _READ_CHUNK = 64 * 1024
 _BATCH = 32
-#: Longest control line accepted from a child; longer ones are recorded as invalid and skipped.
-MAX_CONTROL_LINE = 1024 * 1024
 #: After the leader exits, how long its pipes may stay open before the rest of the tree is killed.
 _DRAIN_S = 0.5
 #: How long to wait for the pipes to close once the tree was killed.
@@ -56,18 +56,6 @@ _PIPE_CLOSE_WAIT_S = 3.0
 #: How long cancel/delete/kill wait for an exec's exit to be recorded after killing its tree.
 _FINISH_WAIT_S = 5.0
 _SHUTDOWN_GRACE_S = 0.5
-_STDIN_QUEUE = 16
-
-
-class _StdinWrite:
-    __slots__ = ("data", "done", "eof", "error", "written")
-
-    def __init__(self, data: bytes, eof: bool) -> None:
-        self.data = data
-        self.eof = eof
-        self.done = trio.Event()
-        self.written = False
-        self.error: RpcError | None = None
 
 
 class _Exec:
@@ -81,8 +69,7 @@ class _Exec:
         self.proc = proc
         self.ring = ring
         self.cgroup: Path | None = None
-        self.ctrl: trio.SocketStream | None = None
-        self.ctrl_lock = trio.Lock()
+        self.ctrl: ControlChannel | None = None
         self.running = True
         self.exited_at: float | None = None
         self.exit_code: int | None = None
@@ -92,8 +79,7 @@ class _Exec:
         self.kill_reason: str | None = None
         self.done = trio.Event()
         self.deleted = False
-        self.stdin_open = req.keep_stdin_open
-        self.stdin_tx, self.stdin_rx = trio.open_memory_channel[_StdinWrite](_STDIN_QUEUE)
+        self.stdin = StdinQueue(exec_id, req.stdin, req.keep_stdin_open)
         self.open_pipes = 3 if req.control else 2
         self.pipes_closed = trio.Event()
 
@@ -175,8 +161,8 @@ class ExecRegistry:
         cgroup = self._make_cgroup(ctx.cgroup, exec_id)
         parent_sock = child_sock = None
         if req.control:
-            parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            env["AIWG_CONTROL_FD"] = str(child_sock.fileno())
+            parent_sock, child_sock = control.socketpair()
+            env[control.CONTROL_FD_ENV] = str(child_sock.fileno())
         self._starting.add(exec_id)
         try:
             proc = await procspawn.spawn(
@@ -206,9 +192,7 @@ class ExecRegistry:
         )
         rec.cgroup = cgroup
         if parent_sock is not None:
-            rec.ctrl = trio.SocketStream(trio.socket.from_stdlib_socket(parent_sock))
-        if req.stdin or not req.keep_stdin_open:
-            rec.stdin_tx.send_nowait(_StdinWrite(req.stdin or b"", eof=not req.keep_stdin_open))
+            rec.ctrl = ControlChannel(parent_sock, exec_id)
         self._execs[exec_id] = rec
         self._nursery.start_soon(self._run, rec, req.timeout_s)
         return rec.info()
@@ -225,7 +209,7 @@ class ExecRegistry:
         proc = rec.proc
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._stdin_writer, rec)
+                nursery.start_soon(rec.stdin.run, proc)
                 if timeout_s is not None:
                     nursery.start_soon(self._timeout, rec, timeout_s)
                 async with trio.open_nursery() as pipes:
@@ -256,7 +240,7 @@ class ExecRegistry:
 
     def _finish(self, rec: _Exec) -> None:
         rec.running = False
-        rec.stdin_open = False
+        rec.stdin.open = False
         rec.exited_at = time.time()
         if rec.kill_reason is not None:
             rec.end_reason = rec.kill_reason
@@ -270,7 +254,7 @@ class ExecRegistry:
             if stream is not None:
                 stream.close()  # type: ignore[attr-defined]
         if rec.ctrl is not None:
-            rec.ctrl.socket.close()
+            rec.ctrl.close()
         rec.ring.close()  # last: subscribers that see it closed find the exit status set
         rec.done.set()
         Cgroups.remove(rec.cgroup)
@@ -293,82 +277,15 @@ class ExecRegistry:
         finally:
             self._pipe_closed(rec)
 
-    async def _control_reader(self, rec: _Exec, ctrl: trio.SocketStream) -> None:
-        buf = bytearray()
-        skipping = False  # inside a line that was too long: drop it up to its newline
+    async def _control_reader(self, rec: _Exec, ctrl: ControlChannel) -> None:
+        def deliver(message: bytes) -> None:
+            if not rec.ring.closed:
+                rec.ring.append(message, KIND_CONTROL)
+
         try:
-            while True:
-                try:
-                    data = await ctrl.receive_some(_READ_CHUNK)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
-                if not data:
-                    if buf and not skipping:
-                        self._control_line(rec, bytes(buf))
-                    break
-                start = len(buf)
-                buf += data
-                while (nl := buf.find(b"\n", start)) >= 0:
-                    if not skipping:
-                        self._control_line(rec, bytes(buf[:nl]))
-                    skipping = False
-                    del buf[: nl + 1]
-                    start = 0
-                if len(buf) > MAX_CONTROL_LINE:
-                    if not skipping:
-                        self._control_invalid(rec, bytes(buf[:800]), "line longer than 1 MiB")
-                    skipping = True
-                    buf.clear()
+            await ctrl.receive(deliver)
         finally:
             self._pipe_closed(rec)
-
-    def _control_line(self, rec: _Exec, line: bytes) -> None:
-        line = line.strip()
-        if not line or rec.ring.closed:
-            return
-        try:
-            message = msgspec.json.decode(line)
-        except msgspec.DecodeError:
-            message = None
-        if isinstance(message, dict):
-            rec.ring.append(line, KIND_CONTROL)
-        else:
-            self._control_invalid(rec, line, "not a JSON object")
-
-    def _control_invalid(self, rec: _Exec, raw: bytes, why: str) -> None:
-        text = raw.decode("utf-8", "replace")[:200]
-        log.warning("exec %s wrote an invalid control line (%s): %r", rec.exec_id, why, text)
-        if not rec.ring.closed:
-            rec.ring.append(msgspec.json.encode({"type": "invalid", "raw": text}), KIND_CONTROL)
-
-    async def _stdin_writer(self, rec: _Exec) -> None:
-        stdin = rec.proc.stdin
-        assert stdin is not None
-        try:
-            async for item in rec.stdin_rx:
-                try:
-                    if item.data:
-                        await stdin.send_all(item.data)
-                    if item.eof:
-                        await stdin.aclose()
-                    item.written = True
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    rec.stdin_open = False
-                    item.error = RpcError(
-                        ErrorCode.EXEC_EXITED if rec.proc.returncode is not None else ErrorCode.REQUEST_INVALID,
-                        f"exec {rec.exec_id!r} closed its stdin",
-                        exec_id=rec.exec_id,
-                    )
-                finally:
-                    item.done.set()
-        finally:
-            # Writes still queued will never be written: release their callers, refuse new ones.
-            while True:
-                try:
-                    rec.stdin_rx.receive_nowait().done.set()
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-            rec.stdin_rx.close()
 
     async def _timeout(self, rec: _Exec, timeout_s: float) -> None:
         await trio.sleep(timeout_s)
@@ -398,21 +315,7 @@ class ExecRegistry:
         rec = self._find(exec_id)
         if not rec.running:
             raise RpcError(ErrorCode.EXEC_EXITED, f"exec {exec_id!r} has exited", exec_id=exec_id)
-        if not rec.stdin_open:
-            raise RpcError(ErrorCode.REQUEST_INVALID, f"stdin of exec {exec_id!r} is closed", exec_id=exec_id)
-        if eof:
-            rec.stdin_open = False
-        item = _StdinWrite(data, eof)
-        try:
-            await rec.stdin_tx.send(item)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            raise RpcError(ErrorCode.EXEC_EXITED, f"exec {exec_id!r} has exited", exec_id=exec_id) from None
-        await item.done.wait()
-        if item.error is not None:
-            raise item.error
-        if not item.written:
-            raise RpcError(ErrorCode.EXEC_EXITED, f"exec {exec_id!r} has exited", exec_id=exec_id)
-        return len(data)
+        return await rec.stdin.write(data, eof)
 
     async def control_send(self, exec_id: str, message: dict[str, object]) -> None:
         rec = self._find(exec_id)
@@ -420,20 +323,14 @@ class ExecRegistry:
             raise RpcError(ErrorCode.CONTROL_UNAVAILABLE, f"exec {exec_id!r} has no control channel", exec_id=exec_id)
         if not rec.running:
             raise RpcError(ErrorCode.EXEC_EXITED, f"exec {exec_id!r} has exited", exec_id=exec_id)
-        payload = msgspec.json.encode(message) + b"\n"
-        if len(payload) > m.MAX_INPUT_BYTES:
+        try:
+            await rec.ctrl.send(message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            if not rec.running or rec.proc.returncode is not None:
+                raise RpcError(ErrorCode.EXEC_EXITED, f"exec {exec_id!r} has exited", exec_id=exec_id) from None
             raise RpcError(
-                ErrorCode.INPUT_TOO_LARGE, f"control message is {len(payload)} bytes", limit=m.MAX_INPUT_BYTES
-            )
-        async with rec.ctrl_lock:
-            try:
-                await rec.ctrl.send_all(payload)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                if not rec.running or rec.proc.returncode is not None:
-                    raise RpcError(ErrorCode.EXEC_EXITED, f"exec {exec_id!r} has exited", exec_id=exec_id) from None
-                raise RpcError(
-                    ErrorCode.CONTROL_UNAVAILABLE, f"exec {exec_id!r} closed its control channel", exec_id=exec_id
-                ) from None
+                ErrorCode.CONTROL_UNAVAILABLE, f"exec {exec_id!r} closed its control channel", exec_id=exec_id
+            ) from None
 
     async def cancel(self, exec_id: str, grace_s: float | None) -> m.ExecInfo:
         """Kill the exec's tree (end reason ``canceled``); an exited exec is returned as is."""

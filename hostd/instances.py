@@ -1,13 +1,9 @@
 """Host-runtime instances: a working dir, an env, a cgroup and optionally a supervised main process.
 
-Layout on disk (``<state_dir>`` from the config)::
-
-    <state_dir>/hostd-state.json          every instance, written atomically after each change (0600)
-    <state_dir>/instances/<id>/           0700
-        agent.env                         KEY=VALUE lines for the agent (0600)
-        metadata.json                     what the instance is, for operators (0600)
-        main.log                          stdout+stderr of the main process, appended (0600)
-        work/                             default working dir when none is given (0700)
+On disk (``<state_dir>`` from the config): ``<state_dir>/hostd-state.json`` records every
+instance after each change (:mod:`hostd.statefile`); ``<state_dir>/instances/<id>/`` is the
+instance's dir with agent.env, metadata.json, main.log and the default working dir
+(:mod:`hostd.instancedir`, which also builds the environment of the instance's processes).
 
 Lifecycle: ``provision`` → ``running`` (start=True) or ``stopped``; ``start``/``stop`` are
 idempotent; ``destroy`` stops, removes the dir and the cgroup, and forgets the instance.
@@ -29,9 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pwd
-import re
-import shutil
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -42,18 +35,13 @@ import trio
 from proto import ErrorCode
 from proto import messages as m
 
-from . import procspawn, proctree
+from . import instancedir, procspawn, proctree, statefile
 from .config import HostdConfig
 from .errors import RpcError
 from .proctree import Cgroups
 
 log = logging.getLogger(__name__)
 
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: Keys hostd sets itself; a request may not override them.
-_RESERVED_ENV = frozenset(
-    {"AIWG_INSTANCE_ID", "AGENT_INSTANCE_ID", "AGENT_ID", "AIWG_INSTANCE_DIR", proctree.TREE_ENV, "AIWG_CONTROL_FD"}
-)
 #: How long stop waits for the main process's exit to be collected after the tree was killed.
 _EXIT_WAIT_S = 5.0
 _LIVE_STATES = ("running", "starting", "stopping")
@@ -72,19 +60,6 @@ class InstanceContext(msgspec.Struct, frozen=True):
     cgroup: Path | None
 
 
-class _Persisted(msgspec.Struct, kw_only=True):
-    info: m.InstanceInfo
-    #: The request's env (agent.env and the child env are rebuilt from it).
-    env: dict[str, str] = {}
-    #: Start time of the main process, so a reused pid is never mistaken for it.
-    main_create_time: float | None = None
-
-
-class _StateFile(msgspec.Struct, kw_only=True):
-    version: int = 1
-    instances: list[_Persisted] = []
-
-
 class _Instance:
     """Mutable runtime record; ``info`` is the public view (counts filled in on read)."""
 
@@ -99,46 +74,6 @@ class _Instance:
         self.run = 0
         self.stopping = False
         self.child_env: dict[str, str] = {}
-
-
-def _user() -> str:
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
-
-
-def _validate_env(env: dict[str, str]) -> None:
-    for key, value in env.items():
-        if not _ENV_KEY.match(key):
-            raise RpcError(ErrorCode.REQUEST_INVALID, f"env key {key!r} is not a valid variable name", key=key)
-        if key in _RESERVED_ENV:
-            raise RpcError(ErrorCode.REQUEST_INVALID, f"env key {key!r} is set by hostd", key=key)
-        if "\n" in value or "\r" in value or "\0" in value:
-            raise RpcError(ErrorCode.REQUEST_INVALID, f"env value of {key!r} contains a newline or NUL", key=key)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Atomically replace ``path`` with ``data``, mode 0600 (tmp + fsync + rename + dir fsync)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _mkdir_private(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
 
 
 class InstanceRegistry:
@@ -191,16 +126,8 @@ class InstanceRegistry:
                 instance_id=iid,
                 name=existing.info.name,
             )
-        _validate_env(req.env)
-        working_dir = ""
-        if req.working_dir is not None:
-            if not os.path.isabs(req.working_dir) or not os.path.isdir(req.working_dir):
-                raise RpcError(
-                    ErrorCode.WORKING_DIR_NOT_FOUND,
-                    f"working_dir {req.working_dir!r} is not an existing absolute directory",
-                    working_dir=req.working_dir,
-                )
-            working_dir = os.path.realpath(req.working_dir)
+        instancedir.validate_env(req.env)
+        working_dir = instancedir.requested_working_dir(req.working_dir)
         inst_dir = self._config.instances_dir / iid
         info = m.InstanceInfo(
             instance_id=iid,
@@ -217,18 +144,11 @@ class InstanceRegistry:
         self._instances[iid] = inst  # reserved before the first await: a concurrent twin gets EXISTS
         try:
             async with inst.lock:
-                _mkdir_private(self._config.instances_dir)
-                _mkdir_private(inst_dir)
-                if not info.working_dir:
-                    if self._config.workspace_root:
-                        info.working_dir = self._config.workspace_root
-                    else:
-                        _mkdir_private(inst_dir / "work")
-                        info.working_dir = str(inst_dir / "work")
-                _write_private(inst_dir / "agent.env", self._agent_env_file(inst))
+                info.working_dir = instancedir.create(inst_dir, info.working_dir, self._config.workspace_root)
+                instancedir.write_agent_env(info, inst.env)
                 cgroup = self._cgroups.create(iid)
                 info.cgroup = str(cgroup) if cgroup else None
-                inst.child_env = self._child_env(inst)
+                inst.child_env = instancedir.child_env(info, inst.env)
                 if req.start:
                     await self._start_locked(inst)
                 else:
@@ -289,20 +209,11 @@ class InstanceRegistry:
 
     async def load(self) -> None:
         """Read the state file and re-adopt what is still alive; see the module docstring."""
-        path = self._config.state_file
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return
-        try:
-            state = msgspec.json.decode(raw, type=_StateFile)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
-            log.error("state file %s is unreadable (%s); moved it to %s and starting empty", path, exc, aside)
-            os.replace(path, aside)
+        records = statefile.read(self._config.state_file)
+        if records is None:
             return
         now = time.time()
-        for saved in state.instances:
+        for saved in records:
             info = saved.info
             if info.state == "destroyed" or info.instance_id in self._instances:
                 continue
@@ -311,7 +222,7 @@ class InstanceRegistry:
             if info.cgroup:
                 cgroup = self._cgroups.create(info.instance_id)
                 info.cgroup = str(cgroup) if cgroup else None
-            inst.child_env = self._child_env(inst)
+            inst.child_env = instancedir.child_env(info, inst.env)
             if info.state == "provisioning":
                 info.state, info.note = "failed", "hostd went down while provisioning this instance"
             elif info.state in _LIVE_STATES and info.pid is not None:
@@ -464,13 +375,7 @@ class InstanceRegistry:
             await proctree.kill_tree_now(
                 leader=inst.proc.pid, pgid=inst.proc.pid, cgroup=cgroup, tree_id=info.instance_id
             )
-        inst_dir = Path(info.instance_dir)
-
-        def remove_dir() -> None:
-            if inst_dir.exists():
-                shutil.rmtree(inst_dir, onerror=lambda _f, path, exc: log.warning("removing %s: %s", path, exc[1]))
-
-        await trio.to_thread.run_sync(remove_dir)
+        await trio.to_thread.run_sync(instancedir.remove, Path(info.instance_dir))
         # A cgroup can stay busy for a moment after its last process died.
         for _ in range(50):
             Cgroups.remove(cgroup)
@@ -480,31 +385,6 @@ class InstanceRegistry:
 
     def _main_cgroup(self, info: m.InstanceInfo) -> Path | None:
         return Path(info.cgroup) / "main" if info.cgroup else None
-
-    def _agent_values(self, inst: _Instance) -> dict[str, str]:
-        iid = inst.info.instance_id
-        values = {"AIWG_INSTANCE_ID": iid, "AGENT_INSTANCE_ID": iid, "AGENT_ID": f"host-{iid}"}
-        if inst.info.loadout:
-            values["AGENT_LOADOUT"] = inst.info.loadout
-        values.update(inst.env)
-        return values
-
-    def _agent_env_file(self, inst: _Instance) -> bytes:
-        return "".join(f"{key}={value}\n" for key, value in self._agent_values(inst).items()).encode()
-
-    def _child_env(self, inst: _Instance) -> dict[str, str]:
-        user = _user()
-        env = {
-            "PATH": os.environ.get("PATH") or procspawn.DEFAULT_PATH,
-            "HOME": inst.info.working_dir,
-            "LANG": "C.UTF-8",
-            "USER": user,
-            "LOGNAME": user,
-            "SHELL": "/bin/sh",
-        }
-        env.update(self._agent_values(inst))
-        env["AIWG_INSTANCE_DIR"] = inst.info.instance_dir
-        return env
 
     def _grace(self, grace_s: float | None) -> float:
         return self._config.stop_grace_s if grace_s is None else grace_s
@@ -524,42 +404,15 @@ class InstanceRegistry:
         return msgspec.structs.replace(inst.info, sessions=sessions, execs=execs)
 
     def _commit(self, inst: _Instance) -> None:
-        """Record a change of ``inst``: its metadata.json and the state file."""
-        info = inst.info
-        metadata = {
-            "instance_id": info.instance_id,
-            "name": info.name,
-            "runtime": "host",
-            "isolation_tier": "full-host-access",
-            "isolation_warning": "host instances run with the full access of hostd's user",
-            "agent_id": f"host-{info.instance_id}",
-            "state": info.state,
-            "pid": info.pid,
-            "process_group_id": info.pgid,
-            "working_dir": info.working_dir,
-            "cgroup": info.cgroup,
-            "loadout": info.loadout,
-            "labels": info.labels,
-        }
-        inst_dir = Path(info.instance_dir)
-        if inst_dir.is_dir():
-            try:
-                _write_private(inst_dir / "metadata.json", msgspec.json.encode(metadata))
-            except OSError as exc:
-                log.error("cannot write metadata of instance %s: %s", info.instance_id, exc)
+        """Record a change of ``inst``: its metadata.json and the state file (failures are logged)."""
+        instancedir.write_metadata(inst.info)
         self._save()
 
     def _save(self) -> None:
-        # Small and rare: written synchronously, so writes never interleave or reorder.
-        state = _StateFile(
-            instances=[
-                _Persisted(info=inst.info, env=inst.env, main_create_time=inst.create_time)
+        statefile.write(
+            self._config.state_file,
+            [
+                statefile.PersistedInstance(info=inst.info, env=inst.env, main_create_time=inst.create_time)
                 for inst in self._instances.values()
-            ]
+            ],
         )
-        try:
-            _mkdir_private(Path(self._config.state_dir))
-            _write_private(self._config.state_file, msgspec.json.encode(state))
-        except OSError as exc:
-            # Losing one write must not take hostd down; the next change writes everything again.
-            log.error("cannot write state file %s: %s", self._config.state_file, exc)
