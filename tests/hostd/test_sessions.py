@@ -8,7 +8,6 @@ reap orphans).
 from __future__ import annotations
 
 import gc
-import itertools
 import os
 import sys
 import uuid
@@ -276,13 +275,19 @@ async def test_blocked_subscriber_lags_while_others_and_the_reader_go_on(
     make_harness: Callable[..., Harness],
 ) -> None:
     h = make_harness(ring_frames=32)
-    script = "import sys\nfor i in range(20000): sys.stdout.write('%07d ' % i); sys.stdout.flush()\n"
+    # 400 separate writes a millisecond apart: far more ring entries than the ring holds, however
+    # the reader happens to coalesce them.
+    script = (
+        "import sys, time\n"
+        "for i in range(400):\n"
+        "    sys.stdout.write('%07d ' % i); sys.stdout.flush(); time.sleep(0.001)\n"
+    )
     info = await h.create(sys.executable, "-c", script)
     sid = info.session_id
     gate = trio.Event()
     slow = Watcher()
 
-    async def blocking_send(frame: m.Frame) -> None:
+    async def blocking_send(frame: m.Frame | list[m.Frame]) -> None:
         if not isinstance(frame, m.StreamOpened):
             await gate.wait()  # a client that stopped reading
         await slow.send(frame)
@@ -294,22 +299,27 @@ async def test_blocked_subscriber_lags_while_others_and_the_reader_go_on(
         got = h.registry.get(sid)
         assert got.state == "exited" and got.exit_code == 0
         assert got.subscribers == 1
-        assert got.first_seq > 2
+        assert got.first_seq > 1, "the ring must have evicted for this test to mean anything"
         assert fast.of(m.SessionLagged) == []
-        assert bytes(fast.data).split() == [b"%07d" % i for i in range(20000)]
+        assert bytes(fast.data).split() == [b"%07d" % i for i in range(400)]
         gate.set()
     frames = slow.frames
     assert isinstance(frames[0], m.StreamOpened)
     assert [type(f) for f in frames[-2:]] == [m.SessionExited, m.StreamEnd]
-    # The batch the subscriber was stuck on (one write, possibly several entries) ...
-    stuck = list(itertools.takewhile(lambda f: isinstance(f, m.SessionOutput), frames[1:]))
-    assert [f.seq for f in stuck] == list(range(1, len(stuck) + 1))
-    # ... then it is told what it missed, and resumes gap-free from the oldest entry held.
-    lagged = frames[1 + len(stuck)]
-    assert lagged == m.SessionLagged(id=11, missed_from=len(stuck) + 1, resume_seq=got.first_seq)
-    resumed = [f.seq for f in frames[2 + len(stuck) : -2]]
-    assert resumed == list(range(got.first_seq, got.next_seq))
-    assert h.registry.get(sid).subscribers == 0
+    # The stuck subscriber was told what it missed, every time, and never saw a gap otherwise.
+    expected = 1
+    lags = 0
+    for frame in frames[1:-2]:
+        if isinstance(frame, m.SessionLagged):
+            lags += 1
+            assert frame.id == 11 and frame.missed_from == expected and frame.resume_seq > expected
+            expected = frame.resume_seq
+        else:
+            assert isinstance(frame, m.SessionOutput) and frame.seq == expected
+            expected += 1
+    assert lags >= 1
+    assert expected == got.next_seq
+    assert frames[-2].last_seq == got.next_seq - 1
 
 
 async def test_only_new_output_when_from_seq_is_none(harness: Harness) -> None:
