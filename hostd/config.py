@@ -12,6 +12,7 @@ allows the invoking user, and does not need root. Production defaults are
 from __future__ import annotations
 
 import grp
+import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -77,6 +78,17 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     @property
     def state_file(self) -> Path:
         return Path(self.state_dir) / "hostd-state.json"
+
+    def tree_id(self, kind: str, ident: str) -> str:
+        """The ``AIWG_TREE`` mark of one process tree: ``<namespace>:<kind>:<id>``.
+
+        Ids are only unique per kind (a caller may name a session like an instance), and two
+        hostds (tests, a dev hostd beside the system one) may use the same ids: the kind and a
+        namespace derived from the state dir keep one tree's sweep from ever touching another's.
+        Stable across restarts, so a re-adopted instance is still found by its mark.
+        """
+        namespace = hashlib.sha256(self.state_dir.encode()).hexdigest()[:12]
+        return f"{namespace}:{kind}:{ident}"
 
     def peer_allowed(self, uid: int, gid: int) -> bool:
         return uid == 0 or uid in self.allow_uids or gid in self.allow_gids

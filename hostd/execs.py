@@ -1,6 +1,6 @@
 """Execs: processes without a PTY inside an instance (agent tasks), with an optional control channel.
 
-Each exec is the leader of its own tree (session, ``AIWG_TREE=<exec id>``, cgroup
+Each exec is the leader of its own tree (session, ``AIWG_TREE=<namespace>:exec:<id>``, cgroup
 ``<instance cgroup>/x-<exec id>`` when the instance has one). Its stdout and stderr are separate
 pipes read into one :class:`OutputRing` (kind 1 = stdout, 2 = stderr) by reader tasks in the
 registry's nursery, whether or not anyone subscribes. With ``control=True`` the child also gets
@@ -122,6 +122,10 @@ class ExecRegistry:
 
     # -- queries --------------------------------------------------------------------------------
 
+    def _tree(self, exec_id: str) -> str:
+        """The ``AIWG_TREE`` mark of this exec's process tree."""
+        return self._config.tree_id("exec", exec_id)
+
     def get(self, exec_id: str) -> m.ExecInfo:
         return self._find(exec_id).info()
 
@@ -169,7 +173,7 @@ class ExecRegistry:
                 req.argv,
                 cwd=cwd,
                 env=env,
-                tree_id=exec_id,
+                tree_id=self._tree(exec_id),
                 cgroup=cgroup,
                 stdin=procspawn.PIPE,
                 stdout=procspawn.PIPE,
@@ -223,7 +227,9 @@ class ExecRegistry:
                         await rec.pipes_closed.wait()
                     if not rec.pipes_closed.is_set():
                         # Something the leader started holds the pipes: it goes with its leader.
-                        await proctree.kill_tree_now(leader=None, pgid=proc.pid, cgroup=rec.cgroup, tree_id=rec.exec_id)
+                        await proctree.kill_tree_now(
+                            leader=None, pgid=proc.pid, cgroup=rec.cgroup, tree_id=self._tree(rec.exec_id)
+                        )
                         with trio.move_on_after(_PIPE_CLOSE_WAIT_S):
                             await rec.pipes_closed.wait()
                         pipes.cancel_scope.cancel()
@@ -232,7 +238,9 @@ class ExecRegistry:
             # Cancelled (the registry's nursery is going away) or a bug: never leave the tree behind.
             if proc.returncode is None:
                 rec.kill_reason = rec.kill_reason or "killed"
-                await proctree.kill_tree_now(leader=proc.pid, pgid=proc.pid, cgroup=rec.cgroup, tree_id=rec.exec_id)
+                await proctree.kill_tree_now(
+                    leader=proc.pid, pgid=proc.pid, cgroup=rec.cgroup, tree_id=self._tree(rec.exec_id)
+                )
                 proc.poll()  # reap it if it is gone already; nobody will wait for it any more
             raise
         finally:
@@ -300,7 +308,7 @@ class ExecRegistry:
             leader=proc.pid if proc.returncode is None else None,
             pgid=proc.pid,
             cgroup=rec.cgroup,
-            tree_id=rec.exec_id,
+            tree_id=self._tree(rec.exec_id),
             grace_s=grace_s,
         )
 

@@ -11,7 +11,7 @@ While work runs the state is ``starting``/``stopping``; one lock per instance se
 start/stop/destroy of the same instance.
 
 The main process (``command``) runs in its own session (pgid == pid), carries
-``AIWG_TREE=<instance id>`` and lives in the cgroup ``<id>/main``. When it exits on its own the
+``AIWG_TREE=<namespace>:instance:<id>`` and lives in the cgroup ``<id>/main``. When it exits on its own the
 instance is ``stopped`` (exit code 0) or ``failed`` (anything else, ``note`` says why), and
 what it left behind in its tree is killed, as systemd does for a service's control group. Its
 PTY sessions and execs are not touched then; ``stop``/``destroy`` end them through ``on_stop``.
@@ -94,6 +94,10 @@ class InstanceRegistry:
         self.count_children: Callable[[str], tuple[int, int]] = lambda _id: (0, 0)
 
     # -- queries --------------------------------------------------------------------------------
+
+    def _tree(self, instance_id: str) -> str:
+        """The ``AIWG_TREE`` mark of this instance's process tree."""
+        return self._config.tree_id("instance", instance_id)
 
     def get(self, instance_id: str) -> m.InstanceInfo:
         return self._public(self._find(instance_id))
@@ -261,7 +265,7 @@ class InstanceRegistry:
                 info.command,
                 cwd=info.working_dir,
                 env=inst.child_env,
-                tree_id=info.instance_id,
+                tree_id=self._tree(info.instance_id),
                 cgroup=main_cgroup,
                 stdin=procspawn.DEVNULL,
                 stdout=log_fd,
@@ -313,7 +317,7 @@ class InstanceRegistry:
                     info.note = f"main process {pid} ended (exit status unknown: adopted after a hostd restart)"
             # What the main process left behind in its tree goes with it.
             await proctree.kill_tree_now(
-                leader=None, pgid=pid, cgroup=self._main_cgroup(info), tree_id=info.instance_id
+                leader=None, pgid=pid, cgroup=self._main_cgroup(info), tree_id=self._tree(info.instance_id)
             )
             self._commit(inst)
         finally:
@@ -338,7 +342,7 @@ class InstanceRegistry:
                     leader=pid if live else None,
                     pgid=pid,
                     cgroup=self._main_cgroup(info),
-                    tree_id=iid,
+                    tree_id=self._tree(iid),
                     grace_s=grace,
                 )
                 if pid is not None and inst.main_done is not None:
@@ -373,7 +377,7 @@ class InstanceRegistry:
         cgroup = Path(info.cgroup) if info.cgroup else None
         if inst.proc is not None and inst.proc.returncode is None:
             await proctree.kill_tree_now(
-                leader=inst.proc.pid, pgid=inst.proc.pid, cgroup=cgroup, tree_id=info.instance_id
+                leader=inst.proc.pid, pgid=inst.proc.pid, cgroup=cgroup, tree_id=self._tree(info.instance_id)
             )
         await trio.to_thread.run_sync(instancedir.remove, Path(info.instance_dir))
         # A cgroup can stay busy for a moment after its last process died.

@@ -10,9 +10,9 @@ never waits for them. One ring entry becomes one ``SessionOutput`` (seq == the e
 A subscriber whose cursor fell out of the ring gets ``SessionLagged`` and resumes at the
 oldest entry still held.
 
-Trees: every session runs with ``AIWG_TREE=<session id>`` in a new process group, in its own
-cgroup ``<instance cgroup>/s-<session id>`` when the instance has one; kill and delete end the
-whole tree by every mark (:func:`hostd.proctree.terminate_tree`).
+Trees: every session runs with ``AIWG_TREE=<namespace>:session:<id>`` (``HostdConfig.tree_id``)
+in a new process group, in its own cgroup ``<instance cgroup>/s-<session id>`` when the instance
+has one; kill and delete end the whole tree by every mark (:func:`hostd.proctree.terminate_tree`).
 """
 
 from __future__ import annotations
@@ -166,6 +166,10 @@ class SessionRegistry:
 
     # -- lookups --------------------------------------------------------------------------
 
+    def _tree(self, session_id: str) -> str:
+        """The ``AIWG_TREE`` mark of this session's process tree."""
+        return self._config.tree_id("session", session_id)
+
     def _get(self, session_id: str) -> _Session:
         s = self._sessions.get(session_id)
         if s is None or s.deleted:
@@ -226,7 +230,7 @@ class SessionRegistry:
             raise RpcError(ErrorCode.WORKING_DIR_NOT_FOUND, f"working directory {cwd!r} does not exist", cwd=cwd)
         env = {**ctx.env, **req.env}
         env.setdefault("TERM", DEFAULT_TERM)
-        env[TREE_ENV] = sid
+        env[TREE_ENV] = self._tree(sid)
         cgroup = None
         if ctx.cgroup is not None and self._cgroups.available:
             cgroup = Cgroups(ctx.cgroup).create(f"s-{sid}")
@@ -378,7 +382,7 @@ class SessionRegistry:
         """End the session's tree; a session already ended still gets a sweep for escapees."""
         async with s.reap_lock:
             leader = None if s.child.reaped else s.child.pid
-            await terminate_tree(leader=leader, pgid=leader, cgroup=s.cgroup, tree_id=s.id, grace_s=grace_s)
+            await terminate_tree(leader=leader, pgid=leader, cgroup=s.cgroup, tree_id=self._tree(s.id), grace_s=grace_s)
 
     async def _kill(self, s: _Session, grace_s: float) -> None:
         with trio.CancelScope(shield=True):

@@ -43,6 +43,7 @@ def procs_where(key: str, match: Callable[[str], bool]) -> list[psutil.Process]:
     return found
 
 
-def tree_procs(tree_id: str) -> list[psutil.Process]:
-    """Running members of hostd's process tree ``tree_id`` (by its ``AIWG_TREE`` mark)."""
-    return procs_where(TREE_ENV, lambda v: v == tree_id)
+def tree_procs(ident: str) -> list[psutil.Process]:
+    """Running members of the hostd process tree of instance, session or exec ``ident``, by its
+    ``AIWG_TREE`` mark (``<namespace>:<kind>:<ident>``)."""
+    return procs_where(TREE_ENV, lambda v: v.endswith(f":{ident}"))

@@ -154,7 +154,9 @@ async def test_stdout_stderr_separated_with_seqs_and_exit_code(env: Env) -> None
     assert isinstance(frames[0], m.StreamOpened) and frames[0].first_seq == 1
     out = outputs(frames, "stdout")
     assert out.startswith(b"".join(b"out%d;" % i for i in range(20)))
-    assert out.endswith(f"{env.workdir} yes {info.exec_id} x\n".encode())
+    tree = env.execs._tree(info.exec_id)
+    assert tree.endswith(f":exec:{info.exec_id}")
+    assert out.endswith(f"{env.workdir} yes {tree} x\n".encode())
     assert outputs(frames, "stderr") == b"".join(b"err%d;" % i for i in range(20))
     numbers = seqs(frames)
     assert numbers == list(range(1, len(numbers) + 1))

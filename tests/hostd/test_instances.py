@@ -219,7 +219,9 @@ async def test_main_process_env_cwd_and_log(registry: InstanceRegistry, tmp_path
     log = Path(info.instance_dir) / "main.log"
     await wait_for(lambda: "oops" in log.read_text(), "main.log output")
     assert mode(log) == 0o600
-    assert f"id={iid} agent=host-{iid} tree={iid} pwd={workdir}" in log.read_text()
+    tree = registry._tree(iid)
+    assert tree.endswith(f":instance:{iid}")
+    assert f"id={iid} agent=host-{iid} tree={tree} pwd={workdir}" in log.read_text()
     stopped = await registry.stop(iid, None)
     assert stopped.state == "stopped"
     assert not tree_procs(iid)

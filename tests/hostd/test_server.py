@@ -340,3 +340,19 @@ async def test_a_call_outlives_the_client_that_hung_up(hostd: HostdProcess) -> N
         assert info.pid and alive({info.pid})
         await client.call(m.InstanceDestroyRequest(instance_id="orphaned", grace_s=0.2))
         assert not alive({info.pid})
+
+
+async def test_stopping_an_instance_spares_a_session_that_shares_its_name(hostd: HostdProcess) -> None:
+    """Tree marks carry the kind: a session named like an instance is not swept with it."""
+    async with open_hostd(hostd.socket_path) as client:
+        await client.call(m.InstanceProvisionRequest(instance_id="twin", name="twin", command=["sleep", "60"]))
+        await client.call(m.InstanceProvisionRequest(instance_id="other", name="other"))
+        created = await client.call(
+            m.SessionCreateRequest(instance_id="other", session_id="twin", argv=["sleep", "60"])
+        )
+        await client.call(m.InstanceStopRequest(instance_id="twin", grace_s=0.2))
+        assert alive({created.session.pid}) == [created.session.pid]
+        assert (await client.call(m.SessionGetRequest(session_id="twin"))).session.state == "running"
+        for iid in ("twin", "other"):
+            await client.call(m.InstanceDestroyRequest(instance_id=iid, grace_s=0.2))
+        assert not alive({created.session.pid})

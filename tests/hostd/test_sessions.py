@@ -21,11 +21,11 @@ import trio
 
 from hostd.config import HostdConfig
 from hostd.errors import RpcError
-from hostd.proctree import Cgroups, tree_members
+from hostd.proctree import Cgroups
 from hostd.sessions import RETAINED_PER_LIVE, SessionRegistry, parse_signal
 from proto import ErrorCode
 from proto import messages as m
-from tests.processes import procs_where
+from tests.processes import procs_where, tree_procs
 
 INSTANCE = "inst-1"
 TIMEOUT = 10
@@ -199,7 +199,8 @@ async def test_environment_cwd_and_ids(harness: Harness) -> None:
     )
     assert info.session_id == "my-session.1"
     w = await collect(harness, info.session_id)
-    assert f"[xterm-256color|my-session.1|bar|{harness.workdir / 'sub'}]".encode() in w.data
+    tree = harness.config.tree_id("session", "my-session.1")
+    assert f"[xterm-256color|{tree}|bar|{harness.workdir / 'sub'}]".encode() in w.data
     info2 = await harness.create("sh", "-c", 'echo "[$TERM]"', env={"TERM": "dumb"})
     assert len(info2.session_id) == 36  # a UUIDv7 chosen by hostd
     assert b"[dumb]" in (await collect(harness, info2.session_id)).data
@@ -423,7 +424,7 @@ async def test_resize(harness: Harness) -> None:
 
 
 def _marked_tree(sid: str) -> dict[int, psutil.Process]:
-    return tree_members(leader=None, pgid=None, cgroup=None, tree_id=sid)
+    return {proc.pid: proc for proc in tree_procs(sid)}
 
 
 def _escapees(sid: str, leader: int) -> list[psutil.Process]:
