@@ -2,7 +2,8 @@
 
 The path rule (and why symlinks are never followed) is in ``controller.storage``. In short:
 ``global`` is read-only here (PUT/DELETE → 403 ``storage.scope_disabled``); ``inbox`` and
-``outbox`` paths are ``<instance_id>/<name...>``; a path that tries to leave its scope is a 422
+``outbox`` paths are ``<instance_id>/<name...>`` and a write needs that instance in the catalog
+(404 ``instance.not_found`` otherwise); a path that tries to leave its scope is a 422
 ``validation.failed`` naming ``path``.
 
 The rule takes ``{path}`` with a converter that matches anything (a leading ``/`` included) and
@@ -33,6 +34,7 @@ from werkzeug.routing import BaseConverter
 
 from ..auth import OPERATE, READ, require_role
 from ..problems import Problem, decode_json, not_found, validation_failed
+from ..state import app_state
 from ..storage import (
     SCOPES,
     InvalidPath,
@@ -45,6 +47,7 @@ from ..storage import (
     guess_media_type,
     is_textual,
     validate_media_type,
+    validate_path,
 )
 from . import admin
 
@@ -195,6 +198,11 @@ async def put_storage_object(scope: str, path: str) -> Response:
     with _problems():
         if scope not in ("inbox", "outbox"):
             raise ScopeReadOnly(scope)  # before reading the body: the answer cannot change
+        target = validate_path(scope, path)
+    # A box belongs to an instance the catalog knows: a write never conjures one up for a typo.
+    if await app_state().store.get_instance(target.parts[0]) is None:
+        raise not_found("instance.not_found", f"no instance with id {target.parts[0]!r}")
+    with _problems():
         data, media_type = await _decode_write(path)
         meta, created = await service.write(scope, path, data, media_type)
     return _json(meta, 201 if created else 200)

@@ -28,6 +28,8 @@ import yaml
 
 from controller.app import create_app
 from controller.config import load_config
+from proto import messages as m
+from proto import open_hostd
 from tests.controller.conftest import ADMIN_TOKEN, ROOT, LiveController, LiveHostd, controller_env
 
 DOCUMENT = ROOT / "controller" / "openapi.yaml"
@@ -93,6 +95,9 @@ async def test_served_document_is_the_yaml(admin: httpx.AsyncClient) -> None:
 async def test_schemathesis(controller: LiveController, admin: httpx.AsyncClient, hostd: LiveHostd, tmp_path: Path):
     # Seed a few real resources so the examples phase reaches the 200 paths too.
     iid = "0190f5d2-6a4b-7c3d-8e9f-0a1b2c3d4e5f"  # the document's example instance id
+    async with open_hostd(hostd.socket_path) as client:  # in the catalog, so its boxes take writes
+        await client.call(m.InstanceProvisionRequest(instance_id=iid, name="example", start=False))
+    assert (await admin.get(f"/api/v2/admin/instances/{iid}")).status_code == 200
     r = await admin.put(f"/api/v2/admin/storage/inbox/{iid}/missions/m-001.json", json={"content": '{"m": 1}'})
     assert r.status_code in (200, 201)
     global_dir = Path(controller.config.storage_dir) / "global"

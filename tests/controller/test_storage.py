@@ -24,8 +24,10 @@ from controller.storage import (
     validate_media_type,
     validate_path,
 )
+from proto import messages as m
+from proto import open_hostd
 from proto.ids import new_id
-from tests.controller.conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController
+from tests.controller.conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController, LiveHostd
 
 IID = new_id()
 OTHER = new_id()
@@ -238,7 +240,27 @@ def storage_root(controller: LiveController) -> Path:
     return Path(controller.config.storage_dir)
 
 
-async def test_json_and_raw_round_trips(admin: httpx.AsyncClient) -> None:
+@pytest.fixture
+async def boxes(admin: httpx.AsyncClient, hostd: LiveHostd) -> None:
+    """Instances ``IID`` and ``OTHER`` in the catalog: made on hostd with those ids, then adopted
+    by the controller (a write to a box needs its instance)."""
+    async with open_hostd(hostd.socket_path) as client:
+        for iid in (IID, OTHER):
+            await client.call(m.InstanceProvisionRequest(instance_id=iid, name=f"box-{iid[-6:]}", start=False))
+    for iid in (IID, OTHER):
+        assert (await admin.get(f"/api/v2/admin/instances/{iid}")).status_code == 200
+
+
+async def test_writes_need_the_instance_in_the_catalog(admin: httpx.AsyncClient) -> None:
+    unknown = new_id()
+    r = await admin.put(f"{BASE}/inbox/{unknown}/x.txt", json={"content": "nobody's"})
+    assert r.status_code == 404 and r.json()["code"] == "instance.not_found", r.text
+    # A bad path is still a bad path first.
+    r = await admin.put(f"{BASE}/inbox/{unknown}/../x", json={"content": "x"})
+    assert r.status_code == 422
+
+
+async def test_json_and_raw_round_trips(admin: httpx.AsyncClient, boxes: None) -> None:
     text_path = f"{BASE}/inbox/{IID}/missions/m-001.json"
     r = await admin.put(text_path, json={"content": '{"mission": 1}'})
     assert r.status_code == 201, r.text
@@ -317,7 +339,7 @@ TRAVERSALS = [
 ]
 
 
-async def test_traversal_is_refused(controller: LiveController, admin: httpx.AsyncClient) -> None:
+async def test_traversal_is_refused(controller: LiveController, admin: httpx.AsyncClient, boxes: None) -> None:
     r = await admin.put(f"{BASE}/inbox/{OTHER}/secret", json={"content": "other instance's"})
     assert r.status_code in (200, 201)
     for target, method in itertools.product(TRAVERSALS, ("GET", "PUT", "DELETE")):
@@ -332,7 +354,9 @@ async def test_traversal_is_refused(controller: LiveController, admin: httpx.Asy
     assert (await admin.get(f"{BASE}/inbox/{OTHER}/secret")).json()["content"] == "other instance's"
 
 
-async def test_symlink_escape_over_http(controller: LiveController, admin: httpx.AsyncClient, tmp_path: Path) -> None:
+async def test_symlink_escape_over_http(
+    controller: LiveController, admin: httpx.AsyncClient, tmp_path: Path, boxes: None
+) -> None:
     secret = tmp_path / "host-secret"
     secret.write_text("do not leak")
     assert (await admin.put(f"{BASE}/outbox/{IID}/ok.txt", json={"content": "ok"})).status_code == 201
@@ -351,7 +375,7 @@ async def test_symlink_escape_over_http(controller: LiveController, admin: httpx
     assert not (tmp_path / "planted").exists() and secret.read_text() == "do not leak"
 
 
-async def test_validation_and_auth(controller: LiveController, admin: httpx.AsyncClient) -> None:
+async def test_validation_and_auth(controller: LiveController, admin: httpx.AsyncClient, boxes: None) -> None:
     path = f"{BASE}/inbox/{IID}/x.txt"
     cases = [
         ({"json": {}}, "content"),
