@@ -34,6 +34,7 @@ DEFAULT_STOP_GRACE_S = 5 * SECONDS
 DEFAULT_SOCKET_MODE = 0o660
 DEFAULT_MAX_SESSIONS = 256
 DEFAULT_MAX_CONNECTIONS = 128
+RETAINED_PER_LIVE = 4
 
 
 class ConfigError(ValueError):
@@ -70,6 +71,12 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     #: Default working directory for instances without one ("" = the instance dir). AIWG_WORKSPACE_ROOT
     workspace_root: str = ""
     dev: bool = False
+
+    @property
+    def max_retained(self) -> int:
+        """Exited sessions (and, separately, execs) kept for their exit status and output until
+        deleted. Past it new ones are refused, never old ones dropped behind a caller's back."""
+        return RETAINED_PER_LIVE * self.max_sessions
 
     @property
     def instances_dir(self) -> Path:

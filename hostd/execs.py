@@ -151,6 +151,13 @@ class ExecRegistry:
                 f"{self._config.max_sessions} execs are running already",
                 limit=self._config.max_sessions,
             )
+        retained = len(self._execs) - sum(1 for x in self._execs.values() if x.running)
+        if retained >= self._config.max_retained:
+            raise RpcError(
+                ErrorCode.LIMIT_REACHED,
+                f"{retained} exited execs are kept; delete some before starting more",
+                retained=retained,
+            )
         exec_id = req.exec_id or new_id()
         if exec_id in self._execs or exec_id in self._starting:
             raise RpcError(ErrorCode.REQUEST_INVALID, f"exec id {exec_id!r} is already in use", exec_id=exec_id)

@@ -41,8 +41,6 @@ log = logging.getLogger(__name__)
 READ_CHUNK = 64 * 1024
 #: Input a session may hold for a child that is not reading its terminal.
 INPUT_BACKLOG_BYTES = 4 * 1024 * 1024
-#: Exited-but-not-deleted sessions allowed, per allowed live session.
-RETAINED_PER_LIVE = 4
 #: Ring entries a subscriber takes per read.
 _BATCH = 32  # entries per write to a subscriber: at most 32 x 64 KiB
 #: After the leader exits, how long output may still arrive before the session counts as
@@ -218,7 +216,7 @@ class SessionRegistry:
         # Exited sessions keep their ring until deleted (the contract); bound how many may
         # pile up rather than ever dropping one behind the caller's back.
         retained = len(self._sessions) - sum(1 for s in self._sessions.values() if s.running)
-        if retained >= RETAINED_PER_LIVE * self._config.max_sessions:
+        if retained >= self._config.max_retained:
             raise RpcError(
                 ErrorCode.LIMIT_REACHED,
                 f"{retained} exited sessions are kept; delete some before creating more",

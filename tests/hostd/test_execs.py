@@ -386,6 +386,18 @@ async def test_limit_counts_live_execs(tmp_path: Path, leak_check: None) -> None
         await env.execs.cancel(first.exec_id, 0)
         second = await env.start(["true"])  # an exited exec no longer counts
         await env.wait_exited(second.exec_id)
+        # Exited execs are kept (exit status, output) up to a bound, then new ones are refused.
+        kept = [first.exec_id, second.exec_id]
+        while len(kept) < config.max_retained:
+            extra = await env.start(["true"])
+            await env.wait_exited(extra.exec_id)
+            kept.append(extra.exec_id)
+        with pytest.raises(RpcError) as excinfo:
+            await env.start(["true"])
+        assert code_of(excinfo) is ErrorCode.LIMIT_REACHED
+        assert all(env.execs.get(x).state == "exited" for x in kept)  # nothing was dropped
+        await env.execs.delete(kept[0])
+        await env.wait_exited((await env.start(["true"])).exec_id)
         await close_env(env)
         nursery.cancel_scope.cancel()
 

@@ -19,10 +19,10 @@ import psutil
 import pytest
 import trio
 
-from hostd.config import HostdConfig
+from hostd.config import RETAINED_PER_LIVE, HostdConfig
 from hostd.errors import RpcError
 from hostd.proctree import Cgroups
-from hostd.sessions import RETAINED_PER_LIVE, SessionRegistry, parse_signal
+from hostd.sessions import SessionRegistry, parse_signal
 from proto import ErrorCode
 from proto import messages as m
 from tests.processes import procs_where, tree_procs
