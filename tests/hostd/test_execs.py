@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import gc
 import itertools
 import math
 import os
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,8 @@ from hostd.instances import InstanceRegistry
 from hostd.proctree import Cgroups
 from proto import ErrorCode, new_id
 from proto import messages as m
-from tests.processes import procs_where, tree_procs
+from tests.hostd.registries import make_config
+from tests.processes import tree_procs
 
 WAIT_S = 10.0
 PY = sys.executable
@@ -56,36 +56,6 @@ class Env:
             while (info := self.execs.get(exec_id)).state != "exited":
                 await trio.sleep(0.01)
         return info
-
-
-def make_config(tmp_path: Path, **overrides: object) -> HostdConfig:
-    settings: dict = {
-        "state_dir": str(tmp_path / "state"),
-        "socket_path": str(tmp_path / "hostd.sock"),
-        "stop_grace_s": 2.0,
-        "cgroup_root": "off",
-    }
-    settings.update(overrides)
-    return HostdConfig(**settings)
-
-
-@pytest.fixture
-def leak_check(tmp_path: Path) -> Iterator[None]:
-    """Fail the test if any process started for it (found by its instance dir) or an fd is left."""
-    fds = set(os.listdir("/proc/self/fd"))
-    yield
-    gc.collect()
-    leaked_fds = {
-        fd: os.readlink(f"/proc/self/fd/{fd}")
-        for fd in set(os.listdir("/proc/self/fd")) - fds
-        if os.path.exists(f"/proc/self/fd/{fd}")
-    }
-    prefix = str(tmp_path)
-    left = procs_where("AIWG_INSTANCE_DIR", lambda v: v.startswith(prefix))
-    for proc in left:
-        proc.kill()
-    assert not left, f"processes left behind: {[p.pid for p in left]}"
-    assert not leaked_fds, f"fds left open: {leaked_fds}"
 
 
 async def open_env(config: HostdConfig, cgroups: Cgroups, nursery: trio.Nursery, workdir: Path) -> Env:

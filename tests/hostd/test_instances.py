@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import signal
 import stat
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psutil
@@ -20,7 +19,8 @@ from hostd.instances import InstanceRegistry
 from hostd.proctree import Cgroups
 from proto import ErrorCode, new_id
 from proto import messages as m
-from tests.processes import procs_where, running, tree_procs
+from tests.hostd.registries import make_config
+from tests.processes import running, tree_procs
 
 WAIT_S = 10.0
 SLEEPER = ["sleep", "300"]
@@ -38,36 +38,6 @@ def escapees(tree_id: str, leader: int) -> list[psutil.Process]:
         except (psutil.Error, ProcessLookupError):
             continue
     return found
-
-
-@pytest.fixture
-def leak_check(tmp_path: Path) -> Iterator[None]:
-    """Fail the test if any process started for it (found by its instance dir) or an fd is left."""
-    fds = set(os.listdir("/proc/self/fd"))
-    yield
-    gc.collect()
-    leaked_fds = {
-        fd: os.readlink(f"/proc/self/fd/{fd}")
-        for fd in set(os.listdir("/proc/self/fd")) - fds
-        if os.path.exists(f"/proc/self/fd/{fd}")
-    }
-    prefix = str(tmp_path)
-    left = procs_where("AIWG_INSTANCE_DIR", lambda v: v.startswith(prefix))
-    for proc in left:
-        proc.kill()
-    assert not left, f"processes left behind: {[p.pid for p in left]}"
-    assert not leaked_fds, f"fds left open: {leaked_fds}"
-
-
-def make_config(tmp_path: Path, **overrides: object) -> HostdConfig:
-    settings: dict = {
-        "state_dir": str(tmp_path / "state"),
-        "socket_path": str(tmp_path / "hostd.sock"),
-        "stop_grace_s": 2.0,
-        "cgroup_root": "off",
-    }
-    settings.update(overrides)
-    return HostdConfig(**settings)
 
 
 @pytest.fixture

@@ -19,30 +19,17 @@ import psutil
 import pytest
 import trio
 
-from hostd.config import RETAINED_PER_LIVE, HostdConfig
+from hostd.config import RETAINED_PER_LIVE
 from hostd.errors import RpcError
 from hostd.proctree import Cgroups
 from hostd.sessions import SessionRegistry, parse_signal
 from proto import ErrorCode
 from proto import messages as m
+from tests.hostd.registries import make_config
 from tests.processes import procs_where, tree_procs
 
 INSTANCE = "inst-1"
 TIMEOUT = 10
-
-
-def make_config(tmp_path: Path, **overrides: object) -> HostdConfig:
-    values: dict = {
-        "state_dir": str(tmp_path / "state"),
-        "socket_path": str(tmp_path / "hostd.sock"),
-        "ring_frames": 1000,
-        "ring_bytes": 4 * 1024 * 1024,
-        "stop_grace_s": 2.0,
-        "max_sessions": 16,
-        "cgroup_root": "off",
-    }
-    values.update(overrides)
-    return HostdConfig(**values)
 
 
 def marked(token: str) -> list[psutil.Process]:
