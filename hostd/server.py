@@ -78,8 +78,16 @@ class Connection:
                 self._encoder.append(frame, data)
         else:
             data = self._encoder.encode(frames)
-        async with self._send_lock:
+        # Take an uncontended lock without yielding: trio's acquire() schedules first, which lets a
+        # PTY echo overtake the reply to the write that caused it.
+        try:
+            self._send_lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self._send_lock.acquire()
+        try:
             await self.stream.send_all(data)
+        finally:
+            self._send_lock.release()
 
     async def send_error(self, frame_id: int, code: ErrorCode, message: str, **details: object) -> None:
         await self.send(m.ErrorResponse(id=frame_id, code=code.value, message=message, details=details))

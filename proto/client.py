@@ -211,7 +211,12 @@ class HostdClient:
             raise
         except (TypeError, ValueError) as exc:
             raise HostdProtocolError(f"cannot encode {type(frame).__name__}: {exc}") from exc
-        async with self._send_lock:
+        # An uncontended lock is taken without yielding (acquire() would schedule first).
+        try:
+            self._send_lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self._send_lock.acquire()
+        try:
             self._raise_if_broken()
             try:
                 await self._sock.send_all(data)
@@ -222,6 +227,8 @@ class HostdClient:
                     await self._reader_done.wait()
                 self._fail(HostdConnectionLost(f"connection to hostd lost while sending: {exc}"))
                 raise self._broken from exc  # type: ignore[misc]
+        finally:
+            self._send_lock.release()
 
     def _fail(self, error: HostdError) -> None:
         """Mark the client broken and fail every in-flight call and stream at once."""
