@@ -206,6 +206,13 @@ class ExecRegistry:
             rec.ctrl = ControlChannel(parent_sock, exec_id)
         self._execs[exec_id] = rec
         self._nursery.start_soon(self._run, rec, req.timeout_s)
+        try:
+            # Stopped or destroyed while we spawned? Its kill_instance did not see this exec.
+            self._resolve(req.instance_id)
+        except RpcError:
+            with trio.CancelScope(shield=True):
+                await self.delete(exec_id)
+            raise
         return rec.info()
 
     def _make_cgroup(self, parent: Path | None, exec_id: str) -> Path | None:

@@ -299,6 +299,14 @@ class InstanceRegistry:
             info = inst.info
             if inst.run != run:
                 return
+            if not inst.stopping and info.state == "running":
+                # What the main process left behind in its tree goes with it, before the instance
+                # shows as ended: a start that follows at once must not have its new main swept.
+                await proctree.kill_tree_now(
+                    leader=None, pgid=pid, cgroup=self._main_cgroup(info), tree_id=self._tree(info.instance_id)
+                )
+                if inst.run != run:
+                    return
             inst.proc = None
             info.pid = info.pgid = inst.create_time = None
             info.exit_code = code
@@ -315,10 +323,6 @@ class InstanceRegistry:
                     info.note = f"main process {pid} exited with code {code}"
                 else:
                     info.note = f"main process {pid} ended (exit status unknown: adopted after a hostd restart)"
-            # What the main process left behind in its tree goes with it.
-            await proctree.kill_tree_now(
-                leader=None, pgid=pid, cgroup=self._main_cgroup(info), tree_id=self._tree(info.instance_id)
-            )
             self._commit(inst)
         finally:
             done.set()

@@ -87,6 +87,11 @@ async def spawn(
             errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
             error=str(exc),
         ) from exc
+    except ValueError as exc:
+        # A NUL byte in argv or env, or a variable name with "=": refused before the fork.
+        raise RpcError(
+            ErrorCode.SPAWN_FAILED, f"cannot start {argv[0]!r}: {exc}", argv0=argv[0], error=str(exc)
+        ) from exc
     except subprocess.SubprocessError as exc:
         # Raised when the pre-exec function (joining the cgroup) failed in the child.
         raise RpcError(

@@ -60,6 +60,20 @@ def _resolve(argv0: str, cwd: str, env: Mapping[str, str]) -> str:
     return os.path.abspath(found)
 
 
+def _check_exec_args(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """Raise ValueError for what ``execve`` would refuse. ptyprocess execs in the forked child
+    and does not catch a ValueError there: the child would go on running hostd's code."""
+    for arg in argv:
+        if "\0" in arg:
+            raise ValueError(f"argument {arg[:80]!r} contains a NUL byte")
+        os.fsencode(arg)
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            raise ValueError(f"environment entry {key[:80]!r} is not valid")
+        os.fsencode(key)
+        os.fsencode(value)
+
+
 def _preexec(cwd: str, join_cgroup: Callable[[], None] | None) -> Callable[[], None]:
     def preexec() -> None:
         # ptyprocess would chdir outside its error reporting: an exception there would leave
@@ -248,6 +262,7 @@ def _spawn_blocking(
 ) -> PtyChild:
     _spawned.proc = None
     try:
+        _check_exec_args(argv, env)
         executable = _resolve(argv[0], cwd, env)
         proc = _PtyProcess.spawn(
             [executable, *argv[1:]],

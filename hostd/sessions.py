@@ -226,6 +226,9 @@ class SessionRegistry:
         cwd = os.path.normpath(os.path.join(ctx.working_dir, req.cwd or ""))
         if not os.path.isdir(cwd):
             raise RpcError(ErrorCode.WORKING_DIR_NOT_FOUND, f"working directory {cwd!r} does not exist", cwd=cwd)
+        for key, value in req.env.items():
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise RpcError(ErrorCode.REQUEST_INVALID, f"env entry {key!r} is not valid", key=key)
         env = {**ctx.env, **req.env}
         env.setdefault("TERM", DEFAULT_TERM)
         env[TREE_ENV] = self._tree(sid)
@@ -245,6 +248,16 @@ class SessionRegistry:
         s = _Session(sid, req, cwd, child, cgroup, ring)
         self._sessions[sid] = s
         self._nursery.start_soon(self._run, s, name=f"session {sid}")
+        try:
+            # Stopped or destroyed while we spawned? Its kill_instance did not see this session.
+            self._resolve(s.instance_id)
+        except RpcError:
+            s.deleted = True
+            await self._kill(s, 0)
+            if self._sessions.get(sid) is s:
+                del self._sessions[sid]
+            Cgroups.remove(cgroup)
+            raise
         log.info("session %s started: pid %d, instance %s, argv %r", sid, child.pid, s.instance_id, s.argv)
         return s.info()
 
@@ -384,7 +397,7 @@ class SessionRegistry:
 
     async def _kill(self, s: _Session, grace_s: float) -> None:
         with trio.CancelScope(shield=True):
-            if s.running:
+            if s.running and not s.child.reaped:  # a leader that exited on its own keeps its reason
                 s.killed = True
             await self._terminate(s, grace_s)
             with trio.move_on_after(_SETTLE_S):

@@ -43,7 +43,9 @@ def write_private(path: Path, data: bytes) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         os.fchmod(fd, 0o600)
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:  # a short write (disk full, size limit) must not go unnoticed
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)

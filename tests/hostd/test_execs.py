@@ -431,3 +431,33 @@ async def test_overlong_control_line_is_recorded_as_invalid_and_skipped(env: Env
     messages = [f.message for f in frames if isinstance(f, m.ExecControlMessage)]
     assert messages == [{"type": "invalid", "raw": '{"long": "' + "x" * 190}, {"type": "after"}]
     assert frames[-2].exit_code == 0
+
+
+async def test_argv_that_exec_refuses_is_spawn_failed(env: Env) -> None:
+    """A NUL byte in argv (legal in the protocol) is a typed error, not an internal one."""
+    with pytest.raises(RpcError) as excinfo:
+        await env.start(["sh", "-c", "true", "a\0b"])
+    assert code_of(excinfo) is ErrorCode.SPAWN_FAILED
+    assert env.execs.list() == []
+
+
+async def test_instance_stopped_while_an_exec_spawns(env: Env) -> None:
+    """The instance's stop cannot see an exec still being spawned: the start must notice the
+    stop and not leave its tree running in a stopped instance."""
+    result: list[object] = []
+
+    async def start() -> None:
+        try:
+            result.append(await env.start(["sleep", "300"]))
+        except RpcError as exc:
+            result.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(start)
+        with trio.fail_after(10):  # wait until it is in the spawn thread
+            while not env.execs._starting:
+                await trio.sleep(0)
+        await env.instances.stop(env.instance_id, 0.5)
+    assert isinstance(result[0], RpcError) and result[0].code is ErrorCode.INSTANCE_INVALID_STATE
+    assert env.execs.list() == []
+    assert not tree_procs(env.instance_id)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import psutil
 import pytest
 import trio
 
+from hostd import statefile
 from hostd.config import HostdConfig
 from hostd.errors import RpcError
 from hostd.instances import InstanceRegistry
@@ -387,3 +390,54 @@ async def test_real_cgroups(tmp_path: Path, leak_check: None) -> None:
         await reg.destroy(iid, 0.5)
         assert not (cgroups.root / iid).exists()
         nursery.cancel_scope.cancel()
+
+
+async def test_main_command_that_exec_refuses_is_spawn_failed(registry: InstanceRegistry) -> None:
+    """A NUL byte in the command is a typed error; the instance is failed, not stuck starting."""
+    bad = ["sh", "-c", "true", "a\0b"]
+    with pytest.raises(RpcError) as excinfo:
+        await registry.provision(provision_req(command=bad))
+    assert rpc_code(excinfo) is ErrorCode.SPAWN_FAILED
+    assert registry.list() == []
+    req = provision_req(command=bad, start=False)
+    await registry.provision(req)
+    with pytest.raises(RpcError) as excinfo:
+        await registry.start(req.instance_id)
+    assert rpc_code(excinfo) is ErrorCode.SPAWN_FAILED
+    assert registry.get(req.instance_id).state == "failed"
+
+
+def test_state_file_write_cut_short_keeps_the_previous_file(tmp_path: Path) -> None:
+    """A short write (disk full, file size limit) must fail the write, never replace the good
+    state file with a truncated one (the next hostd would start empty and orphan every agent)."""
+    path = tmp_path / "state" / "hostd-state.json"
+    info = m.InstanceInfo(
+        instance_id="i-1", name="x", state="running", instance_dir="/nonexistent", working_dir="/", created_at=1.0
+    )
+    statefile.write(path, [statefile.PersistedInstance(info=info)])
+    big = msgspec.structs.replace(info, labels={f"k{i}": "v" * 100 for i in range(100)})
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (path.stat().st_size + 100, hard))
+    try:
+        statefile.write(path, [statefile.PersistedInstance(info=big)])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    records = statefile.read(path)
+    assert records is not None and [r.info for r in records] == [info]
+
+
+async def test_start_right_after_the_main_process_failed_is_not_killed(registry: InstanceRegistry) -> None:
+    """The watcher kills what a failed main process left behind; a start that comes as soon as
+    the instance shows ``failed`` must not have its new main process killed by that sweep."""
+    # Fails (leaving a sleep behind) the first time, runs the second time.
+    script = "if [ -e ran ]; then exec sleep 300; fi; touch ran; sleep 300 & exit 3"
+    req = provision_req(command=["sh", "-c", script])
+    await registry.provision(req)
+    iid = req.instance_id
+    with trio.fail_after(WAIT_S):
+        while registry.get(iid).state != "failed":
+            await trio.sleep(0)
+    info = await registry.start(iid)
+    assert info.state == "running"
+    await trio.sleep(0.5)
+    assert registry.get(iid).state == "running", registry.get(iid).note

@@ -43,6 +43,8 @@ class Harness:
         self.workdir = tmp_path / "work"
         self.workdir.mkdir(exist_ok=True)
         self.cgroup: Path | None = None
+        #: Set as InstanceRegistry does when the instance starts stopping: no new children.
+        self.stopping = False
         self.context = SimpleNamespace(
             instance_id=INSTANCE,
             working_dir=str(self.workdir),
@@ -55,6 +57,8 @@ class Harness:
     def resolve(self, instance_id: str) -> SimpleNamespace:
         if instance_id != INSTANCE:
             raise RpcError(ErrorCode.INSTANCE_NOT_FOUND, f"no instance {instance_id!r}")
+        if self.stopping:
+            raise RpcError(ErrorCode.INSTANCE_INVALID_STATE, f"instance {instance_id!r} is stopping")
         return self.context
 
     async def create(self, *argv: str, **kw: object) -> m.SessionInfo:
@@ -606,3 +610,53 @@ async def test_session_in_its_own_cgroup(make_harness: Callable[..., Harness]) -
     finally:
         Cgroups.kill(instance_cgroup)
         Cgroups.remove(instance_cgroup)
+
+
+async def test_argv_and_env_that_exec_refuses_are_errors(harness: Harness) -> None:
+    """execve refuses a NUL in argv and a bad env name only in the forked child, where ptyprocess
+    does not catch it: the child must never go on as a copy of hostd (nor the RPC hang)."""
+    with trio.fail_after(5):
+        with pytest.raises(RpcError) as excinfo:
+            await harness.create("sh", "-c", "echo hi", "a\0b")
+        assert excinfo.value.code is ErrorCode.SPAWN_FAILED
+        for env in ({"A=B": "x"}, {"A": "x\0y"}, {"": "x"}):
+            with pytest.raises(RpcError) as excinfo:
+                await harness.create("true", env=env)
+            assert excinfo.value.code is ErrorCode.REQUEST_INVALID
+    assert harness.registry.list() == []
+
+
+async def test_kill_after_the_leader_exited_keeps_its_end_reason(harness: Harness) -> None:
+    """A kill that only sweeps what the exited leader left behind does not make it ``killed``."""
+    info = await harness.create("sh", "-c", "(trap '' HUP; sleep 300 &); exit 3")
+    sid = info.session_id
+    with trio.fail_after(TIMEOUT):  # the leader is reaped; the sleep holds the pty (drain)
+        while (now := harness.registry.get(sid)).exit_code != 3:
+            await trio.sleep(0.005)
+    assert now.state == "running"
+    killed = await harness.registry.kill(sid, 0.5)
+    assert (killed.state, killed.exit_code, killed.end_reason) == ("exited", 3, "exited")
+    assert_tree_gone(sid)
+
+
+async def test_instance_stopping_while_a_session_spawns(harness: Harness) -> None:
+    """The instance's stop (kill_instance) cannot see a session still being spawned: the create
+    must notice the stop and not leave a session running in a stopped instance."""
+    result: list[object] = []
+
+    async def create() -> None:
+        try:
+            result.append(await harness.create("sleep", "300"))
+        except RpcError as exc:
+            result.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(create)
+        with trio.fail_after(10):  # wait until it is in the spawn thread
+            while not harness.registry._starting:
+                await trio.sleep(0)
+        harness.stopping = True
+        await harness.registry.kill_instance(INSTANCE, 0)
+    assert isinstance(result[0], RpcError) and result[0].code is ErrorCode.INSTANCE_INVALID_STATE
+    assert harness.registry.counts() == (0, 0)
+    assert not marked(harness.token)
