@@ -63,7 +63,7 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     #: SIGTERM → SIGKILL grace for stop/kill. AIWG_STOP_GRACE_S
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
-    #: Concurrent sessions+execs and RPC connections. AIWG_MAX_SESSIONS, AIWG_MAX_CONNECTIONS
+    #: Running sessions, and separately running execs; RPC connections. AIWG_MAX_SESSIONS, AIWG_MAX_CONNECTIONS
     max_sessions: int = DEFAULT_MAX_SESSIONS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     #: Parent cgroup v2 directory for instances; "" = auto-detect, "off" = never. AIWG_CGROUP_ROOT

@@ -36,6 +36,7 @@ from . import control, procspawn, proctree
 from .config import HostdConfig
 from .control import ControlChannel
 from .errors import RpcError
+from .instancedir import validate_child_env
 from .instances import InstanceContext
 from .proctree import Cgroups
 from .ring import OutputRing, SeqOutOfRange
@@ -161,9 +162,7 @@ class ExecRegistry:
         exec_id = req.exec_id or new_id()
         if exec_id in self._execs or exec_id in self._starting:
             raise RpcError(ErrorCode.REQUEST_INVALID, f"exec id {exec_id!r} is already in use", exec_id=exec_id)
-        for key, value in req.env.items():
-            if not key or "=" in key or "\0" in key or "\0" in value:
-                raise RpcError(ErrorCode.REQUEST_INVALID, f"env entry {key!r} is not valid", key=key)
+        validate_child_env(req.env)
         # An absolute cwd is taken as is, a relative one below the instance's working dir.
         cwd = os.path.join(ctx.working_dir, req.cwd) if req.cwd else ctx.working_dir
         if not os.path.isdir(cwd):

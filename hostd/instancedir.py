@@ -39,16 +39,24 @@ _RESERVED_ENV = frozenset(
 )
 
 
-def validate_env(env: dict[str, str]) -> None:
-    """Refuse (``REQUEST_INVALID``) keys that are no variable names or that hostd sets, and values
-    that would break agent.env's one-line-per-entry format."""
+def validate_child_env(env: dict[str, str]) -> None:
+    """Refuse (``REQUEST_INVALID``) env a caller hands a session or exec: keys that are no variable
+    names or that hostd sets itself (a child must not pass for another instance or tree), and NULs."""
     for key, value in env.items():
         if not _ENV_KEY.match(key):
             raise RpcError(ErrorCode.REQUEST_INVALID, f"env key {key!r} is not a valid variable name", key=key)
         if key in _RESERVED_ENV:
             raise RpcError(ErrorCode.REQUEST_INVALID, f"env key {key!r} is set by hostd", key=key)
-        if "\n" in value or "\r" in value or "\0" in value:
-            raise RpcError(ErrorCode.REQUEST_INVALID, f"env value of {key!r} contains a newline or NUL", key=key)
+        if "\0" in value:
+            raise RpcError(ErrorCode.REQUEST_INVALID, f"env value of {key!r} contains a NUL", key=key)
+
+
+def validate_env(env: dict[str, str]) -> None:
+    """As :func:`validate_child_env`, and no newlines either: agent.env holds one entry per line."""
+    validate_child_env(env)
+    for key, value in env.items():
+        if "\n" in value or "\r" in value:
+            raise RpcError(ErrorCode.REQUEST_INVALID, f"env value of {key!r} contains a newline", key=key)
 
 
 def requested_working_dir(working_dir: str | None) -> str:

@@ -29,6 +29,7 @@ import trio
 
 from hostd.config import HostdConfig
 from hostd.errors import RpcError
+from hostd.instancedir import validate_child_env
 from hostd.proctree import TREE_ENV, Cgroups, terminate_tree
 from hostd.ptyspawn import ExitStatus, PtyChild, spawn_pty
 from hostd.ring import OutputRing
@@ -142,8 +143,7 @@ class _Session:
 class SessionRegistry:
     """Every PTY session of this hostd. See the module docstring for ownership.
 
-    ``count_others`` (set by the server, default none) counts other live children (execs)
-    against ``config.max_sessions``.
+    At most ``config.max_sessions`` sessions run at once (execs have their own, equal limit).
     """
 
     def __init__(
@@ -160,7 +160,6 @@ class SessionRegistry:
         self._sessions: dict[str, _Session] = {}
         self._starting: set[str] = set()
         self._closing = False
-        self.count_others: Callable[[], int] = lambda: 0
 
     # -- lookups --------------------------------------------------------------------------
 
@@ -207,7 +206,7 @@ class SessionRegistry:
         sid = req.session_id or new_id()
         if sid in self._sessions or sid in self._starting:
             raise RpcError(ErrorCode.REQUEST_INVALID, f"session {sid!r} already exists", session_id=sid)
-        if self._live() + self.count_others() >= self._config.max_sessions:
+        if self._live() >= self._config.max_sessions:
             raise RpcError(
                 ErrorCode.LIMIT_REACHED,
                 f"at most {self._config.max_sessions} sessions and execs may run at once",
@@ -226,9 +225,7 @@ class SessionRegistry:
         cwd = os.path.normpath(os.path.join(ctx.working_dir, req.cwd or ""))
         if not os.path.isdir(cwd):
             raise RpcError(ErrorCode.WORKING_DIR_NOT_FOUND, f"working directory {cwd!r} does not exist", cwd=cwd)
-        for key, value in req.env.items():
-            if not key or "=" in key or "\0" in key or "\0" in value:
-                raise RpcError(ErrorCode.REQUEST_INVALID, f"env entry {key!r} is not valid", key=key)
+        validate_child_env(req.env)
         env = {**ctx.env, **req.env}
         env.setdefault("TERM", DEFAULT_TERM)
         env[TREE_ENV] = self._tree(sid)

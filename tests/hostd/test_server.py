@@ -356,3 +356,19 @@ async def test_stopping_an_instance_spares_a_session_that_shares_its_name(hostd:
         for iid in ("twin", "other"):
             await client.call(m.InstanceDestroyRequest(instance_id=iid, grace_s=0.2))
         assert not alive({created.session.pid})
+
+
+async def test_children_cannot_pass_for_another_instance_or_tree(hostd: HostdProcess) -> None:
+    async with open_hostd(hostd.socket_path) as client:
+        await client.call(m.InstanceProvisionRequest(instance_id="env", name="env"))
+        for bad in ({"AIWG_INSTANCE_ID": "someone-else"}, {"AIWG_TREE": "x"}, {"BAD NAME": "1"}, {"A": "nul\0"}):
+            for request in (
+                m.SessionCreateRequest(instance_id="env", argv=["true"], env=bad),
+                m.ExecStartRequest(instance_id="env", argv=["true"], env=bad),
+            ):
+                with pytest.raises(HostdRemoteError) as info:
+                    await client.call(request)
+                assert info.value.code == "request.invalid", (bad, type(request).__name__)
+        # A newline is fine in a child's environment (only agent.env is line-based).
+        ok = await client.call(m.ExecStartRequest(instance_id="env", argv=["true"], env={"MULTI": "a\nb"}))
+        assert ok.exec.state in ("running", "exited")
