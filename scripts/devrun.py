@@ -82,7 +82,10 @@ def main() -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean stop
+        # A second Ctrl-C or SIGTERM (``timeout`` signals its whole process group as well as the
+        # child) must not cut the clean stop short and orphan hostd.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if controller is not None:
             _stop(controller, "controller")
         if hostd is not None:
