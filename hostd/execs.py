@@ -258,6 +258,8 @@ class ExecRegistry:
             raise
         finally:
             self._finish(rec)
+        # _finish tried once; a cgroup can stay busy for a moment after its last process died.
+        await proctree.remove_cgroup(rec.cgroup)
 
     def _finish(self, rec: _Exec) -> None:
         rec.running = False

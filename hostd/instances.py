@@ -384,12 +384,7 @@ class InstanceRegistry:
                 leader=inst.proc.pid, pgid=inst.proc.pid, cgroup=cgroup, tree_id=self._tree(info.instance_id)
             )
         await trio.to_thread.run_sync(instancedir.remove, Path(info.instance_dir))
-        # A cgroup can stay busy for a moment after its last process died.
-        for _ in range(50):
-            Cgroups.remove(cgroup)
-            if cgroup is None or not cgroup.exists():
-                break
-            await trio.sleep(0.02)
+        await proctree.remove_cgroup(cgroup)
 
     def _main_cgroup(self, info: m.InstanceInfo) -> Path | None:
         return Path(info.cgroup) / "main" if info.cgroup else None

@@ -173,6 +173,23 @@ class Cgroups:
             path.rmdir()
 
 
+async def remove_cgroup(path: Path | None, *, timeout_s: float = 1.0) -> None:
+    """Remove ``path`` (and child cgroups) once the kernel lets go of it.
+
+    A cgroup stays busy for a moment after its last process died; one rmdir would leave an empty
+    directory behind for every session or exec. Gives up after ``timeout_s`` with a warning.
+    """
+    deadline = time.monotonic() + timeout_s
+    while path is not None and path.exists():
+        Cgroups.remove(path)
+        if not path.exists():
+            return
+        if time.monotonic() >= deadline:
+            log.warning("cgroup %s is still busy; left in place", path)
+            return
+        await trio.sleep(_POLL_S)
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE

@@ -30,7 +30,7 @@ import trio
 from hostd.config import HostdConfig
 from hostd.errors import RpcError
 from hostd.instancedir import validate_child_env
-from hostd.proctree import TREE_ENV, Cgroups, terminate_tree
+from hostd.proctree import TREE_ENV, Cgroups, remove_cgroup, terminate_tree
 from hostd.ptyspawn import ExitStatus, PtyChild, spawn_pty
 from hostd.ring import OutputRing
 from proto import ErrorCode, new_id
@@ -422,7 +422,7 @@ class SessionRegistry:
             await self._kill(s, self._config.stop_grace_s)
             if self._sessions.get(session_id) is s:
                 del self._sessions[session_id]
-            Cgroups.remove(s.cgroup)
+            await remove_cgroup(s.cgroup)
         log.info("session %s deleted", session_id)
 
     async def shutdown(self) -> None:

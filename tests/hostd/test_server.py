@@ -372,3 +372,23 @@ async def test_children_cannot_pass_for_another_instance_or_tree(hostd: HostdPro
         # A newline is fine in a child's environment (only agent.env is line-based).
         ok = await client.call(m.ExecStartRequest(instance_id="env", argv=["true"], env={"MULTI": "a\nb"}))
         assert ok.exec.state in ("running", "exited")
+
+
+async def test_sessions_and_execs_leave_no_cgroup_behind(hostd: HostdProcess) -> None:
+    if hostd.cgroup is None:
+        pytest.skip("needs root and a writable cgroup v2 hierarchy")
+    async with open_hostd(hostd.socket_path) as client:
+        info = (await client.call(m.InstanceProvisionRequest(instance_id="cg", name="cg"))).instance
+        instance_cgroup = Path(info.cgroup)
+        for _ in range(5):
+            sid = (await client.call(m.SessionCreateRequest(instance_id="cg", argv=["sleep", "60"]))).session.session_id
+            await client.call(m.SessionDeleteRequest(session_id=sid))
+            ex = (await client.call(m.ExecStartRequest(instance_id="cg", argv=["true"]))).exec
+            async with client.stream(m.ExecSubscribeRequest(exec_id=ex.exec_id)) as events:
+                async for _ in events:
+                    pass
+        with trio.fail_after(5):
+            while [p.name for p in instance_cgroup.iterdir() if p.is_dir()]:
+                await trio.sleep(0.05)
+        await client.call(m.InstanceDestroyRequest(instance_id="cg", grace_s=0.2))
+        assert not instance_cgroup.exists()
