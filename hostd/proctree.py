@@ -230,11 +230,35 @@ def tree_members(
     if pgid is not None and pgid > 1:
         for proc in psutil.process_iter():
             with contextlib.suppress(psutil.Error, OSError):
-                if os.getpgid(proc.pid) == pgid:
+                if os.getpgid(proc.pid) == pgid and _mark(proc) in (None, tree_id):
                     add([proc])
     if tree_id:
         add(_tree_marked(tree_id))
     return members
+
+
+def _mark(proc: psutil.Process) -> str | None:
+    try:
+        return proc.environ().get(TREE_ENV)
+    except psutil.Error:
+        return None
+
+
+def own_group(pgid: int | None, tree_id: str | None) -> int | None:
+    """``pgid`` if signalling that whole group is safe, else None.
+
+    Once a tree's leader is reaped its pid, and so its group id, may be reused, most likely by
+    another tree hostd just started. A group holding a process marked for another tree is not
+    ours any more: its members are then signalled one by one instead of with ``killpg``.
+    """
+    if pgid is None or pgid <= 1:
+        return None
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == pgid and _mark(proc) not in (None, tree_id):
+                log.warning("process group %s now belongs to another tree; not signalling it whole", pgid)
+                return None
+    return pgid
 
 
 def _signal_all(members: dict[int, psutil.Process], pgid: int | None, sig: int) -> None:
@@ -269,6 +293,7 @@ async def terminate_tree(
     half-killed tree behind. Never signals pid 1, hostd itself or hostd's process group.
     """
     with trio.CancelScope(shield=True):
+        pgid = await trio.to_thread.run_sync(own_group, pgid, tree_id)
         members = await trio.to_thread.run_sync(
             lambda: tree_members(leader=leader, pgid=pgid, cgroup=cgroup, tree_id=tree_id)
         )
@@ -299,6 +324,7 @@ async def kill_tree_now(
     """SIGKILL every member of the tree by every mark, then wait briefly for them to go."""
     with trio.CancelScope(shield=True):
         Cgroups.kill(cgroup)
+        pgid = await trio.to_thread.run_sync(own_group, pgid, tree_id)
         members = dict(known or {})
         members.update(
             await trio.to_thread.run_sync(
