@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 READ_CHUNK_BYTES = 256 * 1024
 ORDERED_BACKLOG = 256
 ORDERED_IDLE_S = 30.0
+#: A client that accepts no bytes for this long is disconnected (its sessions go on).
+SEND_STALL_S = 10.0
 MAX_TASKS_PER_CONNECTION = 4096
 HELLO_TIMEOUT_S = 10.0
 _CLIENT_DECODER = msgspec.msgpack.Decoder(m.ClientFrame)
@@ -85,7 +87,15 @@ class Connection:
         except trio.WouldBlock:
             await self._send_lock.acquire()
         try:
-            await self.stream.send_all(data)
+            # A frame is written whole or the connection is closed: a send cut short by a
+            # cancellation (StreamCancel, a deadline) would leave half a frame on the wire and
+            # the peer's decoder lost. A peer that stops reading altogether is cut off instead.
+            with trio.CancelScope(shield=True), trio.move_on_after(SEND_STALL_S) as stall:
+                await self.stream.send_all(data)
+            if stall.cancelled_caught:
+                self._closed = True
+                await self.stream.aclose()
+                raise trio.BrokenResourceError(f"{self!r} took no data for {SEND_STALL_S} s")
         finally:
             self._send_lock.release()
 

@@ -48,6 +48,7 @@ DEFAULT_CONNECT_TIMEOUT_S = 5.0
 DEFAULT_CALL_TIMEOUT_S = 30.0
 DEFAULT_STREAM_BUFFER = 1024
 READ_CHUNK_BYTES = 256 * 1024
+SEND_STALL_S = 10.0
 
 R = TypeVar("R", bound=m.Response)
 
@@ -219,7 +220,14 @@ class HostdClient:
         try:
             self._raise_if_broken()
             try:
-                await self._sock.send_all(data)
+                # Whole frames only: a send cut short by the caller's deadline or cancellation
+                # would leave half a frame on the wire for every other call on the connection.
+                # A hostd that takes no bytes at all for SEND_STALL_S breaks the connection.
+                with trio.CancelScope(shield=True), trio.move_on_after(SEND_STALL_S) as stall:
+                    await self._sock.send_all(data)
+                if stall.cancelled_caught:
+                    self._fail(HostdConnectionLost(f"hostd took no data for {SEND_STALL_S} s"))
+                    raise self._broken  # type: ignore[misc]
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 # hostd may have said why before it closed (a refused peer, shutting down):
                 # let the reader take that frame first, so the caller gets the real reason.

@@ -392,3 +392,41 @@ async def test_sessions_and_execs_leave_no_cgroup_behind(hostd: HostdProcess) ->
                 await trio.sleep(0.05)
         await client.call(m.InstanceDestroyRequest(instance_id="cg", grace_s=0.2))
         assert not instance_cgroup.exists()
+
+
+async def test_stream_cancelled_mid_write_never_leaves_half_a_frame(hostd: HostdProcess) -> None:
+    """StreamCancel lands while hostd is blocked writing a large batch to a client that stopped
+    reading: the batch still goes out whole, and the connection stays usable."""
+    enc = FrameEncoder()
+    async with open_hostd(hostd.socket_path) as setup:
+        await setup.call(m.InstanceProvisionRequest(instance_id="flood", name="flood"))
+        sid = (
+            await setup.call(
+                m.SessionCreateRequest(instance_id="flood", argv=["sh", "-c", "sleep 0.3; head -c 30000000 /dev/zero"])
+            )
+        ).session.session_id
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.connect(str(hostd.socket_path))
+    async with trio.SocketStream(sock) as stream:
+        await stream.send_all(
+            hello_bytes() + bytes(enc.encode(m.SessionSubscribeRequest(id=2, session_id=sid, from_seq=1)))
+        )
+        await trio.sleep(1.0)  # not reading: hostd blocks mid-batch on a full socket buffer
+        await stream.send_all(
+            bytes(enc.encode(m.StreamCancel(id=3, stream_id=2))) + bytes(enc.encode(m.PingRequest(id=4)))
+        )
+        await trio.sleep(0.5)  # hostd takes the cancel while still blocked in that write
+        buf = FrameBuffer()
+        seen: list[m.Frame] = []
+        with trio.fail_after(8):
+            while not (
+                any(isinstance(f, m.PingResponse) for f in seen)
+                and any(f.id == 2 and isinstance(f, m.StreamEnd) for f in seen)
+            ):
+                data = await stream.receive_some(1 << 20)
+                assert data, "hostd closed the connection"
+                buf.feed(data)
+                while (frame := buf.next_message(SERVER)) is not None:  # raises on half a frame
+                    seen.append(frame)
+        # Every frame decoded whole (next_message raises on half a frame), the stream ended, and
+        # the connection still answers.
