@@ -352,10 +352,16 @@ class RpcServer:
                 self.connections.discard(conn)
 
     async def announce_shutdown(self) -> None:
-        """Tell every client hostd is going away (best effort, bounded)."""
+        """Tell every client hostd is going away: best effort, all at once, so one client that
+        stopped reading (whose send can take up to ``SEND_STALL_S``) delays no one else."""
+
+        async def tell(conn: Connection) -> None:
+            try:
+                await conn.send_error(0, ErrorCode.SHUTTING_DOWN, "hostd is shutting down")
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
         with trio.move_on_after(1):
-            for conn in list(self.connections):
-                try:
-                    await conn.send_error(0, ErrorCode.SHUTTING_DOWN, "hostd is shutting down")
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
+            async with trio.open_nursery() as nursery:
+                for conn in list(self.connections):
+                    nursery.start_soon(tell, conn)
