@@ -36,6 +36,8 @@ from .storage import StorageService
 from .store import Store
 
 API_PREFIX = "/api/"
+#: Methods that get their own metric label; any other token (clients may send anything) is "other".
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def _surface(blueprint: str | None, path: str) -> str:
@@ -121,7 +123,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
             rule = request.url_rule.rule if request.url_rule is not None else "<unmatched>"
             metrics.observe_http(
                 _surface(request.blueprint, request.path),
-                request.method,
+                request.method if request.method in HTTP_METHODS else "other",
                 rule,
                 response.status_code,
                 time.perf_counter() - started,
@@ -136,7 +138,10 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         try:
             await request.get_data(cache=False)
         except HTTPException:
-            pass  # over the size limit: the connection is not reused anyway
+            # Over the size limit: the rest of the body stays unread, and hypercorn (with
+            # quart-trio cancelling the request's tasks) neither recycles nor closes such a
+            # connection, so a client reusing it would wait forever. Tell it not to.
+            response.headers["Connection"] = "close"
         return response
 
     @app.errorhandler(HTTPException)

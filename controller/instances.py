@@ -130,13 +130,19 @@ class InstanceService:
             created_at=info.created_at or now,
             updated_at=now,
         )
-        try:
-            await self.store.insert_instance(rec)
-        except NameTaken:
-            rec.name = f"{info.name}-{info.instance_id[:8]}"
-            await self.store.insert_instance(rec)
-        log.info("adopted hostd instance %s (%s) into the catalog", rec.id, rec.name)
-        return rec
+        for name in (info.name, f"{info.name}-{info.instance_id[:8]}"):
+            rec.name = name
+            try:
+                await self.store.insert_instance(rec)
+            except NameTaken:
+                # A concurrent reconcile (another GET, a /metrics scrape) may have adopted it first.
+                existing = await self.store.get_instance(rec.id)
+                if existing is not None:
+                    return existing
+                continue
+            log.info("adopted hostd instance %s (%s) into the catalog", rec.id, rec.name)
+            return rec
+        raise NameTaken(rec.name)
 
     async def reconcile(self) -> list[InstanceRecord]:
         """Read every instance from hostd (HostdError if it cannot) and fold it into the catalog."""
@@ -231,8 +237,13 @@ class InstanceService:
             existing = self.operations.in_flight(_name_key(req.name))
             if existing is not None:
                 op = await self.operations.get(existing)
-                if op is not None:
+                if op is not None and op.kind == "instance.provision":
                     return op, False
+                if op is not None:  # e.g. the decommission of the instance holding the name
+                    raise conflict(
+                        "instance.already_exists",
+                        f"the name {req.name!r} is held by operation {op.id} ({op.kind}); retry once it has ended",
+                    )
             if await self.store.get_instance_by_name(req.name) is not None:
                 raise conflict("instance.already_exists", f"an instance named {req.name!r} already exists")
             self._require_hostd()
@@ -363,6 +374,10 @@ class InstanceService:
 
     async def decommission(self, instance_id: str, *, force: bool) -> OperationRecord:
         kind = "instance.decommission"
+        if not force and self.link.ready:
+            # Judge "running" by hostd's state now, not the catalog's last view (hostctl may have
+            # started it since); a hostd that cannot answer fails this request closed (503).
+            await self.reconcile_one(instance_id)
         rec, existing = await self._record_for_verb(instance_id, kind)
         if existing is not None:
             return existing

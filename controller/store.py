@@ -124,14 +124,17 @@ class Store:
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Store:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Made 0600 before SQLite opens it: SQLite gives the -wal and -shm files the database
+        # file's mode, so none of the three is ever readable by others, not even for a moment.
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        os.chmod(path, 0o600)
         db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         db.row_factory = sqlite3.Row
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=5000")
         db.executescript(SCHEMA)
-        os.chmod(path, 0o600)
         return cls(db, path)
 
     def close(self) -> None:

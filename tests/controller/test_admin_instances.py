@@ -258,3 +258,48 @@ async def test_hostd_state_changes_show_through(
     with trio.fail_after(5):
         rec = await controller.state.store.get_instance(iid)
     assert rec is not None and rec.state == "stopped"
+
+
+async def test_concurrent_reads_adopt_a_hostd_instance_once(admin: httpx.AsyncClient, hostd: LiveHostd) -> None:
+    # Several reconciles at once (lists, details, a /metrics scrape) all meet the same unknown
+    # instance; each must answer, and the catalog must hold it once.
+    iid = "01900000-0000-7000-8000-0000000000bb"
+    async with open_hostd(hostd.socket_path) as client:
+        await client.call(m.InstanceProvisionRequest(instance_id=iid, name="made-outside"))
+    statuses: list[tuple[str, int]] = []
+
+    async def get(path: str) -> None:
+        statuses.append((path, (await admin.get(path)).status_code))
+
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(get, "/api/v2/admin/instances")
+                nursery.start_soon(get, f"/api/v2/admin/instances/{iid}")
+                nursery.start_soon(get, "/metrics")
+    assert {status for _, status in statuses} == {200}, statuses
+    items = (await admin.get("/api/v2/admin/instances")).json()["items"]
+    assert [(i["id"], i["name"]) for i in items] == [(iid, "made-outside")]
+
+
+async def test_provision_of_a_name_being_decommissioned_is_409(admin: httpx.AsyncClient, hostd: LiveHostd) -> None:
+    iid = (await provision(admin, "going"))["result"]["instance_id"]
+    os.kill(hostd.pid, signal.SIGSTOP)  # the decommission's destroy call waits on a frozen hostd
+    try:
+        deleted = await admin.delete(f"/api/v2/admin/instances/{iid}", params={"force": "true"})
+        assert deleted.status_code == 202, deleted.text
+        response = await admin.post("/api/v2/admin/instances", json={"name": "going", "runtime": "host"})
+        # Not the decommission's operation passed off as a provision: the name is still taken.
+        assert_problem(response, 409, "instance.already_exists")
+    finally:
+        os.kill(hostd.pid, signal.SIGCONT)
+    assert (await wait_operation(admin, deleted.json()["id"]))["state"] in ("succeeded", "failed")
+
+
+async def test_decommission_without_force_rereads_hostd(admin: httpx.AsyncClient, hostd: LiveHostd) -> None:
+    iid = (await provision(admin, "started-behind"))["result"]["instance_id"]
+    async with open_hostd(hostd.socket_path) as client:  # started on hostd, the catalog still says stopped
+        await client.call(m.InstanceStartRequest(instance_id=iid))
+    assert_problem(await admin.delete(f"/api/v2/admin/instances/{iid}"), 409, "instance.invalid_state")
+    info = await _hostd_info(hostd, iid)
+    assert info is not None and info.state == "running"

@@ -93,3 +93,14 @@ async def test_instance_and_session_gauges(admin: httpx.AsyncClient, hostd: Live
     text = (await admin.get("/metrics")).text
     states = {labels["state"]: value for labels, value in samples(text, "aiwg_instances")}
     assert states["running"] == 0 and states["stopped"] == 2
+
+
+async def test_unknown_methods_share_one_label(admin: httpx.AsyncClient) -> None:
+    # Any token is a valid HTTP method; each must not become its own time series.
+    for method in ("BREW", "XYZZY1", "XYZZY2"):
+        assert (await admin.request(method, "/api/v2/admin/instances")).status_code == 405
+        assert (await admin.request(method, "/healthz")).status_code == 405
+    text = (await admin.get("/metrics")).text
+    methods = {labels["method"] for labels, _ in samples(text, "aiwg_http_requests_total")}
+    assert "other" in methods
+    assert not methods & {"BREW", "XYZZY1", "XYZZY2"}, methods

@@ -6,9 +6,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 import msgspec
 import pytest
+import trio
 from quart import Blueprint
 from quart_trio import QuartTrio
 
@@ -27,7 +29,7 @@ from controller.problems import (
 from proto import HostdConnectionLost, HostdNotRunning, HostdProtocolError, HostdRemoteError, HostdTimeout
 from tests.contracts import validate_problem
 
-from .conftest import ADMIN_TOKEN, controller_env
+from .conftest import ADMIN_TOKEN, LiveController, controller_env
 
 #: Our stricter reading of contracts/admin-api/error-envelope.schema.json (code and trace_id
 #: patterns); every problem is also validated against the contract file itself.
@@ -222,3 +224,22 @@ async def test_traceparent_trace_id_is_kept(app: Any) -> None:
         app, "GET", "/api/v2/admin/nothing", headers={"traceparent": f"00-{trace}-00f067aa0ba902b7-01"}
     )
     assert response.json["trace_id"] == trace
+
+
+async def test_oversized_body_does_not_wedge_a_kept_alive_connection(
+    admin: httpx.AsyncClient, controller: LiveController
+) -> None:
+    limit = controller.config.max_request_bytes
+
+    async def chunked() -> AsyncIterator[bytes]:
+        for _ in range(limit // (1024 * 1024) + 4):
+            yield b"x" * (1024 * 1024)
+
+    for body in (b"x" * (limit + 1), chunked()):
+        with trio.fail_after(15):
+            response = await admin.post(
+                "/api/v2/admin/loadouts", content=body, headers={"Content-Type": "application/yaml"}
+            )
+            assert_problem(response, 413, "request.too_large")
+            # The same client again: it must not wait on a connection the server gave up on.
+            assert (await admin.get("/api/v2/admin/loadouts")).status_code == 200

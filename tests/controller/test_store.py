@@ -106,3 +106,19 @@ async def test_closed_store_refuses(tmp_path: Path) -> None:
     store.close()  # idempotent
     with pytest.raises(StoreClosed):
         await store.list_instances()
+
+
+def test_database_and_its_journal_files_are_private(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        store = Store.open(tmp_path / "state" / "controller.db")
+    finally:
+        os.umask(old)
+    try:
+        names = sorted(p.name for p in (tmp_path / "state").iterdir())
+        assert "controller.db-wal" in names, names  # open, after the schema was written
+        assert (tmp_path / "state").stat().st_mode & 0o077 == 0
+        for name in names:
+            assert (tmp_path / "state" / name).stat().st_mode & 0o077 == 0, f"{name} is readable by others"
+    finally:
+        store.close()
