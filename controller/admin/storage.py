@@ -199,9 +199,13 @@ async def put_storage_object(scope: str, path: str) -> Response:
         if scope not in ("inbox", "outbox"):
             raise ScopeReadOnly(scope)  # before reading the body: the answer cannot change
         target = validate_path(scope, path)
-    # A box belongs to an instance the catalog knows: a write never conjures one up for a typo.
-    if await app_state().store.get_instance(target.parts[0]) is None:
+    # A box belongs to an instance the catalog knows: a write never conjures one up for a typo,
+    # and a destroyed instance takes no more mail.
+    rec = await app_state().store.get_instance(target.parts[0])
+    if rec is None:
         raise not_found("instance.not_found", f"no instance with id {target.parts[0]!r}")
+    if rec.state == "destroyed":
+        raise Problem(409, "instance.invalid_state", "Instance is destroyed", f"instance {rec.id} is destroyed")
     with _problems():
         data, media_type = await _decode_write(path)
         meta, created = await service.write(scope, path, data, media_type)

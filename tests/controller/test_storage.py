@@ -27,7 +27,7 @@ from controller.storage import (
 from proto import messages as m
 from proto import open_hostd
 from proto.ids import new_id
-from tests.controller.conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController, LiveHostd
+from tests.controller.conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController, LiveHostd, provision, wait_operation
 
 IID = new_id()
 OTHER = new_id()
@@ -255,6 +255,12 @@ async def test_writes_need_the_instance_in_the_catalog(admin: httpx.AsyncClient)
     unknown = new_id()
     r = await admin.put(f"{BASE}/inbox/{unknown}/x.txt", json={"content": "nobody's"})
     assert r.status_code == 404 and r.json()["code"] == "instance.not_found", r.text
+    # A destroyed instance's box takes no more writes.
+    iid = (await provision(admin, "gone-soon"))["result"]["instance_id"]
+    op = (await admin.post(f"/api/v2/admin/instances/{iid}/destroy")).json()
+    assert (await wait_operation(admin, op["id"]))["state"] == "succeeded"
+    r = await admin.put(f"{BASE}/outbox/{iid}/late.txt", json={"content": "too late"})
+    assert r.status_code == 409 and r.json()["code"] == "instance.invalid_state", r.text
     # A bad path is still a bad path first.
     r = await admin.put(f"{BASE}/inbox/{unknown}/../x", json={"content": "x"})
     assert r.status_code == 422
