@@ -24,6 +24,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from pathlib import Path
 
 import msgspec
@@ -39,7 +40,7 @@ from .errors import RpcError
 from .instancedir import validate_child_env
 from .instances import InstanceContext
 from .proctree import Cgroups
-from .ring import OutputRing, SeqOutOfRange
+from .ring import Lag, OutputRing, follow, start_seq
 from .stdinqueue import StdinQueue
 
 log = logging.getLogger(__name__)
@@ -403,41 +404,28 @@ class ExecRegistry:
         """
         rec = self._find(exec_id)
         ring = rec.ring
-        cursor = ring.next_seq if from_seq is None else from_seq
-        if not ring.first_seq <= cursor <= ring.next_seq:
-            raise RpcError(
-                ErrorCode.SEQ_OUT_OF_RANGE,
-                f"sequence {cursor} is not in [{ring.first_seq}, {ring.next_seq}]",
-                first_seq=ring.first_seq,
-                next_seq=ring.next_seq,
-            )
+        start = start_seq(ring, from_seq)
         await send(m.StreamOpened(id=stream_id, first_seq=ring.first_seq, next_seq=ring.next_seq))
-        while not rec.deleted:
-            try:
-                batch = ring.read(cursor, _BATCH)
-            except SeqOutOfRange as exc:
-                await send(m.ExecLagged(id=stream_id, missed_from=cursor, resume_seq=exc.first_seq))
-                cursor = exc.first_seq
-                continue
-            if batch:
-                # One write per batch (see SessionRegistry.subscribe).
-                await send([self._event(stream_id, seq, kind, data) for seq, kind, data in batch])
-                cursor = batch[-1][0] + 1
-                continue
-            if ring.closed:
-                await send(
-                    m.ExecExited(
-                        id=stream_id,
-                        exit_code=rec.exit_code,
-                        signal=rec.signal,
-                        reason=rec.end_reason or "lost",
-                        last_seq=ring.next_seq - 1,
-                    )
-                )
-                await send(m.StreamEnd(id=stream_id, reason="exited"))
-                return
-            await ring.wait_beyond(cursor)
-        await send(m.StreamEnd(id=stream_id, reason="deleted"))
+        entries = follow(ring, start, max_items=_BATCH, stop=lambda: rec.deleted)
+        async with aclosing(entries):
+            async for item in entries:
+                if isinstance(item, Lag):
+                    await send(m.ExecLagged(id=stream_id, missed_from=item.missed_from, resume_seq=item.resume_seq))
+                else:  # one write per batch
+                    await send([self._event(stream_id, seq, kind, data) for seq, kind, data in item])
+        if rec.deleted:
+            await send(m.StreamEnd(id=stream_id, reason="deleted"))
+            return
+        await send(
+            m.ExecExited(
+                id=stream_id,
+                exit_code=rec.exit_code,
+                signal=rec.signal,
+                reason=rec.end_reason or "lost",
+                last_seq=ring.next_seq - 1,
+            )
+        )
+        await send(m.StreamEnd(id=stream_id, reason="exited"))
 
     @staticmethod
     def _event(stream_id: int, seq: int, kind: int, data: bytes) -> m.Event:

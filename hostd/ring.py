@@ -9,14 +9,21 @@ Readers keep their own cursor (there is no per-reader queue) and call :meth:`Out
 from it. A reader whose cursor fell below :attr:`OutputRing.first_seq` has lagged: the chunks
 it missed are gone, and it resumes from ``first_seq`` (the caller tells its client so).
 :meth:`OutputRing.wait_beyond` parks a reader until there is something new or the ring closed.
+:func:`follow` is that whole reader loop, shared by session and exec subscribers.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import NamedTuple
 
 import msgspec
 import trio
+
+from proto import ErrorCode
+
+from .errors import RpcError
 
 
 class SeqOutOfRange(Exception):
@@ -125,3 +132,66 @@ class OutputRing:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+# ---------------------------------------------------------------------------------------------
+# Following a ring: what every subscriber does, whatever it turns the entries into.
+
+
+class Lag(NamedTuple):
+    """The follower fell out of the ring: ``[missed_from, resume_seq)`` is gone."""
+
+    missed_from: int
+    resume_seq: int
+
+
+Entry = tuple[int, int, bytes]
+
+
+def start_seq(ring: OutputRing, from_seq: int | None) -> int:
+    """Where a follower starts: ``from_seq``, or only new output for None.
+
+    A sequence the ring does not hold (or not yet) is the caller's error, answered
+    ``stream.seq_out_of_range`` with what the ring holds.
+    """
+    seq = ring.next_seq if from_seq is None else from_seq
+    if not ring.first_seq <= seq <= ring.next_seq:
+        raise RpcError(
+            ErrorCode.SEQ_OUT_OF_RANGE,
+            f"sequence {seq} is not in [{ring.first_seq}, {ring.next_seq}]",
+            first_seq=ring.first_seq,
+            next_seq=ring.next_seq,
+        )
+    return seq
+
+
+async def follow(
+    ring: OutputRing,
+    seq: int,
+    *,
+    max_items: int,
+    stop: Callable[[], bool],
+    wait: Callable[[int], Awaitable[None]] | None = None,
+) -> AsyncIterator[list[Entry] | Lag]:
+    """Replay from ``seq``, then live: yield batches of entries and a :class:`Lag` whenever the
+    follower fell behind the oldest entry held, gap-free otherwise.
+
+    Ends once the ring is closed and everything in it was yielded, or as soon as ``stop()`` is
+    true. Waits for new entries with ``wait(seq)`` (default :meth:`OutputRing.wait_beyond`).
+    A batch is taken from the ring before it is yielded, so eviction while the caller sends it
+    cannot tear it.
+    """
+    wait = wait or ring.wait_beyond
+    while not stop():
+        if seq < ring.first_seq:
+            yield Lag(seq, ring.first_seq)
+            seq = ring.first_seq
+            continue
+        batch = ring.read(seq, max_items)
+        if batch:
+            yield batch
+            seq = batch[-1][0] + 1
+            continue
+        if ring.closed:
+            return
+        await wait(seq)

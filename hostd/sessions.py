@@ -22,6 +22,7 @@ import os
 import signal as signals
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import aclosing
 from pathlib import Path
 from typing import Protocol
 
@@ -32,7 +33,7 @@ from hostd.errors import RpcError
 from hostd.instancedir import validate_child_env
 from hostd.proctree import TREE_ENV, Cgroups, remove_cgroup, terminate_tree
 from hostd.ptyspawn import ExitStatus, PtyChild, spawn_pty
-from hostd.ring import OutputRing
+from hostd.ring import Lag, OutputRing, follow, start_seq
 from proto import ErrorCode, new_id
 from proto import messages as m
 
@@ -449,52 +450,42 @@ class SessionRegistry:
         """
         s = self._get(session_id)
         ring = s.ring
-        if from_seq is None:
-            cursor = ring.next_seq
-        elif ring.first_seq <= from_seq <= ring.next_seq:
-            cursor = from_seq
-        else:
-            raise RpcError(
-                ErrorCode.SEQ_OUT_OF_RANGE,
-                f"sequence {from_seq} is not in [{ring.first_seq}, {ring.next_seq}]",
-                first_seq=ring.first_seq,
-                next_seq=ring.next_seq,
-            )
+        start = start_seq(ring, from_seq)
+
+        async def park(seq: int) -> None:
+            # Registered so that delete can wake it without cancelling a send in progress.
+            with trio.CancelScope() as parked:
+                s.parked.add(parked)
+                try:
+                    await ring.wait_beyond(seq)
+                finally:
+                    s.parked.discard(parked)
+
         s.subscribers += 1
         try:
             await send(m.StreamOpened(id=stream_id, first_seq=ring.first_seq, next_seq=ring.next_seq))
-            while not s.deleted:
-                if cursor < ring.first_seq:
-                    resume = ring.first_seq
-                    await send(m.SessionLagged(id=stream_id, missed_from=cursor, resume_seq=resume))
-                    cursor = resume
-                    continue
-                batch = ring.read(cursor, _BATCH)
-                if batch:
-                    # One write for the whole batch: the entries are taken from the ring
-                    # before the await, so eviction meanwhile cannot tear the batch.
-                    await send([m.SessionOutput(id=stream_id, seq=seq, data=data) for seq, _kind, data in batch])
-                    cursor = batch[-1][0] + 1
-                    continue
-                if ring.closed:
-                    status = s.status
-                    await send(
-                        m.SessionExited(
-                            id=stream_id,
-                            exit_code=status.exit_code if status else None,
-                            signal=status.signal if status else None,
-                            reason=s.end_reason or "lost",
-                            last_seq=ring.next_seq - 1,
+            entries = follow(ring, start, max_items=_BATCH, stop=lambda: s.deleted, wait=park)
+            async with aclosing(entries):
+                async for item in entries:
+                    if isinstance(item, Lag):
+                        await send(
+                            m.SessionLagged(id=stream_id, missed_from=item.missed_from, resume_seq=item.resume_seq)
                         )
-                    )
-                    await send(m.StreamEnd(id=stream_id, reason="exited"))
-                    return
-                with trio.CancelScope() as parked:
-                    s.parked.add(parked)
-                    try:
-                        await ring.wait_beyond(cursor)
-                    finally:
-                        s.parked.discard(parked)
-            await send(m.StreamEnd(id=stream_id, reason="deleted"))
+                    else:  # one write for the whole batch
+                        await send([m.SessionOutput(id=stream_id, seq=seq, data=data) for seq, _kind, data in item])
+            if s.deleted:
+                await send(m.StreamEnd(id=stream_id, reason="deleted"))
+                return
+            status = s.status
+            await send(
+                m.SessionExited(
+                    id=stream_id,
+                    exit_code=status.exit_code if status else None,
+                    signal=status.signal if status else None,
+                    reason=s.end_reason or "lost",
+                    last_seq=ring.next_seq - 1,
+                )
+            )
+            await send(m.StreamEnd(id=stream_id, reason="exited"))
         finally:
             s.subscribers -= 1

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from contextlib import aclosing
+
 import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostd.ring import OutputRing, SeqOutOfRange
+from hostd.errors import RpcError
+from hostd.ring import Lag, OutputRing, SeqOutOfRange, follow, start_seq
+from proto import ErrorCode
 
 
 def test_empty_ring() -> None:
@@ -153,3 +157,32 @@ def test_ring_matches_a_simple_model(max_frames: int, max_bytes: int, ops: list[
         if ring.first_seq > 1:
             previous = history[ring.first_seq - 2]
             assert len(held) + 1 > max_frames or stats.bytes + len(previous) > max_bytes
+
+
+async def test_follow_replays_lags_and_ends_when_closed_and_drained() -> None:
+    ring = OutputRing(max_frames=4, max_bytes=1 << 20)
+    for i in range(6):  # 1..6 appended, 3..6 held
+        ring.append(b"%d" % i)
+    seen: list[object] = []
+    gen = follow(ring, 1, max_items=2, stop=lambda: False)
+    async with aclosing(gen):
+        async for item in gen:
+            seen.append(item if isinstance(item, Lag) else [seq for seq, _, _ in item])
+            if len(seen) == 3:
+                ring.append(b"late")  # live: 7
+                ring.close()
+    assert seen == [Lag(1, 3), [3, 4], [5, 6], [7]]
+
+
+async def test_follow_stops_when_asked_and_start_seq_refuses_what_is_gone() -> None:
+    ring = OutputRing(max_frames=2, max_bytes=1 << 20)
+    for _ in range(3):
+        ring.append(b"x")
+    assert start_seq(ring, None) == 4 and start_seq(ring, 2) == 2
+    for bad in (1, 5):
+        with pytest.raises(RpcError) as info:
+            start_seq(ring, bad)
+        assert info.value.code is ErrorCode.SEQ_OUT_OF_RANGE
+        assert info.value.details == {"first_seq": 2, "next_seq": 4}
+    stopped = [item async for item in follow(ring, 4, max_items=8, stop=lambda: True)]
+    assert stopped == []
