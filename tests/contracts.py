@@ -1,7 +1,7 @@
-"""Upstream's contracts, read from ``../shared/contracts/`` (CI has them there too).
+"""Upstream's contracts, vendored byte for byte in ``contracts/upstream/`` (its README names the source).
 
-Tests validate what we emit against these files rather than against copies: if upstream's
-schema and our output part ways, the test says so.
+Tests validate what we emit against these files rather than against schemas of our own: if
+upstream's schema and our output part ways, the test says so.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import jsonschema
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-CONTRACTS = ROOT.parent / "shared" / "contracts"
+CONTRACTS = ROOT / "contracts" / "upstream"
 
 
 def _require(path: Path) -> Path:
-    assert path.exists(), f"upstream contract {path} is missing: ../shared/ must sit beside the repo"
+    assert path.exists(), f"vendored upstream contract {path} is missing (see contracts/upstream/README.md)"
     return path
 
 

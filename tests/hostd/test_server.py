@@ -129,14 +129,18 @@ async def test_peer_with_other_uid_is_refused(tmp_path: Path) -> None:
             import socket, sys
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.connect({str(proc.socket_path)!r})
-            s.sendall(bytes.fromhex({hello_bytes().hex()!r}))
+            sent = "sent"
+            try:
+                s.sendall(bytes.fromhex({hello_bytes().hex()!r}))
+            except (BrokenPipeError, ConnectionResetError):
+                sent = "refused"  # hostd may close before our Hello is even written
             data = b""
             try:
                 while chunk := s.recv(65536):
                     data += chunk
             except ConnectionResetError:
                 pass  # hostd closed with our Hello unread: the reset follows its error frame
-            print(data.hex())
+            print(sent, data.hex())
             """
         )
         python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
@@ -148,12 +152,16 @@ async def test_peer_with_other_uid_is_refused(tmp_path: Path) -> None:
             cwd="/",
         )
         assert out.returncode == 0, out.stderr
+        sent, _, raw = out.stdout.strip().partition(" ")
         buf = FrameBuffer()
-        buf.feed(bytes.fromhex(out.stdout.strip()))
+        buf.feed(bytes.fromhex(raw))
         frames = []
         while (frame := buf.next_message(SERVER)) is not None:
             frames.append(frame)
-        assert [(type(f), f.code) for f in frames] == [(m.ErrorResponse, "auth.peer_refused")], frames
+        # The refused peer never gets an answer to its Hello. It may see its own send fail (hostd
+        # closed first) and may then find nothing to read; whatever it does read is the refusal.
+        if frames or sent == "sent":
+            assert [(type(f), f.code) for f in frames] == [(m.ErrorResponse, "auth.peer_refused")], (sent, frames)
         # hostd still serves allowed peers.
         async with open_hostd(proc.socket_path) as client:
             await client.call(m.PingRequest())
