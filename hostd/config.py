@@ -33,6 +33,7 @@ DEFAULT_RING_BYTES = 4 * MIB
 DEFAULT_STOP_GRACE_S = 5 * SECONDS
 DEFAULT_SOCKET_MODE = 0o660
 DEFAULT_MAX_SESSIONS = 256
+DEFAULT_MAX_EXECS = 256
 DEFAULT_MAX_CONNECTIONS = 128
 RETAINED_PER_LIVE = 4
 
@@ -63,8 +64,11 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     #: SIGTERM → SIGKILL grace for stop/kill. AIWG_STOP_GRACE_S
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
-    #: Running sessions, and separately running execs; RPC connections. AIWG_MAX_SESSIONS, AIWG_MAX_CONNECTIONS
+    #: Sessions that may run at once. AIWG_MAX_SESSIONS
     max_sessions: int = DEFAULT_MAX_SESSIONS
+    #: Execs that may run at once. AIWG_MAX_EXECS
+    max_execs: int = DEFAULT_MAX_EXECS
+    #: Concurrent RPC connections. AIWG_MAX_CONNECTIONS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     #: Parent cgroup v2 directory for instances; "" = auto-detect, "off" = never. AIWG_CGROUP_ROOT
     cgroup_root: str = ""
@@ -73,10 +77,11 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     dev: bool = False
 
     @property
-    def max_retained(self) -> int:
+    def retained_per_live(self) -> int:
         """Exited sessions (and, separately, execs) kept for their exit status and output until
-        deleted. Past it new ones are refused, never old ones dropped behind a caller's back."""
-        return RETAINED_PER_LIVE * self.max_sessions
+        deleted, per one that may run: past that new ones are refused, never old ones dropped
+        behind a caller's back."""
+        return RETAINED_PER_LIVE
 
     @property
     def instances_dir(self) -> Path:
@@ -191,6 +196,7 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
         max_frame_bytes=max_frame,
         stop_grace_s=_float(env, "AIWG_STOP_GRACE_S", DEFAULT_STOP_GRACE_S),
         max_sessions=_int(env, "AIWG_MAX_SESSIONS", DEFAULT_MAX_SESSIONS, minimum=1),
+        max_execs=_int(env, "AIWG_MAX_EXECS", DEFAULT_MAX_EXECS, minimum=1),
         max_connections=_int(env, "AIWG_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, minimum=1),
         cgroup_root=cgroup_root,
         workspace_root=os.path.abspath(workspace_root) if workspace_root else "",

@@ -87,8 +87,20 @@ def print_instances(infos: list[m.InstanceInfo], as_json: bool) -> None:
     if as_json:
         print_json(infos)
         return
-    rows = [[i.instance_id, i.name, i.state, opt(i.pid), str(i.sessions), str(i.execs), i.working_dir] for i in infos]
-    print_table(["INSTANCE", "NAME", "STATE", "PID", "SESSIONS", "EXECS", "WORKDIR"], rows)
+    rows = [
+        [
+            i.instance_id,
+            i.name,
+            f"{i.runtime}/{i.provider}",
+            i.state,
+            opt(i.host.pid if i.host else None),
+            str(i.sessions),
+            str(i.execs),
+            i.working_dir,
+        ]
+        for i in infos
+    ]
+    print_table(["INSTANCE", "NAME", "RUNTIME", "STATE", "PID", "SESSIONS", "EXECS", "WORKDIR"], rows)
 
 
 def print_sessions(sessions: list[m.SessionInfo], as_json: bool) -> None:

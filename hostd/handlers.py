@@ -31,6 +31,7 @@ INLINE: frozenset[type[m.Request]] = frozenset(
     {
         m.PingRequest,
         m.StatusRequest,
+        m.ProviderListRequest,
         m.InstanceGetRequest,
         m.InstanceListRequest,
         m.SessionGetRequest,
@@ -79,6 +80,7 @@ class Handlers:
         self._table: dict[type, Callable[[Any], Awaitable[m.Response]]] = {
             m.PingRequest: self.ping,
             m.StatusRequest: self.status,
+            m.ProviderListRequest: self.provider_list,
             m.InstanceProvisionRequest: self.instance_provision,
             m.InstanceStartRequest: self.instance_start,
             m.InstanceStopRequest: self.instance_stop,
@@ -148,6 +150,9 @@ class Handlers:
             connections=self._connections(),
         )
 
+    async def provider_list(self, req: m.ProviderListRequest) -> m.ProviderListResponse:
+        return m.ProviderListResponse(providers=self.instances.providers())
+
     # -- instances ----------------------------------------------------------------------------
 
     async def instance_provision(self, req: m.InstanceProvisionRequest) -> m.InstanceProvisionResponse:
@@ -210,7 +215,7 @@ class Handlers:
         return m.ExecControlSendResponse()
 
     async def exec_cancel(self, req: m.ExecCancelRequest) -> m.ExecCancelResponse:
-        return m.ExecCancelResponse(exec=await self.execs.cancel(req.exec_id, req.grace_s))
+        return m.ExecCancelResponse(exec=await self.execs.kill(req.exec_id, req.grace_s, reason="canceled"))
 
     async def exec_get(self, req: m.ExecGetRequest) -> m.ExecGetResponse:
         return m.ExecGetResponse(exec=self.execs.get(req.exec_id))

@@ -19,15 +19,17 @@ from pathlib import Path
 
 import trio
 
-from . import sdnotify
+from . import sdnotify, statefile
 from .config import ConfigError, HostdConfig, from_env
 from .execs import ExecRegistry
 from .handlers import HOSTD_VERSION, Handlers
 from .instances import InstanceRegistry
 from .listener import SocketInUse, bind_unix
 from .proctree import Cgroups
+from .providers import make_providers
 from .server import RpcServer
 from .sessions import SessionRegistry
+from .statefile import NewerStateFile
 
 log = logging.getLogger("hostd")
 
@@ -63,16 +65,18 @@ async def run_hostd(config: HostdConfig, *, task_status: trio.TaskStatus[None] =
     os.chmod(state_dir, 0o700)
     config.instances_dir.mkdir(mode=0o700, exist_ok=True)
     cgroups = Cgroups.detect(config.cgroup_root)
+    records = statefile.read(config.state_file)  # before any task starts: a refusal ends hostd plainly
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as registry_nursery:
-            instances = InstanceRegistry(config, cgroups, registry_nursery)
-            await instances.load()
-            sessions = SessionRegistry(config, cgroups, registry_nursery, instances.context)
-            execs = ExecRegistry(config, cgroups, registry_nursery, instances.context)
+            instances = InstanceRegistry(config)
+            instances.use_providers(make_providers(config, cgroups, registry_nursery, instances.commit))
+            await instances.load(records)
+            sessions = SessionRegistry(config, cgroups, registry_nursery, instances.placement)
+            execs = ExecRegistry(config, cgroups, registry_nursery, instances.placement)
             instances.on_stop.append(sessions.kill_instance)
             instances.on_stop.append(execs.kill_instance)
-            instances.count_children = lambda iid: (len(sessions.list(iid)), execs.count(iid))
+            instances.count_children = lambda iid: (sessions.count(iid), execs.count(iid))
 
             server: RpcServer | None = None
             handlers = Handlers(
@@ -160,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         trio.run(run_hostd, config)
-    except SocketInUse as exc:
+    except (SocketInUse, NewerStateFile) as exc:
         print(f"agentic-hostd: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

@@ -151,10 +151,12 @@ Entry = tuple[int, int, bytes]
 def start_seq(ring: OutputRing, from_seq: int | None) -> int:
     """Where a follower starts: ``from_seq``, or only new output for None.
 
-    A sequence the ring does not hold (or not yet) is the caller's error, answered
-    ``stream.seq_out_of_range`` with what the ring holds.
+    Sequences start at 1, so asking from 0 (or from 1 on a ring that never dropped anything) asks
+    for everything, and gets it. Out of range, answered ``stream.seq_out_of_range`` with what the
+    ring holds, is only a request for output that is gone (below ``first_seq`` once the ring
+    dropped entries) or that does not exist yet (beyond ``next_seq``).
     """
-    seq = ring.next_seq if from_seq is None else from_seq
+    seq = ring.next_seq if from_seq is None else max(from_seq, 1)
     if not ring.first_seq <= seq <= ring.next_seq:
         raise RpcError(
             ErrorCode.SEQ_OUT_OF_RANGE,

@@ -11,8 +11,10 @@ A subscriber whose cursor fell out of the ring gets ``SessionLagged`` and resume
 oldest entry still held.
 
 Trees: every session runs with ``AIWG_TREE=<namespace>:session:<id>`` (``HostdConfig.tree_id``)
-in a new process group, in its own cgroup ``<instance cgroup>/s-<session id>`` when the instance
-has one; kill and delete end the whole tree by every mark (:func:`hostd.proctree.terminate_tree`).
+in a new process group, in its own cgroup ``<cgroup parent>/s-<session id>`` when its instance's
+provider names a parent; kill and delete end the whole tree by every mark
+(:func:`hostd.proctree.terminate_tree`). The start path, limits, kill and the failure policy are
+shared with execs (:mod:`hostd.children`); what runs and where is the instance provider's call.
 """
 
 from __future__ import annotations
@@ -21,20 +23,20 @@ import logging
 import os
 import signal as signals
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
-from typing import Protocol
 
 import trio
 
+from hostd.children import Child, ChildRegistry
 from hostd.config import HostdConfig
 from hostd.errors import RpcError
-from hostd.instancedir import validate_child_env
+from hostd.instances import Placement
 from hostd.proctree import TREE_ENV, Cgroups, remove_cgroup, terminate_tree
 from hostd.ptyspawn import ExitStatus, PtyChild, spawn_pty
 from hostd.ring import Lag, OutputRing, follow, start_seq
-from proto import ErrorCode, new_id
+from proto import ErrorCode
 from proto import messages as m
 
 log = logging.getLogger(__name__)
@@ -49,23 +51,7 @@ _BATCH = 32  # entries per write to a subscriber: at most 32 x 64 KiB
 #: exited (a background process may hold the slave open; the master is closed after this).
 _DRAIN_AFTER_EXIT_S = 0.5
 _FINAL_READS = 16
-#: How long kill/delete wait for the session task to record the end after the tree is dead.
-_SETTLE_S = 5.0
-_SHUTDOWN_GRACE_S = 0.5
 DEFAULT_TERM = "xterm-256color"
-
-
-class InstanceContextLike(Protocol):
-    """What a session needs from its instance (``hostd.instances.InstanceContext``)."""
-
-    @property
-    def instance_id(self) -> str: ...
-    @property
-    def working_dir(self) -> str: ...
-    @property
-    def env(self) -> Mapping[str, str]: ...
-    @property
-    def cgroup(self) -> Path | None: ...
 
 
 def parse_signal(sig: str | int) -> signals.Signals:
@@ -85,28 +71,17 @@ def parse_signal(sig: str | int) -> signals.Signals:
         raise RpcError(ErrorCode.SIGNAL_UNKNOWN, f"unknown signal {sig!r}", signal=sig) from None
 
 
-class _Session:
+class _Session(Child):
     def __init__(
         self, sid: str, req: m.SessionCreateRequest, cwd: str, child: PtyChild, cgroup: Path | None, ring: OutputRing
     ) -> None:
-        self.id = sid
-        self.instance_id = req.instance_id
-        self.argv = list(req.argv)
-        self.cwd = cwd
+        super().__init__(sid, req.instance_id, list(req.argv), cwd, cgroup)
         self.cols = req.cols
         self.rows = req.rows
         self.child = child
-        self.cgroup = cgroup
         self.ring = ring
-        self.created_at = time.time()
-        self.exited_at: float | None = None
         self.status: ExitStatus | None = None
-        self.end_reason: str | None = None
-        self.killed = False
-        self.deleted = False
         self.subscribers = 0
-        #: Set once the end is recorded and the ring closed.
-        self.done = trio.Event()
         #: Held while the tree is signalled, so the leader is not reaped (and its pid freed
         #: for reuse) in the middle of it.
         self.reap_lock = trio.Lock()
@@ -117,8 +92,8 @@ class _Session:
         self.input_waiting = trio.Event()
 
     @property
-    def running(self) -> bool:
-        return not self.done.is_set()
+    def leader_alive(self) -> bool:
+        return self.running and not self.child.reaped
 
     def info(self) -> m.SessionInfo:
         return m.SessionInfo(
@@ -141,162 +116,98 @@ class _Session:
         )
 
 
-class SessionRegistry:
+class SessionRegistry(ChildRegistry[_Session]):
     """Every PTY session of this hostd. See the module docstring for ownership.
 
-    At most ``config.max_sessions`` sessions run at once (execs have their own, equal limit).
+    At most ``config.max_sessions`` sessions run at once (execs have their own limit).
     """
+
+    kind = "session"
+    cgroup_prefix = "s"
+    not_found = ErrorCode.SESSION_NOT_FOUND
+    exited = ErrorCode.SESSION_EXITED
 
     def __init__(
         self,
         config: HostdConfig,
         cgroups: Cgroups,
         nursery: trio.Nursery,
-        resolve: Callable[[str], InstanceContextLike],
+        resolve: Callable[[str], Placement],
     ) -> None:
-        self._config = config
-        self._cgroups = cgroups
-        self._nursery = nursery
-        self._resolve = resolve
-        self._sessions: dict[str, _Session] = {}
-        self._starting: set[str] = set()
-        self._closing = False
-
-    # -- lookups --------------------------------------------------------------------------
-
-    def _tree(self, session_id: str) -> str:
-        """The ``AIWG_TREE`` mark of this session's process tree."""
-        return self._config.tree_id("session", session_id)
-
-    def _get(self, session_id: str) -> _Session:
-        s = self._sessions.get(session_id)
-        if s is None or s.deleted:
-            raise RpcError(ErrorCode.SESSION_NOT_FOUND, f"no session {session_id!r}", session_id=session_id)
-        return s
+        super().__init__(config, cgroups, nursery, resolve, max_live=config.max_sessions)
 
     def _running(self, session_id: str) -> _Session:
-        s = self._get(session_id)
-        if not s.running or s.child.reaped:
+        s = super()._running(session_id)
+        if s.child.reaped:
             raise RpcError(ErrorCode.SESSION_EXITED, f"session {session_id!r} has exited", session_id=session_id)
         return s
 
     def get(self, session_id: str) -> m.SessionInfo:
-        return self._get(session_id).info()
+        return self._find(session_id).info()
 
     def list(self, instance_id: str | None = None) -> list[m.SessionInfo]:
-        return [
-            s.info()
-            for s in self._sessions.values()
-            if not s.deleted and (instance_id is None or s.instance_id == instance_id)
-        ]
-
-    def counts(self) -> tuple[int, int]:
-        """(sessions, running sessions)."""
-        live = [s for s in self._sessions.values() if not s.deleted]
-        return len(live), sum(1 for s in live if s.running)
-
-    def _live(self) -> int:
-        return sum(1 for s in self._sessions.values() if s.running) + len(self._starting)
+        return [s.info() for s in self._held(instance_id)]
 
     # -- create ---------------------------------------------------------------------------
 
     async def create(self, req: m.SessionCreateRequest) -> m.SessionInfo:
-        if self._closing:
-            raise RpcError(ErrorCode.SHUTTING_DOWN)
-        ctx = self._resolve(req.instance_id)
-        sid = req.session_id or new_id()
-        if sid in self._sessions or sid in self._starting:
-            raise RpcError(ErrorCode.REQUEST_INVALID, f"session {sid!r} already exists", session_id=sid)
-        if self._live() >= self._config.max_sessions:
-            raise RpcError(
-                ErrorCode.LIMIT_REACHED,
-                f"at most {self._config.max_sessions} sessions and execs may run at once",
-                limit=self._config.max_sessions,
-            )
-        # Exited sessions keep their ring until deleted (the contract); bound how many may
-        # pile up rather than ever dropping one behind the caller's back.
-        retained = len(self._sessions) - sum(1 for s in self._sessions.values() if s.running)
-        if retained >= self._config.max_retained:
-            raise RpcError(
-                ErrorCode.LIMIT_REACHED,
-                f"{retained} exited sessions are kept; delete some before creating more",
-                retained=retained,
-            )
-        # A relative cwd is taken inside the instance's working dir.
-        cwd = os.path.normpath(os.path.join(ctx.working_dir, req.cwd or ""))
-        if not os.path.isdir(cwd):
-            raise RpcError(ErrorCode.WORKING_DIR_NOT_FOUND, f"working directory {cwd!r} does not exist", cwd=cwd)
-        validate_child_env(req.env)
-        env = {**ctx.env, **req.env}
-        env.setdefault("TERM", DEFAULT_TERM)
-        env[TREE_ENV] = self._tree(sid)
-        cgroup = None
-        if ctx.cgroup is not None and self._cgroups.available:
-            cgroup = Cgroups(ctx.cgroup).create(f"s-{sid}")
-        # Reserved across the spawn (which awaits a thread) against a duplicate id and the limit.
-        self._starting.add(sid)
+        env = dict(req.env)
+        sid, placement = self._admit(req.session_id, req.instance_id, env)
         try:
-            child = await spawn_pty(req.argv, cwd=cwd, env=env, cols=req.cols, rows=req.rows, cgroup=cgroup)
-        except BaseException:
-            Cgroups.remove(cgroup)
-            raise
+            env.setdefault("TERM", DEFAULT_TERM)
+            spec = placement.spawn_spec(req.argv, req.cwd, env, tty=True)
+            cgroup = self._make_cgroup(spec.cgroup_parent, sid)
+            try:
+                child = await spawn_pty(
+                    spec.argv,
+                    cwd=spec.cwd,
+                    env={**spec.env, TREE_ENV: self._tree(sid)},
+                    cols=req.cols,
+                    rows=req.rows,
+                    cgroup=cgroup,
+                )
+            except BaseException:
+                Cgroups.remove(cgroup)
+                raise
         finally:
-            self._starting.discard(sid)
+            self._release(sid)
         ring = OutputRing(max_frames=self._config.ring_frames, max_bytes=self._config.ring_bytes)
-        s = _Session(sid, req, cwd, child, cgroup, ring)
-        self._sessions[sid] = s
-        self._nursery.start_soon(self._run, s, name=f"session {sid}")
-        try:
-            # Stopped or destroyed while we spawned? Its kill_instance did not see this session.
-            self._resolve(s.instance_id)
-        except RpcError:
-            s.deleted = True
-            await self._kill(s, 0)
-            if self._sessions.get(sid) is s:
-                del self._sessions[sid]
-            Cgroups.remove(cgroup)
-            raise
+        s = _Session(sid, req, spec.shown_cwd, child, cgroup, ring)
+        await self._adopt(s)
         log.info("session %s started: pid %d, instance %s, argv %r", sid, child.pid, s.instance_id, s.argv)
         return s.info()
 
     # -- the session task -------------------------------------------------------------------
 
     async def _run(self, s: _Session) -> None:
-        """Read output into the ring, reap the leader, record the end. Owns ``s.child``."""
+        """Read output into the ring, reap the leader. Owns ``s.child``."""
         output_done = trio.Event()
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._pump, s, output_done)
-                nursery.start_soon(self._feed, s)
-                await s.child.wait_exited()
-                async with s.reap_lock:
-                    s.status = s.child.reap()
-                # Output written just before the exit is still buffered, and a background
-                # process may hold the slave: read on until EIO, for a moment at most.
-                with trio.move_on_after(_DRAIN_AFTER_EXIT_S):
-                    await output_done.wait()
-                nursery.cancel_scope.cancel()
-            # What arrived since the reader stopped; bounded, since a leftover process may
-            # still be writing flat out.
-            for _ in range(_FINAL_READS):
-                if not (data := s.child.read_nowait(READ_CHUNK)):
-                    break
-                s.ring.append(data)
-        except Exception:
-            log.exception("session %s: reader failed", s.id)
-        finally:
-            s.child.close()
-            s.exited_at = time.time()
-            status = s.status
-            if s.killed:
-                s.end_reason = "killed"
-            elif status is None:
-                s.end_reason = "lost"
-            else:
-                s.end_reason = "signaled" if status.signal is not None else "exited"
-            s.ring.close()
-            s.done.set()
-            log.info("session %s ended: %s %s", s.id, s.end_reason, status)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._pump, s, output_done)
+            nursery.start_soon(self._feed, s)
+            await s.child.wait_exited()
+            async with s.reap_lock:
+                s.status = s.child.reap()
+            # Output written just before the exit is still buffered, and a background
+            # process may hold the slave: read on until EIO, for a moment at most.
+            with trio.move_on_after(_DRAIN_AFTER_EXIT_S):
+                await output_done.wait()
+            nursery.cancel_scope.cancel()
+        # What arrived since the reader stopped; bounded, since a leftover process may
+        # still be writing flat out.
+        for _ in range(_FINAL_READS):
+            if not (data := s.child.read_nowait(READ_CHUNK)):
+                break
+            s.ring.append(data)
+
+    def _finish(self, s: _Session) -> None:
+        s.child.close()
+        s.exited_at = time.time()
+        status = s.status
+        s.end_reason = self.end_reason(s, status.exit_code if status else None, status.signal if status else None)
+        s.ring.close()
+        s.done.set()
+        log.info("session %s ended: %s %s", s.id, s.end_reason, status)
 
     async def _pump(self, s: _Session, output_done: trio.Event) -> None:
         try:
@@ -393,47 +304,31 @@ class SessionRegistry:
             leader = None if s.child.reaped else s.child.pid
             await terminate_tree(leader=leader, pgid=leader, cgroup=s.cgroup, tree_id=self._tree(s.id), grace_s=grace_s)
 
-    async def _kill(self, s: _Session, grace_s: float) -> None:
-        with trio.CancelScope(shield=True):
-            if s.running and not s.child.reaped:  # a leader that exited on its own keeps its reason
-                s.killed = True
-            await self._terminate(s, grace_s)
-            with trio.move_on_after(_SETTLE_S):
-                await s.done.wait()
-
     async def kill(self, session_id: str, grace_s: float | None) -> m.SessionInfo:
-        s = self._get(session_id)
-        await self._kill(s, self._config.stop_grace_s if grace_s is None else grace_s)
+        s = self._find(session_id)
+        await self._kill(s, "killed", self._grace(grace_s))
         return s.info()
-
-    async def kill_instance(self, instance_id: str, grace_s: float) -> None:
-        """Kill every running session of an instance (it is stopping)."""
-        victims = [s for s in self._sessions.values() if s.instance_id == instance_id and s.running]
-        async with trio.open_nursery() as nursery:
-            for s in victims:
-                nursery.start_soon(self._kill, s, grace_s)
 
     async def delete(self, session_id: str) -> None:
         """Kill the tree if it runs, end subscribers (``StreamEnd(deleted)``), forget the session."""
-        s = self._get(session_id)
+        s = self._find(session_id)
+        with trio.CancelScope(shield=True):
+            self._mark_deleted(s)  # followers end now, with StreamEnd(deleted), not after the kill
+            await self._kill(s, "killed", self._config.stop_grace_s)
+            await self._forget(s)
+        log.info("session %s deleted", session_id)
+
+    @staticmethod
+    def _mark_deleted(s: _Session) -> None:
         s.deleted = True
         for scope in list(s.parked):
             scope.cancel()
-        with trio.CancelScope(shield=True):
-            await self._kill(s, self._config.stop_grace_s)
-            if self._sessions.get(session_id) is s:
-                del self._sessions[session_id]
-            await remove_cgroup(s.cgroup)
-        log.info("session %s deleted", session_id)
 
-    async def shutdown(self) -> None:
-        """hostd is going away: kill every running tree (short grace). PTYs cannot be re-adopted."""
-        self._closing = True
-        running = [s for s in self._sessions.values() if s.running]
-        with trio.CancelScope(shield=True):
-            async with trio.open_nursery() as nursery:
-                for s in running:
-                    nursery.start_soon(self._kill, s, _SHUTDOWN_GRACE_S)
+    async def _forget(self, s: _Session) -> None:
+        self._mark_deleted(s)
+        if self._children.get(s.id) is s:
+            del self._children[s.id]
+        await remove_cgroup(s.cgroup)
 
     # -- subscribers ------------------------------------------------------------------------
 
@@ -448,7 +343,7 @@ class SessionRegistry:
 
         Errors (unknown session, sequence out of range) are raised before anything is sent.
         """
-        s = self._get(session_id)
+        s = self._find(session_id)
         ring = s.ring
         start = start_seq(ring, from_seq)
 

@@ -23,15 +23,52 @@ log = logging.getLogger(__name__)
 
 class PersistedInstance(msgspec.Struct, kw_only=True):
     info: m.InstanceInfo
-    #: The request's env (agent.env and the child env are rebuilt from it).
+    #: The request's env (the provider rebuilds what its processes get from it).
     env: dict[str, str] = {}
-    #: Start time of the main process, so a reused pid is never mistaken for it.
-    main_create_time: float | None = None
+    #: What the instance's provider keeps to re-adopt it (e.g. the main process's start time, so a
+    #: reused pid is never mistaken for it).
+    detail: dict[str, object] = {}
+
+
+#: The state file layout this hostd writes; it reads this one and every older one.
+VERSION = 2
+
+
+class NewerStateFile(Exception):
+    """The state file was written by a newer hostd: reading it could lose instances, so hostd refuses
+    to start rather than guess (downgrade hostd's package back, or move the file aside by hand)."""
 
 
 class _StateFile(msgspec.Struct, kw_only=True):
-    version: int = 1
+    version: int = VERSION
     instances: list[PersistedInstance] = []
+
+
+# Version 1 (before runtime providers): host fields on the info itself, the start time beside it.
+class _InfoV1(msgspec.Struct, kw_only=True):
+    pid: int | None = None
+    pgid: int | None = None
+    cgroup: str | None = None
+
+
+class _InstanceV1(msgspec.Struct, kw_only=True):
+    info: _InfoV1 = msgspec.field(default_factory=_InfoV1)
+    main_create_time: float | None = None
+
+
+class _StateFileV1(msgspec.Struct, kw_only=True):
+    version: int = 1
+    instances: list[_InstanceV1] = []
+
+
+def _upgrade_v1(raw: bytes, state: _StateFile) -> None:
+    """Give version-1 records (all host instances) their host detail and saved start time."""
+    old = msgspec.json.decode(raw, type=_StateFileV1)
+    for new, legacy in zip(state.instances, old.instances, strict=True):
+        if new.info.host is None:
+            new.info.host = m.HostDetail(pid=legacy.info.pid, pgid=legacy.info.pgid, cgroup=legacy.info.cgroup)
+        if legacy.main_create_time is not None:
+            new.detail.setdefault("main_create_time", legacy.main_create_time)
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -66,7 +103,8 @@ def mkdir_private(path: Path) -> None:
 def read(path: Path) -> list[PersistedInstance] | None:
     """The instances recorded in ``path``; None if it does not exist or is corrupt (moved aside, logged).
 
-    Other OSErrors (unreadable file, failing rename) propagate.
+    A file from a newer hostd raises :class:`NewerStateFile`. Other OSErrors (unreadable file, failing
+    rename) propagate.
     """
     try:
         raw = path.read_bytes()
@@ -74,6 +112,10 @@ def read(path: Path) -> list[PersistedInstance] | None:
         return None
     try:
         state = msgspec.json.decode(raw, type=_StateFile)
+        if state.version == 1:
+            _upgrade_v1(raw, state)
+        elif state.version > VERSION:
+            raise NewerStateFile(f"state file {path} has version {state.version}; this hostd reads up to {VERSION}")
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
         log.error("state file %s is unreadable (%s); moved it to %s and starting empty", path, exc, aside)

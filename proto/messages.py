@@ -10,7 +10,8 @@ Wire rules (see STYLE.md, "The contract in proto/"):
   response, stream event and error for that call carries the same ``id``. ``id`` 0 is the
   connection itself (hello, connection-level errors).
 * Evolve by adding fields with defaults. Never change a field's type, never reuse a tag.
-  A change of meaning is a new field or a bump of :data:`PROTOCOL_VERSION`.
+  A change of meaning is a new field or a bump of :data:`PROTOCOL_VERSION`; ``proto/README.md``
+  says exactly what needs a bump.
 * Wire Structs tolerate unknown fields so an older peer reads a newer message.
 
 Streams: ``SessionSubscribeRequest`` and ``ExecSubscribeRequest`` are answered by one
@@ -50,6 +51,9 @@ Seq = Annotated[int, msgspec.Meta(ge=0)]
 Grace = Annotated[float, msgspec.Meta(ge=0, le=3600)]
 ObjectId = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+#: Runtime kinds and provider names are opaque tokens (runtime/v1's pattern): new ones may appear.
+RuntimeKind = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+ProviderName = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 
 
 class Frame(msgspec.Struct, tag_field="t", tag=True, kw_only=True):
@@ -129,12 +133,28 @@ class StatusResponse(Response):
 
 
 # ---------------------------------------------------------------------------------------------
-# Host runtime instances.
+# Runtime providers: what kinds of instances this hostd can run, right now.
+
+
+class ProviderListRequest(Request):
+    pass
+
+
+class ProviderListResponse(Response):
+    providers: list[ProviderInfo]
+
+
+# ---------------------------------------------------------------------------------------------
+# Instances, of any runtime kind (``runtime`` names the kind, ``provider`` what implements it).
 
 
 class InstanceProvisionRequest(Request):
     instance_id: ObjectId
     name: Name
+    #: Runtime kind (runtime/v1 terms: ``host``, ``container``, ``vm``).
+    runtime: RuntimeKind = "host"
+    #: Provider of that kind; None = the kind's default provider on this hostd.
+    provider: ProviderName | None = None
     working_dir: str | None = None
     env: Env = {}
     labels: Labels = {}
@@ -448,18 +468,43 @@ InstanceState = Literal["provisioning", "stopped", "starting", "running", "stopp
 EndReason = Literal["exited", "signaled", "killed", "timeout", "canceled", "lost", "spawn_failed"]
 
 
+class ProviderInfo(msgspec.Struct, kw_only=True):
+    """One runtime provider of this hostd, as it stands now."""
+
+    runtime: str
+    provider: str
+    #: Whether new instances can be provisioned with it right now; ``reason`` says why not.
+    available: bool
+    reason: str | None = None
+    #: What its instances can do (``instance.start``, ``session.pty``, ``exec.control``, ...).
+    capabilities: list[str] = []
+    #: The provider every instance of this ``runtime`` gets unless the request names another.
+    default: bool = False
+
+
+class HostDetail(msgspec.Struct, kw_only=True):
+    """What only a host-runtime instance has: its supervised main process and its cgroup."""
+
+    pid: int | None = None
+    pgid: int | None = None
+    cgroup: str | None = None
+
+
 class InstanceInfo(msgspec.Struct, kw_only=True):
     instance_id: str
     name: str
     state: InstanceState
     instance_dir: str
     working_dir: str
+    runtime: str = "host"
+    provider: str = "hostd"
+    #: What this instance can do (from its provider).
+    capabilities: list[str] = []
     labels: dict[str, str] = {}
     command: list[str] | None = None
     loadout: str | None = None
-    pid: int | None = None
-    pgid: int | None = None
-    cgroup: str | None = None
+    #: Runtime-specific detail: set for ``runtime == "host"`` only.
+    host: HostDetail | None = None
     created_at: float
     started_at: float | None = None
     stopped_at: float | None = None
@@ -516,6 +561,7 @@ ClientFrame = Union[  # noqa: UP007 - one member per line reads as the API index
     HelloRequest,
     PingRequest,
     StatusRequest,
+    ProviderListRequest,
     InstanceProvisionRequest,
     InstanceStartRequest,
     InstanceStopRequest,
@@ -545,6 +591,7 @@ ServerFrame = Union[  # noqa: UP007
     HelloResponse,
     PingResponse,
     StatusResponse,
+    ProviderListResponse,
     InstanceProvisionResponse,
     InstanceStartResponse,
     InstanceStopResponse,

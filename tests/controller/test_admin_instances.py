@@ -211,8 +211,9 @@ async def test_loadout_service_goes_to_hostd_and_decommission_leaves_nothing(
     info = await _hostd_info(hostd, iid)
     assert info is not None
     assert (info.command, info.loadout, info.state) == (["/bin/sleep", "600"], "sleeper", "running")
-    assert info.pid is not None and alive({info.pid}) == [info.pid]
-    tree = {info.pid} | {p.pid for p in psutil.Process(info.pid).children(recursive=True)}
+    pid = info.host.pid if info.host else None
+    assert pid is not None and alive({pid}) == [pid]
+    tree = {pid} | {p.pid for p in psutil.Process(pid).children(recursive=True)}
     assert (await _instance(admin, iid))["loadout"] == "sleeper"
 
     # A running instance is not decommissioned without force.

@@ -1,10 +1,15 @@
-"""What the registry tests share: a config rooted in one test's directory."""
+"""What the registry tests share: a config rooted in one test's directory, a registry built like hostd's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import trio
+
 from hostd.config import HostdConfig
+from hostd.instances import InstanceRegistry
+from hostd.proctree import Cgroups
+from hostd.providers import make_providers
 
 
 def make_config(tmp_path: Path, **overrides: object) -> HostdConfig:
@@ -18,3 +23,10 @@ def make_config(tmp_path: Path, **overrides: object) -> HostdConfig:
     }
     settings.update(overrides)
     return HostdConfig(**settings)
+
+
+def open_registry(config: HostdConfig, cgroups: Cgroups, nursery: trio.Nursery) -> InstanceRegistry:
+    """An instance registry with this hostd's real providers, as ``hostd.main`` builds it."""
+    registry = InstanceRegistry(config)
+    registry.use_providers(make_providers(config, cgroups, nursery, registry.commit))
+    return registry

@@ -47,9 +47,10 @@ async def test_delegated_unit_cgroup_is_split_into_supervisor_and_instances(tmp_
             info = (
                 await client.call(m.InstanceProvisionRequest(instance_id="d", name="d", command=["sleep", "60"]))
             ).instance
-            assert info.cgroup and info.cgroup.startswith(str(unit / "instances"))
-            assert str(info.pid) in Path(info.cgroup, "main", "cgroup.procs").read_text().split() or any(
-                str(info.pid) in p.read_text().split() for p in Path(info.cgroup).rglob("cgroup.procs")
+            host = info.host
+            assert host is not None and host.cgroup and host.cgroup.startswith(str(unit / "instances"))
+            assert str(host.pid) in Path(host.cgroup, "main", "cgroup.procs").read_text().split() or any(
+                str(host.pid) in p.read_text().split() for p in Path(host.cgroup).rglob("cgroup.procs")
             )
             own = Path(f"/proc/{proc.pid}/cgroup").read_text()
             assert f"0::/{unit.name}/supervisor" in own

@@ -136,12 +136,14 @@ async def test_status_and_instances(hostd: Hostd) -> None:
     instance_id, state = line.split()
     assert state == "running"
     table = (await out(hostd, "instances")).splitlines()
-    assert table[0].split()[:3] == ["INSTANCE", "NAME", "STATE"]
-    assert table[1].split()[:3] == [instance_id, "dev", "running"]
+    assert table[0].split()[:5] == ["INSTANCE", "NAME", "RUNTIME", "STATE", "PID"]
+    assert table[1].split()[:4] == [instance_id, "dev", "host/hostd", "running"]
     # --json also works after the command.
     [info] = json.loads(await out(hostd, "instances", "--json"))
     assert info["instance_id"] == instance_id
     assert info["working_dir"] == str(hostd.tmp)
+    assert (info["runtime"], info["provider"]) == ("host", "hostd")
+    assert info["host"]["pid"] is None  # no main command
 
 
 async def test_instance_lifecycle(hostd: Hostd) -> None:
@@ -156,7 +158,7 @@ async def test_instance_lifecycle(hostd: Hostd) -> None:
 
     started = json.loads(await out(hostd, "instance", "start", "box", "--json"))  # by name
     assert started["state"] == "running"
-    assert started["pid"]
+    assert started["host"]["pid"]
     assert (await out(hostd, "instance", "stop", "box-1", "--grace", "1")).split() == ["box-1", "stopped"]
     assert (await out(hostd, "instance", "destroy", "box-1")).split() == ["box-1", "destroyed"]
 

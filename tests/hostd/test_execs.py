@@ -20,7 +20,7 @@ from hostd.instances import InstanceRegistry
 from hostd.proctree import Cgroups
 from proto import ErrorCode, new_id
 from proto import messages as m
-from tests.hostd.registries import make_config
+from tests.hostd.registries import make_config, open_registry
 from tests.processes import tree_procs
 
 WAIT_S = 10.0
@@ -59,8 +59,8 @@ class Env:
 
 
 async def open_env(config: HostdConfig, cgroups: Cgroups, nursery: trio.Nursery, workdir: Path) -> Env:
-    instances = InstanceRegistry(config, cgroups, nursery)
-    execs = ExecRegistry(config, cgroups, nursery, instances.context)
+    instances = open_registry(config, cgroups, nursery)
+    execs = ExecRegistry(config, cgroups, nursery, instances.placement)
     instances.on_stop.append(execs.kill_instance)
     instances.count_children = lambda iid: (0, execs.count(iid))
     workdir.mkdir(exist_ok=True)
@@ -124,7 +124,7 @@ async def test_stdout_stderr_separated_with_seqs_and_exit_code(env: Env) -> None
     assert isinstance(frames[0], m.StreamOpened) and frames[0].first_seq == 1
     out = outputs(frames, "stdout")
     assert out.startswith(b"".join(b"out%d;" % i for i in range(20)))
-    tree = env.execs._tree(info.exec_id)
+    tree = env.instances._config.tree_id("exec", info.exec_id)
     assert tree.endswith(f":exec:{info.exec_id}")
     assert out.endswith(f"{env.workdir} yes {tree} x\n".encode())
     assert outputs(frames, "stderr") == b"".join(b"err%d;" % i for i in range(20))
@@ -182,12 +182,12 @@ async def test_cancel_kills_whole_tree(env: Env) -> None:
         with trio.fail_after(WAIT_S):
             await ready.wait()
         assert len(tree_procs(info.exec_id)) == 2
-        canceled = await env.execs.cancel(info.exec_id, 0.5)
+        canceled = await env.execs.kill(info.exec_id, 0.5)
     assert canceled.state == "exited" and canceled.end_reason == "canceled" and canceled.signal is not None
     assert not tree_procs(info.exec_id)
     assert isinstance(frames[-2], m.ExecExited) and frames[-2].reason == "canceled"
     # Canceling again is harmless.
-    assert (await env.execs.cancel(info.exec_id, None)).end_reason == "canceled"
+    assert (await env.execs.kill(info.exec_id, None)).end_reason == "canceled"
 
 
 async def test_leftover_holding_pipes_goes_with_its_leader(env: Env) -> None:
@@ -346,19 +346,20 @@ async def test_argument_errors(env: Env, tmp_path: Path) -> None:
 
 
 async def test_limit_counts_live_execs(tmp_path: Path, leak_check: None) -> None:
-    config = make_config(tmp_path, max_sessions=1)
+    # The exec limit is its own: a session limit of 1 would have refused the second exec here.
+    config = make_config(tmp_path, max_execs=1, max_sessions=100)
     async with trio.open_nursery() as nursery:
         env = await open_env(config, Cgroups.detect("off"), nursery, tmp_path / "wd")
         first = await env.start(["sleep", "300"])
         with pytest.raises(RpcError) as excinfo:
             await env.start(["true"])
         assert code_of(excinfo) is ErrorCode.LIMIT_REACHED
-        await env.execs.cancel(first.exec_id, 0)
+        await env.execs.kill(first.exec_id, 0)
         second = await env.start(["true"])  # an exited exec no longer counts
         await env.wait_exited(second.exec_id)
         # Exited execs are kept (exit status, output) up to a bound, then new ones are refused.
         kept = [first.exec_id, second.exec_id]
-        while len(kept) < config.max_retained:
+        while len(kept) < env.execs.max_retained:
             extra = await env.start(["true"])
             await env.wait_exited(extra.exec_id)
             kept.append(extra.exec_id)
@@ -405,14 +406,15 @@ async def test_real_cgroup_per_exec(tmp_path: Path, leak_check: None) -> None:
     async with trio.open_nursery() as nursery:
         env = await open_env(make_config(tmp_path, cgroup_root=""), cgroups, nursery, tmp_path / "wd")
         info = await env.start(DOUBLE_FORK)
-        cgroup = env.instances.context(env.instance_id).cgroup
-        assert cgroup is not None
+        host = env.instances.get(env.instance_id).host
+        assert host is not None and host.cgroup is not None
+        cgroup = Path(host.cgroup)
         exec_cgroup = cgroup / f"x-{info.exec_id}"
         with trio.fail_after(WAIT_S):
             while len(Cgroups.pids(exec_cgroup)) < 2:
                 await trio.sleep(0.01)
         assert info.pid in Cgroups.pids(exec_cgroup)
-        await env.execs.cancel(info.exec_id, 0.5)
+        await env.execs.kill(info.exec_id, 0.5)
         assert not tree_procs(info.exec_id) and not exec_cgroup.exists()
         await close_env(env)
         nursery.cancel_scope.cancel()

@@ -22,7 +22,7 @@ from hostd.instances import InstanceRegistry
 from hostd.proctree import Cgroups
 from proto import ErrorCode, new_id
 from proto import messages as m
-from tests.hostd.registries import make_config
+from tests.hostd.registries import make_config, open_registry
 from tests.processes import running, tree_procs
 
 WAIT_S = 10.0
@@ -51,7 +51,7 @@ def config(tmp_path: Path) -> HostdConfig:
 @pytest.fixture
 async def registry(config: HostdConfig, leak_check: None) -> AsyncIterator[InstanceRegistry]:
     async with trio.open_nursery() as nursery:
-        reg = InstanceRegistry(config, Cgroups.detect("off"), nursery)
+        reg = open_registry(config, Cgroups.detect("off"), nursery)
         await reg.load()
         yield reg
         await _destroy_all(reg)
@@ -97,7 +97,7 @@ async def test_provision_without_command_files_and_env(registry: InstanceRegistr
     req = provision_req(name="plain", env={"FOO": "bar baz", "EMPTY": ""}, labels={"team": "a"}, loadout="demo")
     info = await registry.provision(req)
     iid = req.instance_id
-    assert info.state == "running" and info.pid is None and info.labels == {"team": "a"}
+    assert info.state == "running" and info.host.pid is None and info.labels == {"team": "a"}
     inst_dir = config.instances_dir / iid
     assert info.instance_dir == str(inst_dir)
     assert mode(inst_dir) == 0o700
@@ -114,12 +114,15 @@ async def test_provision_without_command_files_and_env(registry: InstanceRegistr
     assert json.loads((inst_dir / "metadata.json").read_text())["runtime"] == "host"
     assert mode(config.state_file) == 0o600
 
-    ctx = registry.context(iid)
-    assert ctx.instance_id == iid and ctx.working_dir == info.working_dir and ctx.cgroup is None
-    assert ctx.env["HOME"] == info.working_dir
-    assert ctx.env["LANG"] == "C.UTF-8" and ctx.env["SHELL"] == "/bin/sh" and ctx.env["PATH"]
-    assert ctx.env["AIWG_INSTANCE_DIR"] == str(inst_dir)
-    assert ctx.env["FOO"] == "bar baz" and ctx.env["AGENT_ID"] == f"host-{iid}"
+    # What a session or exec started in it gets, as the host provider decides.
+    spec = registry.placement(iid).spawn_spec(["true"], None, {"EXTRA": "1"}, tty=False)
+    assert registry.placement(iid).instance_id == iid
+    assert spec.argv == ["true"] and spec.cwd == spec.shown_cwd == info.working_dir and spec.cgroup_parent is None
+    assert spec.env["HOME"] == info.working_dir and spec.env["EXTRA"] == "1"
+    assert spec.env["LANG"] == "C.UTF-8" and spec.env["SHELL"] == "/bin/sh" and spec.env["PATH"]
+    assert spec.env["AIWG_INSTANCE_DIR"] == str(inst_dir)
+    assert spec.env["FOO"] == "bar baz" and spec.env["AGENT_ID"] == f"host-{iid}"
+    assert (info.runtime, info.provider) == ("host", "hostd") and "session.pty" in info.capabilities
     assert [i.instance_id for i in registry.list()] == [iid]
 
 
@@ -127,24 +130,24 @@ async def test_provision_start_false_and_idempotent_start_stop(registry: Instanc
     req = provision_req(command=SLEEPER, start=False)
     info = await registry.provision(req)
     iid = req.instance_id
-    assert info.state == "stopped" and info.pid is None
+    assert info.state == "stopped" and info.host.pid is None
     with pytest.raises(RpcError) as excinfo:
-        registry.context(iid)
+        registry.placement(iid)
     assert rpc_code(excinfo) is ErrorCode.INSTANCE_INVALID_STATE
 
     started = await registry.start(iid)
-    assert started.state == "running" and started.pid is not None
+    assert started.state == "running" and started.host.pid is not None
     again = await registry.start(iid)
-    assert again.pid == started.pid and again.started_at == started.started_at
+    assert again.host.pid == started.host.pid and again.started_at == started.started_at
 
     stopped = await registry.stop(iid, 1.0)
-    assert stopped.state == "stopped" and stopped.pid is None and stopped.stopped_at is not None
-    assert not psutil.pid_exists(started.pid) or not running(psutil.Process(started.pid))
+    assert stopped.state == "stopped" and stopped.host.pid is None and stopped.stopped_at is not None
+    assert not psutil.pid_exists(started.host.pid) or not running(psutil.Process(started.host.pid))
     again = await registry.stop(iid, 1.0)
     assert again.state == "stopped" and again.stopped_at == stopped.stopped_at
 
     restarted = await registry.start(iid)
-    assert restarted.state == "running" and restarted.pid not in (None, started.pid)
+    assert restarted.state == "running" and restarted.host.pid not in (None, started.host.pid)
 
 
 async def test_provision_refusals(registry: InstanceRegistry, tmp_path: Path, config: HostdConfig) -> None:
@@ -180,19 +183,19 @@ async def test_provision_refusals(registry: InstanceRegistry, tmp_path: Path, co
     assert rpc_code(excinfo) is ErrorCode.INSTANCE_NOT_FOUND
 
 
-async def test_main_process_env_cwd_and_log(registry: InstanceRegistry, tmp_path: Path) -> None:
+async def test_main_process_env_cwd_and_log(registry: InstanceRegistry, tmp_path: Path, config: HostdConfig) -> None:
     workdir = tmp_path / "wd"
     workdir.mkdir()
     script = 'echo "id=$AIWG_INSTANCE_ID agent=$AGENT_ID tree=$AIWG_TREE pwd=$(pwd)"; echo oops >&2; exec sleep 300'
     req = provision_req(command=["sh", "-c", script], working_dir=str(workdir))
     info = await registry.provision(req)
     iid = req.instance_id
-    assert info.state == "running" and info.pid == info.pgid and info.working_dir == str(workdir)
-    assert os.getpgid(info.pid) == info.pid
+    assert info.state == "running" and info.host.pid == info.host.pgid and info.working_dir == str(workdir)
+    assert os.getpgid(info.host.pid) == info.host.pid
     log = Path(info.instance_dir) / "main.log"
     await wait_for(lambda: "oops" in log.read_text(), "main.log output")
     assert mode(log) == 0o600
-    tree = registry._tree(iid)
+    tree = config.tree_id("instance", iid)
     assert tree.endswith(f":instance:{iid}")
     assert f"id={iid} agent=host-{iid} tree={tree} pwd={workdir}" in log.read_text()
     stopped = await registry.stop(iid, None)
@@ -210,8 +213,8 @@ async def test_stop_kills_whole_tree_including_double_forked_grandchild(registry
     req = provision_req(command=DOUBLE_FORK)
     info = await registry.provision(req)
     iid = req.instance_id
-    await wait_for(lambda: escapees(iid, info.pid), "grandchild")
-    (grandchild,) = escapees(iid, info.pid)
+    await wait_for(lambda: escapees(iid, info.host.pid), "grandchild")
+    (grandchild,) = escapees(iid, info.host.pid)
 
     stopped = await registry.stop(iid, 0.5)
     assert stopped.state == "stopped"
@@ -228,7 +231,7 @@ async def test_main_exit_on_its_own(registry: InstanceRegistry) -> None:
     await registry.provision(bad)
     await registry.provision(killed)
     info = await wait_state(registry, ok.instance_id, "stopped")
-    assert info.exit_code == 0 and info.pid is None and info.stopped_at is not None
+    assert info.exit_code == 0 and info.host.pid is None and info.stopped_at is not None
     info = await wait_state(registry, bad.instance_id, "failed")
     assert info.exit_code == 3 and "code 3" in (info.note or "")
     info = await wait_state(registry, killed.instance_id, "failed")
@@ -247,7 +250,7 @@ async def test_destroy_removes_everything(registry: InstanceRegistry, config: Ho
 
     registry.on_stop.append(hook)
     req = provision_req(command=DOUBLE_FORK)
-    pid = (await registry.provision(req)).pid
+    pid = (await registry.provision(req)).host.pid
     iid = req.instance_id
     await wait_for(lambda: escapees(iid, pid), "grandchild")
     info = await registry.destroy(iid, 0.5)
@@ -256,7 +259,7 @@ async def test_destroy_removes_everything(registry: InstanceRegistry, config: Ho
     assert not (config.instances_dir / iid).exists()
     assert not tree_procs(iid)
     assert registry.list() == []
-    for call in (registry.get, registry.context):
+    for call in (registry.get, registry.placement):
         with pytest.raises(RpcError) as excinfo:
             call(iid)
         assert rpc_code(excinfo) is ErrorCode.INSTANCE_NOT_FOUND
@@ -292,12 +295,12 @@ async def test_restart_readopts_live_main_and_reports_dead_one(config: HostdConf
     live, dead = provision_req(command=SLEEPER), provision_req(command=SLEEPER)
     plain, parked = provision_req(), provision_req(start=False)
     async with trio.open_nursery() as nursery:
-        first = InstanceRegistry(config, Cgroups.detect("off"), nursery)
+        first = open_registry(config, Cgroups.detect("off"), nursery)
         await first.load()
         for req in (live, dead, plain, parked):
             await first.provision(req)
-        live_pid = first.get(live.instance_id).pid
-        dead_pid = first.get(dead.instance_id).pid
+        live_pid = first.get(live.instance_id).host.pid
+        dead_pid = first.get(dead.instance_id).host.pid
         await first.shutdown()
         with pytest.raises(RpcError) as excinfo:
             await first.provision(provision_req())
@@ -311,23 +314,23 @@ async def test_restart_readopts_live_main_and_reports_dead_one(config: HostdConf
     os.waitpid(dead_pid, 0)  # it is the test process's child; a real hostd would not be its parent
 
     async with trio.open_nursery() as nursery:
-        second = InstanceRegistry(config, Cgroups.detect("off"), nursery)
+        second = open_registry(config, Cgroups.detect("off"), nursery)
         await second.load()
         info = second.get(live.instance_id)
-        assert info.state == "running" and info.adopted is True and info.pid == live_pid
+        assert info.state == "running" and info.adopted is True and info.host.pid == live_pid
         info = second.get(dead.instance_id)
-        assert info.state == "failed" and info.adopted is False and info.pid is None
+        assert info.state == "failed" and info.adopted is False and info.host.pid is None
         assert info.note == f"main process {dead_pid} ended while hostd was down"
         info = second.get(plain.instance_id)
         assert info.state == "running" and info.adopted is True
         assert info.note == "PTY sessions and execs from the previous hostd ended with it"
         assert second.get(parked.instance_id).state == "stopped"
-        second.context(plain.instance_id)  # usable again
+        second.placement(plain.instance_id)  # usable again
 
         # The adopted main is watched: its death is noticed.
         os.kill(live_pid, signal.SIGKILL)
         info = await wait_state(second, live.instance_id, "failed")
-        assert info.pid is None and info.note
+        assert info.host.pid is None and info.note
 
         # And an adopted main can be stopped.
         await second.start(live.instance_id)
@@ -335,11 +338,11 @@ async def test_restart_readopts_live_main_and_reports_dead_one(config: HostdConf
         nursery.cancel_scope.cancel()
 
     async with trio.open_nursery() as nursery:
-        third = InstanceRegistry(config, Cgroups.detect("off"), nursery)
+        third = open_registry(config, Cgroups.detect("off"), nursery)
         await third.load()
         info = third.get(live.instance_id)
-        assert info.adopted is True and info.pid is not None
-        pid = info.pid
+        assert info.adopted is True and info.host.pid is not None
+        pid = info.host.pid
         assert (await third.stop(live.instance_id, 0.5)).state == "stopped"
         assert not running(psutil.Process(pid)) if psutil.pid_exists(pid) else True
         await _destroy_all(third)
@@ -350,7 +353,7 @@ async def test_corrupt_state_file_is_moved_aside(config: HostdConfig, leak_check
     config.state_file.parent.mkdir(parents=True)
     config.state_file.write_text("{not json")
     async with trio.open_nursery() as nursery:
-        reg = InstanceRegistry(config, Cgroups.detect("off"), nursery)
+        reg = open_registry(config, Cgroups.detect("off"), nursery)
         await reg.load()
         assert reg.list() == []
         aside = list(config.state_file.parent.glob(config.state_file.name + ".corrupt-*"))
@@ -375,14 +378,14 @@ async def test_real_cgroups(tmp_path: Path, leak_check: None) -> None:
     cgroups = _real_cgroups()
     config = make_config(tmp_path, cgroup_root="")
     async with trio.open_nursery() as nursery:
-        reg = InstanceRegistry(config, cgroups, nursery)
+        reg = open_registry(config, cgroups, nursery)
         req = provision_req(command=DOUBLE_FORK)
         info = await reg.provision(req)
         iid = req.instance_id
-        assert cgroups.root is not None and info.cgroup == str(cgroups.root / iid)
-        ctx = reg.context(iid)
-        assert ctx.cgroup == cgroups.root / iid
-        await wait_for(lambda: escapees(iid, info.pid), "grandchild")
+        assert cgroups.root is not None and info.host.cgroup == str(cgroups.root / iid)
+        spec = reg.placement(iid).spawn_spec(["true"], None, {}, tty=True)
+        assert spec.cgroup_parent == cgroups.root / iid
+        await wait_for(lambda: escapees(iid, info.host.pid), "grandchild")
         members = Cgroups.pids(cgroups.root / iid / "main")
         assert {p.pid for p in tree_procs(iid)} <= members
         await reg.stop(iid, 0.5)
@@ -441,3 +444,93 @@ async def test_start_right_after_the_main_process_failed_is_not_killed(registry:
     assert info.state == "running"
     await trio.sleep(0.5)
     assert registry.get(iid).state == "running", registry.get(iid).note
+
+
+# -- providers and the state file's layout ----------------------------------------------------
+
+
+def _as_version_1(state: dict) -> dict:
+    """The state file as a hostd before runtime providers wrote it: host fields on the info itself."""
+    for record in state["instances"]:
+        info = record["info"]
+        for key in ("runtime", "provider", "capabilities"):
+            info.pop(key)
+        info.update(info.pop("host") or {})
+        record["main_create_time"] = record.pop("detail").get("main_create_time")
+    state["version"] = 1
+    return state
+
+
+async def test_state_file_version_1_is_upgraded_and_readopted(config: HostdConfig, leak_check: None) -> None:
+    req = provision_req(command=SLEEPER)
+    async with trio.open_nursery() as nursery:
+        first = open_registry(config, Cgroups.detect("off"), nursery)
+        await first.load()
+        pid = (await first.provision(req)).host.pid
+        await first.shutdown()
+        nursery.cancel_scope.cancel()
+    legacy = _as_version_1(json.loads(config.state_file.read_text()))
+    assert legacy["instances"][0]["info"]["pid"] == pid and legacy["instances"][0]["main_create_time"]
+    config.state_file.write_text(json.dumps(legacy))
+
+    async with trio.open_nursery() as nursery:
+        second = open_registry(config, Cgroups.detect("off"), nursery)
+        await second.load()
+        info = second.get(req.instance_id)
+        assert (info.runtime, info.provider, info.state, info.adopted) == ("host", "hostd", "running", True)
+        assert info.host is not None and info.host.pid == pid
+        assert "session.pty" in info.capabilities
+        rewritten = json.loads(config.state_file.read_text())
+        assert rewritten["version"] == statefile.VERSION
+        assert rewritten["instances"][0]["detail"]["main_create_time"] == legacy["instances"][0]["main_create_time"]
+        await _destroy_all(second)
+        nursery.cancel_scope.cancel()
+    assert not psutil.pid_exists(pid) or not running(psutil.Process(pid))
+
+
+def test_state_file_from_a_newer_hostd_is_refused(config: HostdConfig) -> None:
+    config.state_file.parent.mkdir(parents=True)
+    config.state_file.write_text(json.dumps({"version": statefile.VERSION + 1, "instances": []}))
+    with pytest.raises(statefile.NewerStateFile, match="version 3"):
+        statefile.read(config.state_file)
+    assert config.state_file.exists()  # left alone for the newer hostd
+
+
+async def test_instance_of_a_provider_not_offered_is_kept_failed(config: HostdConfig, leak_check: None) -> None:
+    vm = m.InstanceInfo(
+        instance_id="vm-1", name="vm", state="running", instance_dir="", working_dir="/",
+        runtime="vm", provider="libvirt", capabilities=["session.pty"], created_at=1.0,
+    )  # fmt: skip
+    saved = statefile.PersistedInstance(info=vm, detail={"domain": "aiwg-vm-1"})
+    statefile.write(config.state_file, [saved])
+    async with trio.open_nursery() as nursery:
+        reg = open_registry(config, Cgroups.detect("off"), nursery)
+        await reg.load()
+        info = reg.get("vm-1")
+        assert (info.state, info.adopted) == ("failed", False)
+        assert info.note == "provider vm/libvirt is not offered by this hostd"
+        for call in (reg.start("vm-1"), reg.stop("vm-1", 0.1), reg.destroy("vm-1", 0.1)):
+            with pytest.raises(RpcError) as excinfo:
+                await call
+            assert rpc_code(excinfo) is ErrorCode.PROVIDER_UNAVAILABLE
+        with pytest.raises(RpcError) as excinfo:
+            reg.placement("vm-1")
+        assert rpc_code(excinfo) is ErrorCode.INSTANCE_INVALID_STATE
+        # What the provider saved survives for a hostd that offers it again.
+        [record] = statefile.read(config.state_file) or []
+        assert record.detail == {"domain": "aiwg-vm-1"}
+        nursery.cancel_scope.cancel()
+
+
+async def test_providers_and_unavailable_runtimes(registry: InstanceRegistry) -> None:
+    [host] = registry.providers()
+    assert (host.runtime, host.provider, host.available, host.default) == ("host", "hostd", True, True)
+    assert {"instance.start", "session.pty", "exec"} <= set(host.capabilities)
+    for fields in ({"runtime": "vm"}, {"runtime": "container", "provider": "podman"}, {"provider": "nope"}):
+        with pytest.raises(RpcError) as excinfo:
+            await registry.provision(provision_req(**fields))
+        assert rpc_code(excinfo) is ErrorCode.PROVIDER_UNAVAILABLE
+        assert "offered: host/hostd" in excinfo.value.message
+    assert registry.list() == []
+    info = await registry.provision(provision_req(runtime="host", provider="hostd"))
+    assert (info.runtime, info.provider, info.capabilities) == ("host", "hostd", host.capabilities)

@@ -184,6 +184,26 @@ def test_refuses_to_start_while_another_hostd_answers(hostd: HostdProcess) -> No
     assert hostd.answers()
 
 
+def test_refuses_to_start_on_a_newer_state_file(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    (state_dir / "hostd-state.json").write_text('{"version": 99, "instances": []}')
+    env = {**HostdProcess(state_dir).env}
+    result = subprocess.run(
+        [sys.executable, "-m", "hostd.main", "--dev"], env=env, capture_output=True, text=True, timeout=30, cwd=ROOT
+    )
+    assert result.returncode == 1
+    assert "has version 99; this hostd reads up to 2" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (state_dir / "hostd.sock").exists()
+
+
+async def test_provider_list(hostd: HostdProcess) -> None:
+    async with open_hostd(hostd.socket_path) as client:
+        providers = (await client.call(m.ProviderListRequest())).providers
+    assert [(p.runtime, p.provider, p.available, p.default) for p in providers] == [("host", "hostd", True, True)]
+
+
 def test_stale_socket_is_replaced_and_foreign_file_is_not(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()
@@ -270,18 +290,18 @@ async def test_restart_reloads_instances(tmp_path: Path) -> None:
             )
         proc.stop()
         # While hostd is down one main process dies; the other keeps running.
-        os.kill(doomed.instance.pid, signal.SIGKILL)
+        os.kill(doomed.instance.host.pid, signal.SIGKILL)
         proc.start()
         async with open_hostd(proc.socket_path) as client:
             listed = {i.instance_id: i for i in (await client.call(m.InstanceListRequest())).instances}
             assert set(listed) == {"idle", "svc", "doomed"}
             assert listed["svc"].state == "running" and listed["svc"].adopted is True
-            assert listed["svc"].pid == main.instance.pid
+            assert listed["svc"].host.pid == main.instance.host.pid
             assert listed["doomed"].state == "failed" and listed["doomed"].adopted is False
             assert listed["doomed"].note
             for iid in listed:
                 await client.call(m.InstanceDestroyRequest(instance_id=iid, grace_s=0.5))
-        assert not alive({main.instance.pid})
+        assert not alive({main.instance.host.pid})
     finally:
         proc.cleanup()
 
@@ -355,9 +375,9 @@ async def test_a_call_outlives_the_client_that_hung_up(hostd: HostdProcess) -> N
                 if info.state == "running":
                     break
                 await trio.sleep(0.02)
-        assert info.pid and alive({info.pid})
+        assert info.host and info.host.pid and alive({info.host.pid})
         await client.call(m.InstanceDestroyRequest(instance_id="orphaned", grace_s=0.2))
-        assert not alive({info.pid})
+        assert not alive({info.host.pid})
 
 
 async def test_stopping_an_instance_spares_a_session_that_shares_its_name(hostd: HostdProcess) -> None:
@@ -397,7 +417,7 @@ async def test_sessions_and_execs_leave_no_cgroup_behind(hostd: HostdProcess) ->
         pytest.skip("needs root and a writable cgroup v2 hierarchy")
     async with open_hostd(hostd.socket_path) as client:
         info = (await client.call(m.InstanceProvisionRequest(instance_id="cg", name="cg"))).instance
-        instance_cgroup = Path(info.cgroup)
+        instance_cgroup = Path(info.host.cgroup)
         for _ in range(5):
             sid = (await client.call(m.SessionCreateRequest(instance_id="cg", argv=["sleep", "60"]))).session.session_id
             await client.call(m.SessionDeleteRequest(session_id=sid))

@@ -11,9 +11,8 @@ import gc
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -25,10 +24,9 @@ from hostd.proctree import Cgroups
 from hostd.sessions import SessionRegistry, parse_signal
 from proto import ErrorCode
 from proto import messages as m
-from tests.hostd.registries import make_config
+from tests.hostd.registries import make_config, open_registry
 from tests.processes import procs_where, tree_procs
 
-INSTANCE = "inst-1"
 TIMEOUT = 10
 
 
@@ -38,49 +36,54 @@ def marked(token: str) -> list[psutil.Process]:
 
 
 class Harness:
+    """A session registry beside a real instance registry holding one running host instance."""
+
     def __init__(self, tmp_path: Path, nursery: trio.Nursery, cgroups: Cgroups, **config: object) -> None:
         self.token = uuid.uuid4().hex
+        self.instance_id = f"inst-{self.token[:12]}"
         self.workdir = tmp_path / "work"
         self.workdir.mkdir(exist_ok=True)
-        self.cgroup: Path | None = None
-        #: Set as InstanceRegistry does when the instance starts stopping: no new children.
-        self.stopping = False
-        self.context = SimpleNamespace(
-            instance_id=INSTANCE,
-            working_dir=str(self.workdir),
-            env={"PATH": os.environ.get("PATH", os.defpath), "LANG": "C", "AIWG_TEST_RUN": self.token},
-            cgroup=None,
-        )
         self.config = make_config(tmp_path, **config)
-        self.registry = SessionRegistry(self.config, cgroups, nursery, self.resolve)
+        self.instances = open_registry(self.config, cgroups, nursery)
+        self.registry = SessionRegistry(self.config, cgroups, nursery, self.instances.placement)
+        self.instances.on_stop.append(self.registry.kill_instance)
 
-    def resolve(self, instance_id: str) -> SimpleNamespace:
-        if instance_id != INSTANCE:
-            raise RpcError(ErrorCode.INSTANCE_NOT_FOUND, f"no instance {instance_id!r}")
-        if self.stopping:
-            raise RpcError(ErrorCode.INSTANCE_INVALID_STATE, f"instance {instance_id!r} is stopping")
-        return self.context
+    async def open(self) -> Harness:
+        await self.instances.provision(
+            m.InstanceProvisionRequest(
+                instance_id=self.instance_id,
+                name="session test",
+                working_dir=str(self.workdir),
+                env={"LANG": "C", "AIWG_TEST_RUN": self.token},
+            )
+        )
+        return self
+
+    async def close(self) -> None:
+        await self.registry.shutdown()
+        for info in self.instances.list():
+            await self.instances.destroy(info.instance_id, 0)
 
     async def create(self, *argv: str, **kw: object) -> m.SessionInfo:
-        return await self.registry.create(m.SessionCreateRequest(instance_id=INSTANCE, argv=list(argv), **kw))
+        return await self.registry.create(m.SessionCreateRequest(instance_id=self.instance_id, argv=list(argv), **kw))  # type: ignore[arg-type]
 
 
 @pytest.fixture
-async def make_harness(tmp_path: Path) -> AsyncIterator[Callable[..., Harness]]:
+async def make_harness(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Harness]]]:
     harnesses: list[Harness] = []
     fds_before = len(os.listdir("/proc/self/fd"))
     async with trio.open_nursery() as nursery:
 
-        def make(cgroups: Cgroups | None = None, **config: object) -> Harness:
+        async def make(cgroups: Cgroups | None = None, **config: object) -> Harness:
             h = Harness(tmp_path, nursery, cgroups or Cgroups.detect("off"), **config)
             harnesses.append(h)
-            return h
+            return await h.open()
 
         try:
             yield make
         finally:
             for h in harnesses:
-                await h.registry.shutdown()
+                await h.close()
             nursery.cancel_scope.cancel()
     leftovers = [p for h in harnesses for p in marked(h.token)]
     for proc in leftovers:
@@ -92,8 +95,8 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Callable[..., Harness]]:
 
 
 @pytest.fixture
-def harness(make_harness: Callable[..., Harness]) -> Harness:
-    return make_harness()
+async def harness(make_harness: Callable[..., Awaitable[Harness]]) -> Harness:
+    return await make_harness()
 
 
 class Watcher:
@@ -248,8 +251,8 @@ async def test_byte_exact_replay_from_any_seq(harness: Harness) -> None:
     assert [type(f) for f in end.frames] == [m.StreamOpened, m.SessionExited, m.StreamEnd]
 
 
-async def test_seq_out_of_range_is_an_error_before_any_frame(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness(ring_frames=4, ring_bytes=1024 * 1024)
+async def test_seq_out_of_range_is_an_error_before_any_frame(make_harness: Callable[..., Awaitable[Harness]]) -> None:
+    h = await make_harness(ring_frames=4, ring_bytes=1024 * 1024)
     info = await h.create("sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do echo line$i; sleep 0.01; done")
     await collect(h, info.session_id)
     got = h.registry.get(info.session_id)
@@ -264,9 +267,9 @@ async def test_seq_out_of_range_is_an_error_before_any_frame(make_harness: Calla
 
 
 async def test_blocked_subscriber_lags_while_others_and_the_reader_go_on(
-    make_harness: Callable[..., Harness],
+    make_harness: Callable[..., Awaitable[Harness]],
 ) -> None:
-    h = make_harness(ring_frames=32)
+    h = await make_harness(ring_frames=32)
     # 400 separate writes a millisecond apart: far more ring entries than the ring holds, however
     # the reader happens to coalesce them.
     script = (
@@ -483,8 +486,8 @@ async def test_delete_ends_subscribers_and_the_tree(harness: Harness) -> None:
     assert err.value.code is ErrorCode.SESSION_NOT_FOUND
 
 
-async def test_max_sessions(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness(max_sessions=2)
+async def test_max_sessions(make_harness: Callable[..., Awaitable[Harness]]) -> None:
+    h = await make_harness(max_sessions=2)
     a = await h.create("sleep", "300")
     await h.create("sleep", "300")
     with pytest.raises(RpcError) as err:
@@ -495,8 +498,8 @@ async def test_max_sessions(make_harness: Callable[..., Harness]) -> None:
     assert h.registry.counts() == (3, 2)
 
 
-async def test_exited_sessions_kept_are_bounded_not_dropped(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness(max_sessions=1)
+async def test_exited_sessions_kept_are_bounded_not_dropped(make_harness: Callable[..., Awaitable[Harness]]) -> None:
+    h = await make_harness(max_sessions=1)
     done = []
     for _ in range(RETAINED_PER_LIVE):
         info = await h.create("true")
@@ -544,7 +547,7 @@ async def test_kill_instance_and_shutdown(harness: Harness) -> None:
         await w.wait_for(b"ready")  # SIGTERM is ignored from here on
         await harness.registry.kill_instance("other-instance", 0)
         assert harness.registry.counts() == (2, 2)
-        await harness.registry.kill_instance(INSTANCE, 0.2)
+        await harness.registry.kill_instance(harness.instance_id, 0.2)
     assert harness.registry.counts() == (2, 0)
     assert harness.registry.get(a.session_id).end_reason == "killed"
     assert harness.registry.get(b.session_id).signal == 9
@@ -558,16 +561,17 @@ async def test_kill_instance_and_shutdown(harness: Harness) -> None:
     assert err.value.code is ErrorCode.SHUTTING_DOWN
 
 
-async def test_spawn_failure_in_the_child_cleans_up(make_harness: Callable[..., Harness], tmp_path: Path) -> None:
+async def test_spawn_failure_in_the_child_cleans_up(
+    make_harness: Callable[..., Awaitable[Harness]], tmp_path: Path
+) -> None:
     # A directory that is not a cgroup: the child's pre-exec join fails after the fork.
     fake_root = tmp_path / "not-a-cgroup"
-    h = make_harness(cgroups=Cgroups(fake_root))
-    h.context.cgroup = fake_root / "inst"
+    h = await make_harness(cgroups=Cgroups(fake_root))  # the host provider puts the instance in fake_root/<id>
     with pytest.raises(RpcError) as err:
         await h.create("true", session_id="s1")
     assert err.value.code is ErrorCode.SPAWN_FAILED
     assert "cgroup.procs" in err.value.message
-    assert not (fake_root / "inst" / "s-s1").exists()
+    assert (fake_root / h.instance_id).is_dir() and not (fake_root / h.instance_id / "s-s1").exists()
     assert h.registry.counts() == (0, 0)
 
 
@@ -578,14 +582,14 @@ def _real_cgroups() -> Cgroups | None:
     return cgroups if cgroups.available else None
 
 
-async def test_session_in_its_own_cgroup(make_harness: Callable[..., Harness]) -> None:
+async def test_session_in_its_own_cgroup(make_harness: Callable[..., Awaitable[Harness]]) -> None:
     cgroups = _real_cgroups()
     if cgroups is None:
         pytest.skip("needs root and a writable cgroup v2 hierarchy")
-    h = make_harness(cgroups=cgroups)
-    instance_cgroup = cgroups.create(f"test-sessions-{uuid.uuid4().hex[:12]}")
-    assert instance_cgroup is not None
-    h.context.cgroup = instance_cgroup
+    h = await make_harness(cgroups=cgroups)
+    assert cgroups.root is not None
+    instance_cgroup = cgroups.root / h.instance_id  # made by the host provider at provision
+    assert instance_cgroup.is_dir()
     try:
         info = await h.create("sh", "-c", '(setsid sh -c "sleep 300" &) ; echo started; sleep 300')
         sid = info.session_id
@@ -650,8 +654,7 @@ async def test_instance_stopping_while_a_session_spawns(harness: Harness) -> Non
         with trio.fail_after(10):  # wait until it is in the spawn thread
             while not harness.registry._starting:
                 await trio.sleep(0)
-        harness.stopping = True
-        await harness.registry.kill_instance(INSTANCE, 0)
+        await harness.instances.stop(harness.instance_id, 0)
     assert isinstance(result[0], RpcError) and result[0].code is ErrorCode.INSTANCE_INVALID_STATE
     assert harness.registry.counts() == (0, 0)
     assert not marked(harness.token)

@@ -1,4 +1,4 @@
-"""An instance's directory on disk and the environment its processes get.
+"""A host instance's directory on disk and the environment its processes get.
 
 Layout (``<state_dir>/instances/<id>/``, 0700)::
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import pwd
-import re
 import shutil
 from pathlib import Path
 
@@ -26,37 +25,11 @@ import msgspec
 from proto import ErrorCode
 from proto import messages as m
 
-from . import procspawn, proctree
-from .errors import RpcError
-from .statefile import mkdir_private, write_private
+from .. import procspawn
+from ..errors import RpcError
+from ..statefile import mkdir_private, write_private
 
 log = logging.getLogger(__name__)
-
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: Keys hostd sets itself; a request may not override them.
-_RESERVED_ENV = frozenset(
-    {"AIWG_INSTANCE_ID", "AGENT_INSTANCE_ID", "AGENT_ID", "AIWG_INSTANCE_DIR", proctree.TREE_ENV, "AIWG_CONTROL_FD"}
-)
-
-
-def validate_child_env(env: dict[str, str]) -> None:
-    """Refuse (``REQUEST_INVALID``) env a caller hands a session or exec: keys that are no variable
-    names or that hostd sets itself (a child must not pass for another instance or tree), and NULs."""
-    for key, value in env.items():
-        if not _ENV_KEY.match(key):
-            raise RpcError(ErrorCode.REQUEST_INVALID, f"env key {key!r} is not a valid variable name", key=key)
-        if key in _RESERVED_ENV:
-            raise RpcError(ErrorCode.REQUEST_INVALID, f"env key {key!r} is set by hostd", key=key)
-        if "\0" in value:
-            raise RpcError(ErrorCode.REQUEST_INVALID, f"env value of {key!r} contains a NUL", key=key)
-
-
-def validate_env(env: dict[str, str]) -> None:
-    """As :func:`validate_child_env`, and no newlines either: agent.env holds one entry per line."""
-    validate_child_env(env)
-    for key, value in env.items():
-        if "\n" in value or "\r" in value:
-            raise RpcError(ErrorCode.REQUEST_INVALID, f"env value of {key!r} contains a newline", key=key)
 
 
 def requested_working_dir(working_dir: str | None) -> str:
@@ -97,6 +70,7 @@ def write_agent_env(info: m.InstanceInfo, env: dict[str, str]) -> None:
 
 def write_metadata(info: m.InstanceInfo) -> None:
     """Rewrite ``metadata.json`` if the instance dir exists; a failed write is logged, never raised."""
+    host = info.host or m.HostDetail()
     metadata = {
         "instance_id": info.instance_id,
         "name": info.name,
@@ -105,10 +79,10 @@ def write_metadata(info: m.InstanceInfo) -> None:
         "isolation_warning": "host instances run with the full access of hostd's user",
         "agent_id": f"host-{info.instance_id}",
         "state": info.state,
-        "pid": info.pid,
-        "process_group_id": info.pgid,
+        "pid": host.pid,
+        "process_group_id": host.pgid,
         "working_dir": info.working_dir,
-        "cgroup": info.cgroup,
+        "cgroup": host.cgroup,
         "loadout": info.loadout,
         "labels": info.labels,
     }

@@ -1,0 +1,25 @@
+"""Runtime providers: one module per runtime kind, each implementing :class:`base.Provider`.
+
+``host`` (a supervised process tree on the host itself) is the first; ``make_providers`` builds
+the ones this hostd offers, keyed by ``(runtime, provider)``, with each runtime's default first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+from ..config import HostdConfig
+from ..proctree import Cgroups
+from .base import AbsentProvider, Instance, Provider, Saved, SpawnSpec
+from .host import HostProvider
+
+__all__ = ["AbsentProvider", "HostProvider", "Instance", "Provider", "Saved", "SpawnSpec", "make_providers"]
+
+
+def make_providers(
+    config: HostdConfig, cgroups: Cgroups, nursery: trio.Nursery, commit: Callable[[Instance], None]
+) -> list[Provider]:
+    """Every provider of this hostd; the first of each runtime kind is that kind's default."""
+    return [HostProvider(config, cgroups, nursery, commit)]
