@@ -64,6 +64,8 @@ def test_proto_exports_are_pinned() -> None:
     assert sorted(proto.__all__) == sorted(
         [
             "DEFAULT_MAX_FRAME_BYTES",
+            "DEV_STATE_DIR",
+            "PROD_HOSTD_SOCKET",
             "PROTOCOL_VERSION",
             "ErrorCode",
             "FrameBuffer",
@@ -81,6 +83,8 @@ def test_proto_exports_are_pinned() -> None:
             "HostdUnavailable",
             "HostdVersionMismatch",
             "UnknownFrame",
+            "dev_hostd_socket",
+            "find_hostd_socket",
             "is_uuid",
             "messages",
             "new_id",
