@@ -47,7 +47,7 @@ from proto import (
 )
 from proto import messages as m
 
-from .ctloutput import PROG, exit_text, leaf_error
+from .output import PROG, exit_text, leaf_error
 
 #: The description in ``agentic-hostctl attach --help``.
 ATTACH_HELP = """\
