@@ -18,7 +18,6 @@ import pytest
 import trio
 from ptyprocess import PtyProcess
 
-from cli import hostattach
 from proto import messages as m
 from proto import open_hostd
 
@@ -228,27 +227,6 @@ async def test_finds_a_dev_hostd_in_the_working_directory(hostd: Hostd) -> None:
     env = {k: v for k, v in hostd.env.items() if k != "AIWG_HOSTD_SOCKET"}
     result = await trio.run_process([*CTL, "--json", "status"], env=env, cwd=work, capture_stdout=True)
     assert json.loads(result.stdout)["pid"] == hostd.proc.pid
-
-
-@pytest.mark.parametrize(
-    ("chunks", "forwarded", "detached"),
-    [
-        ([b"ls\r"], b"ls\r", False),
-        ([b"ab\x1dcd"], b"ab", True),
-        ([b"ab\x02dcd"], b"ab", True),
-        ([b"ab\x02", b"d"], b"ab", True),  # prefix and key in separate reads
-        ([b"\x02\x02x"], b"\x02x", False),  # Ctrl-B Ctrl-B sends one Ctrl-B
-        ([b"\x02x"], b"\x02x", False),
-        ([b"x\x02", b"y"], b"x\x02y", False),
-    ],
-)
-def test_detach_keys(chunks: list[bytes], forwarded: bytes, detached: bool) -> None:
-    keys = hostattach.DetachKeys()
-    sent, done = b"", False
-    for chunk in chunks:
-        data, done = keys.feed(chunk)
-        sent += data
-    assert (sent, done) == (forwarded, detached)
 
 
 # -- attach on a real PTY -----------------------------------------------------------------------
