@@ -33,8 +33,8 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check proto hostd controller tests bench
-	$(VENV)/bin/ruff format --check proto hostd controller tests bench
+	$(VENV)/bin/ruff check proto hostd controller cli tests bench
+	$(VENV)/bin/ruff format --check proto hostd controller cli tests bench
 
 bench: $(STAMP)
 	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done

@@ -26,14 +26,14 @@ from typing import Any
 
 import msgspec
 
+from proto import DEV_STATE_DIR, PROD_HOSTD_SOCKET, dev_hostd_socket
+
 log = logging.getLogger(__name__)
 
 SECONDS = 1.0
 MIB = 1024 * 1024
 
 PROD_STATE_DIR = "/var/lib/agentic-sandbox-controller"
-PROD_HOSTD_SOCKET = "/run/agentic-sandbox/hostd.sock"
-DEV_STATE_DIR = ".run"
 
 DEFAULT_LISTEN = "127.0.0.1:8122"
 DEFAULT_V1_SUNSET = "Sun, 09 May 2027 00:00:00 GMT"
@@ -243,7 +243,7 @@ def load_config(
 
     state_dir = os.path.abspath(values.get("state_dir") or (DEV_STATE_DIR if dev else PROD_STATE_DIR))
     values["state_dir"] = state_dir
-    values.setdefault("hostd_socket", os.path.join(state_dir, "hostd.sock") if dev else PROD_HOSTD_SOCKET)
+    values.setdefault("hostd_socket", dev_hostd_socket(state_dir) if dev else PROD_HOSTD_SOCKET)
     values["hostd_socket"] = os.path.abspath(values["hostd_socket"])
     if len(os.fsencode(values["hostd_socket"])) > 107:
         raise ConfigError(f"AIWG_HOSTD_SOCKET={values['hostd_socket']!r} is longer than a Unix socket path may be")

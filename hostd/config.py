@@ -19,14 +19,13 @@ from pathlib import Path
 
 import msgspec
 
-from proto import DEFAULT_MAX_FRAME_BYTES
+from proto import DEFAULT_MAX_FRAME_BYTES, DEV_STATE_DIR, PROD_HOSTD_SOCKET, dev_hostd_socket
 
 SECONDS = 1.0
 MIB = 1024 * 1024
 
 PROD_STATE_DIR = "/var/lib/agentic-sandbox"
-PROD_SOCKET = "/run/agentic-sandbox/hostd.sock"
-DEV_STATE_DIR = ".run"
+PROD_SOCKET = PROD_HOSTD_SOCKET  # the socket paths are proto's (proto/paths.py), shared with every client
 
 DEFAULT_RING_FRAMES = 1000
 DEFAULT_RING_BYTES = 4 * MIB
@@ -145,7 +144,7 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
     env = os.environ if env is None else env
     if dev:
         state_dir = env.get("AIWG_STATE_DIR") or os.path.abspath(DEV_STATE_DIR)
-        socket_path = env.get("AIWG_HOSTD_SOCKET") or os.path.join(state_dir, "hostd.sock")
+        socket_path = env.get("AIWG_HOSTD_SOCKET") or dev_hostd_socket(state_dir)
     else:
         state_dir = env.get("AIWG_STATE_DIR") or PROD_STATE_DIR
         socket_path = env.get("AIWG_HOSTD_SOCKET") or PROD_SOCKET

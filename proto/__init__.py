@@ -1,9 +1,9 @@
-"""The hostd protocol: the only package both hostd and the controller import.
+"""The hostd protocol: the only package hostd, the controller and the CLIs (``cli/``) share.
 
 General layout: ``messages`` is the whole API (Structs and unions), ``framing`` the frame
 codec, ``errors`` the error codes and the client's exception family, ``client`` the trio
-client, ``ids`` identifiers. This module re-exports what other packages may use; a test pins
-the list.
+client, ``ids`` identifiers, ``paths`` where hostd's socket is. This module re-exports what
+other packages may use; a test pins the list.
 """
 
 from . import messages
@@ -22,9 +22,12 @@ from .errors import (
 from .framing import FrameBuffer, FrameEncoder, FrameInvalid, FrameTooLarge, UnknownFrame
 from .ids import is_uuid, new_id, uuid7
 from .messages import DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSION
+from .paths import DEV_STATE_DIR, PROD_HOSTD_SOCKET, dev_hostd_socket, find_hostd_socket
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
+    "DEV_STATE_DIR",
+    "PROD_HOSTD_SOCKET",
     "PROTOCOL_VERSION",
     "ErrorCode",
     "FrameBuffer",
@@ -42,6 +45,8 @@ __all__ = [
     "HostdUnavailable",
     "HostdVersionMismatch",
     "UnknownFrame",
+    "dev_hostd_socket",
+    "find_hostd_socket",
     "is_uuid",
     "messages",
     "new_id",

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from proto import dev_hostd_socket
+
 ROOT = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 15.0
 HOSTD_WAIT_S = 10.0
@@ -56,7 +58,7 @@ def main() -> int:
     env = dict(os.environ)
     env.setdefault("AIWG_STATE_DIR", str(ROOT / ".run"))
     state_dir = env["AIWG_STATE_DIR"]
-    socket_path = env.get("AIWG_HOSTD_SOCKET") or os.path.join(state_dir, "hostd.sock")
+    socket_path = env.get("AIWG_HOSTD_SOCKET") or dev_hostd_socket(state_dir)
 
     stopping = False
 

@@ -1,4 +1,5 @@
-"""Only the fenced modules may fork, exec or open PTYs (STYLE.md: fence the dangerous code)."""
+"""Only the fenced modules may fork, exec or open PTYs (STYLE.md: fence the dangerous code), and each
+package imports only the packages below it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import proto
 from hostd import SPAWNING_MODULES
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("proto", "hostd", "controller")
+PACKAGES = ("proto", "hostd", "controller", "cli")
+#: What each package may import of ours besides itself: proto is the only thing they share.
+MAY_IMPORT = {"proto": set(), "hostd": {"proto"}, "controller": {"proto"}, "cli": {"proto"}}
 
 FORBIDDEN_MODULES = {"subprocess", "pty", "ptyprocess", "multiprocessing", "pexpect"}
 FORBIDDEN_OS = ("fork", "forkpty", "exec", "spawn", "posix_spawn", "system", "popen", "openpty")
@@ -60,10 +63,32 @@ def test_fenced_modules_exist_and_do_spawn() -> None:
         assert offences(path), f"{name} is fenced but spawns nothing: drop it from SPAWNING_MODULES"
 
 
+def our_imports(path: Path) -> set[str]:
+    """The packages of ours (from PACKAGES) that a module imports, absolute imports only."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found & set(PACKAGES)
+
+
+def test_packages_import_only_proto() -> None:
+    bad = []
+    for package, allowed in MAY_IMPORT.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            bad += [f"{path.relative_to(ROOT)} imports {name}" for name in our_imports(path) - allowed - {package}]
+    assert our_imports(ROOT / "cli" / "hostctl.py") == {"proto"}  # the check sees imports at all
+    assert not bad, "\n".join(bad)
+
+
 def test_proto_exports_are_pinned() -> None:
     assert sorted(proto.__all__) == sorted(
         [
             "DEFAULT_MAX_FRAME_BYTES",
+            "DEV_STATE_DIR",
+            "PROD_HOSTD_SOCKET",
             "PROTOCOL_VERSION",
             "ErrorCode",
             "FrameBuffer",
@@ -81,6 +106,8 @@ def test_proto_exports_are_pinned() -> None:
             "HostdUnavailable",
             "HostdVersionMismatch",
             "UnknownFrame",
+            "dev_hostd_socket",
+            "find_hostd_socket",
             "is_uuid",
             "messages",
             "new_id",

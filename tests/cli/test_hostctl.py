@@ -18,11 +18,10 @@ import pytest
 import trio
 from ptyprocess import PtyProcess
 
-from hostd import attach, ctl
 from proto import messages as m
 from proto import open_hostd
 
-CTL = [sys.executable, "-m", "hostd.ctl"]
+CTL = [sys.executable, "-m", "cli.hostctl"]
 PROMPT = b"PROMPT> "
 
 
@@ -223,34 +222,13 @@ async def test_errors_are_one_line(hostd: Hostd, tmp_path: Path) -> None:
     await fails("kill", rc=2)
 
 
-def test_default_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    assert ctl.default_socket({"AIWG_HOSTD_SOCKET": "/x.sock"}) == "/x.sock"
-    assert ctl.default_socket({}) == "/run/agentic-sandbox/hostd.sock"
-    (tmp_path / ".run").mkdir()
-    (tmp_path / ".run" / "hostd.sock").touch()
-    assert ctl.default_socket({}) == str(tmp_path / ".run" / "hostd.sock")
-
-
-@pytest.mark.parametrize(
-    ("chunks", "forwarded", "detached"),
-    [
-        ([b"ls\r"], b"ls\r", False),
-        ([b"ab\x1dcd"], b"ab", True),
-        ([b"ab\x02dcd"], b"ab", True),
-        ([b"ab\x02", b"d"], b"ab", True),  # prefix and key in separate reads
-        ([b"\x02\x02x"], b"\x02x", False),  # Ctrl-B Ctrl-B sends one Ctrl-B
-        ([b"\x02x"], b"\x02x", False),
-        ([b"x\x02", b"y"], b"x\x02y", False),
-    ],
-)
-def test_detach_keys(chunks: list[bytes], forwarded: bytes, detached: bool) -> None:
-    keys = attach.DetachKeys()
-    sent, done = b"", False
-    for chunk in chunks:
-        data, done = keys.feed(chunk)
-        sent += data
-    assert (sent, done) == (forwarded, detached)
+async def test_finds_a_dev_hostd_in_the_working_directory(hostd: Hostd) -> None:
+    work = hostd.tmp / "work"
+    (work / ".run").mkdir(parents=True)
+    (work / ".run" / "hostd.sock").symlink_to(hostd.socket)
+    env = {k: v for k, v in hostd.env.items() if k != "AIWG_HOSTD_SOCKET"}
+    result = await trio.run_process([*CTL, "--json", "status"], env=env, cwd=work, capture_stdout=True)
+    assert json.loads(result.stdout)["pid"] == hostd.proc.pid
 
 
 # -- attach on a real PTY -----------------------------------------------------------------------

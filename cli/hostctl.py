@@ -1,13 +1,13 @@
 """``agentic-hostctl``: drive hostd from a shell (status, instances, PTY sessions, attach).
 
 This module parses the command line, runs the simple commands and is the entry point
-(``hostd.ctl:main``, also ``python -m hostd.ctl``). Every simple command opens one connection
+(``cli.hostctl:main``, also ``python -m cli.hostctl``). Every simple command opens one connection
 with :func:`proto.open_hostd` (closed by :func:`_run` when the command returns), makes its
 calls and exits; nothing is retried. ``attach`` is the exception: it keeps the terminal in raw
 mode for as long as it runs and opens a new connection whenever one is lost (see
-:mod:`hostd.attach`).
+:mod:`cli.hostattach`). The socket is ``--socket``, else :func:`proto.find_hostd_socket`.
 
-Error handling (:mod:`hostd.ctloutput`): every ``HostdError`` becomes one line on stderr and
+Error handling (:mod:`cli.output`): every ``HostdError`` becomes one line on stderr and
 exit status 1; usage errors exit 2 (argparse's convention); nothing prints a traceback for an
 expected failure.
 """
@@ -23,12 +23,19 @@ from typing import Any
 
 import trio
 
-from proto import HostdClient, HostdRemoteError, new_id, open_hostd
+from proto import (
+    PROD_HOSTD_SOCKET,
+    HostdClient,
+    HostdRemoteError,
+    dev_hostd_socket,
+    find_hostd_socket,
+    new_id,
+    open_hostd,
+)
 from proto import messages as m
 
-from .attach import ATTACH_HELP, RECONNECT_DELAYS_S, cmd_attach
-from .config import PROD_SOCKET
-from .ctloutput import (
+from .hostattach import ATTACH_HELP, RECONNECT_DELAYS_S, cmd_attach
+from .output import (
     PROG,
     UsageError,
     exit_status,
@@ -40,20 +47,9 @@ from .ctloutput import (
     print_status,
 )
 
-DEV_SOCKET = os.path.join(".run", "hostd.sock")
 DEFAULT_INSTANCE_NAME = "dev"
 #: Bound for calls that wait for process trees to end (stop, destroy, kill, delete) beyond their grace.
 TREE_CALL_TIMEOUT_S = 120.0
-
-
-def default_socket(env: dict[str, str] | None = None) -> str:
-    """$AIWG_HOSTD_SOCKET, else ./.run/hostd.sock if it exists (a dev hostd), else production."""
-    env = dict(os.environ) if env is None else env
-    if env.get("AIWG_HOSTD_SOCKET"):
-        return env["AIWG_HOSTD_SOCKET"]
-    if os.path.exists(DEV_SOCKET):
-        return os.path.abspath(DEV_SOCKET)
-    return PROD_SOCKET
 
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
@@ -241,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         parents=[common],
         description="Control the agentic-sandbox host supervisor (hostd). The socket is --socket, else "
-        "$AIWG_HOSTD_SOCKET, else ./.run/hostd.sock if it exists, else " + PROD_SOCKET + ".",
+        f"$AIWG_HOSTD_SOCKET, else ./{dev_hostd_socket()} if it exists, else {PROD_HOSTD_SOCKET}.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -367,7 +363,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    args.socket = getattr(args, "socket", None) or default_socket()
+    args.socket = getattr(args, "socket", None) or find_hostd_socket()
     args.json = getattr(args, "json", False)
     try:
         return trio.run(_run, args)
