@@ -22,6 +22,7 @@ from quart import Response, g, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from .admin.views import operation_path
 from .auth import Authenticator, config_tokens, resolve_admin_token
 from .config import ControllerConfig
 from .hostlink import HostdLink
@@ -30,8 +31,8 @@ from .instances import InstanceService
 from .loadouts import LoadoutService
 from .metrics import Metrics
 from .operations import OperationService
-from .problems import from_http_exception, problem_response
-from .state import AppState
+from .problems import error_body, from_http_exception, problem_response
+from .state import EXTENSION_KEY, AppState
 from .storage import StorageService
 from .store import Store
 
@@ -59,8 +60,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
 
     metrics = Metrics()
     store = Store.open(config.database_path)
-    store.replace_tokens("config", config_tokens(config, resolve_admin_token(config)))
-    auth = Authenticator(store.list_tokens())
+    store.tokens.replace("config", config_tokens(config, resolve_admin_token(config)))
+    auth = Authenticator(store.tokens.list())
     link = HostdLink(
         config.hostd_socket,
         call_timeout_s=config.hostd_call_timeout_s,
@@ -69,29 +70,29 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         reconnect_max_s=config.hostd_reconnect_max_s,
         metrics=metrics,
     )
-    operations = OperationService(store, metrics, retention_s=config.operation_retention_s)
-
+    operations = OperationService(
+        store,
+        metrics,
+        retention_s=config.operation_retention_s,
+        # An operation's stored error is the admin envelope, its ``instance`` the operation's URL.
+        error_body=lambda exc, op_id: error_body(exc, operation_path(op_id)),
+    )
     loadouts = LoadoutService(Path(config.loadouts_dir))
-    storage = StorageService(Path(config.storage_dir), max_object_bytes=config.max_request_bytes)
-    images = ImageService(config.podman_socket)
-
     instances = InstanceService(store, link, operations, loadouts=loadouts)
     link.on_connected.append(instances.reconcile)
 
-    state = AppState(
+    app.extensions[EXTENSION_KEY] = AppState(
         config=config,
         store=store,
         metrics=metrics,
         link=link,
+        auth=auth,
         operations=operations,
         instances=instances,
-        auth=auth,
+        loadouts=loadouts,
+        storage=StorageService(Path(config.storage_dir), max_object_bytes=config.max_request_bytes),
+        images=ImageService(link),
     )
-    app.extensions["aiwg"] = state
-    app.extensions["auth"] = auth
-    app.extensions["loadouts"] = loadouts
-    app.extensions["storage"] = storage
-    app.extensions["images"] = images
 
     from .admin import admin
     from .observability import observability

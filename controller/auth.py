@@ -35,7 +35,8 @@ import msgspec
 from quart import current_app, g, request
 
 from .config import ConfigError, ControllerConfig
-from .problems import forbidden, unauthorized
+from .errors import Forbidden, Unauthenticated
+from .state import app_state
 from .store import TokenRecord
 
 ROLE_ADMIN = "admin"
@@ -117,12 +118,11 @@ def require_role(*roles: str) -> Callable[[Callable[..., Any]], Callable[..., An
     def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(view)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            authenticator: Authenticator = current_app.extensions["auth"]
-            principal = authenticator.authenticate(request.headers.get("Authorization"))
+            principal = app_state().auth.authenticate(request.headers.get("Authorization"))
             if principal is None:
-                raise unauthorized()
+                raise Unauthenticated("auth.unauthorized", "a valid bearer token is required")
             if principal.role not in roles:
-                raise forbidden(f"the {principal.role} role may not {request.method} {request.path}")
+                raise Forbidden("auth.forbidden", f"the {principal.role} role may not {request.method} {request.path}")
             g.principal = principal
             return await current_app.ensure_async(view)(*args, **kwargs)
 

@@ -85,8 +85,6 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     storage_dir: str
     #: Operator-added loadout manifests. AIWG_LOADOUTS_DIR
     loadouts_dir: str
-    #: podman API socket for the container-image catalog; None = not available. AIWG_PODMAN_SOCKET
-    podman_socket: str | None = None
     #: Base URL clients reach the controller at (AgentCard URLs); None = the request's host. AIWG_PUBLIC_URL
     public_url: str | None = None
     dev: bool = False
@@ -167,7 +165,6 @@ _ENV = {
     "operation_retention_s": "AIWG_OPERATION_RETENTION_S",
     "storage_dir": "AIWG_STORAGE_DIR",
     "loadouts_dir": "AIWG_LOADOUTS_DIR",
-    "podman_socket": "AIWG_PODMAN_SOCKET",
     "public_url": "AIWG_PUBLIC_URL",
 }
 _FLOATS = {

@@ -5,12 +5,18 @@ nursery; it owns the proto client (one multiplexed connection), reconnects with 
 (capped by ``reconnect_max_s``) and runs the ``on_connected`` hooks after every (re)connect. It ends
 only when cancelled.
 
-Error handling: :meth:`call` fails closed. When the link is down it raises
-:class:`proto.HostdNotRunning` at once, with the reason the link went down; it never queues, waits
-for a reconnect, or retries. Every ``HostdError`` from the client propagates to the caller (handlers
-turn it into 503). A ping every ``ping_interval_s`` notices a peer that is connected but hung (the
-ping's deadline passes): the link drops the connection, reports not ready with the reason, and
-reconnects. ``ready`` and ``reason`` feed ``/readyz``.
+Error handling: this is the controller's edge toward hostd, so the proto ``HostdError`` family is
+translated here, once (:func:`hostd_failure`), into :mod:`controller.errors`; no service sees a
+proto error. :meth:`call` fails closed: when the link is down it raises
+:class:`~controller.errors.Unavailable` (``internal.unavailable``) at once with the reason the link
+went down; it never queues, waits for a reconnect, or retries. A timeout, a dropped connection or a
+reply we cannot trust is :class:`~controller.errors.OutcomeUnknown` (the call may have taken
+effect); an explicit hostd error keeps its meaning where it names a caller mistake (unknown
+instance, wrong state, bad working dir, ...) and is ``internal.unavailable`` otherwise. The hostd
+code is kept in ``details["hostd_code"]`` and the proto error as ``__cause__``. A ping every
+``ping_interval_s`` notices a peer that is connected but hung (the ping's deadline passes): the link
+drops the connection, reports not ready with the reason, and reconnects. ``ready`` and ``reason``
+feed ``/readyz``.
 """
 
 from __future__ import annotations
@@ -22,8 +28,19 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from proto import HostdClient, HostdError, HostdNotRunning, HostdTimeout, open_hostd
+from proto import ErrorCode, HostdClient, HostdError, HostdNotRunning, HostdRemoteError, HostdTimeout, open_hostd
 from proto import messages as m
+
+from .errors import (
+    Conflict,
+    ControllerError,
+    InvalidState,
+    NotFound,
+    OperationFailed,
+    OutcomeUnknown,
+    Unavailable,
+    ValidationFailed,
+)
 
 if TYPE_CHECKING:
     from .metrics import Metrics
@@ -32,6 +49,39 @@ log = logging.getLogger(__name__)
 
 INITIAL_BACKOFF_S = 0.05
 BROKEN_POLL_S = 0.05
+
+
+UNAVAILABLE = "internal.unavailable"
+
+
+def _remote_failure(exc: HostdRemoteError) -> ControllerError:
+    """An explicit hostd answer: caller mistakes keep their meaning, the rest fails closed."""
+    details = {"hostd_code": exc.code}
+    match exc.error_code:
+        case ErrorCode.INSTANCE_NOT_FOUND:
+            return NotFound("instance.not_found", exc.message, details=details)
+        case ErrorCode.INSTANCE_EXISTS:
+            return Conflict("instance.already_exists", exc.message, details=details)
+        case ErrorCode.INSTANCE_INVALID_STATE:
+            return InvalidState("instance.invalid_state", exc.message, details=details)
+        case ErrorCode.WORKING_DIR_NOT_FOUND:
+            field = {"field": "working_dir", "message": exc.message, "code": exc.code}
+            return ValidationFailed([field], exc.message, details=details)
+        case ErrorCode.REQUEST_INVALID:
+            return ValidationFailed([], exc.message, details=details)
+        case ErrorCode.SPAWN_FAILED:
+            return OperationFailed("instance.spawn_failed", exc.message, details=details)
+        case _:
+            return Unavailable(UNAVAILABLE, f"hostd refused the call: {exc.code}: {exc.message}", details=details)
+
+
+def hostd_failure(exc: HostdError) -> ControllerError:
+    """The domain error for one hostd failure (see the module docstring)."""
+    if isinstance(exc, HostdRemoteError):
+        return _remote_failure(exc)
+    if isinstance(exc, HostdNotRunning):
+        return Unavailable(UNAVAILABLE, f"hostd is unavailable: {exc}")
+    return OutcomeUnknown(UNAVAILABLE, f"hostd is unavailable: {exc}")
 
 
 def _method(request: m.Request) -> str:
@@ -97,7 +147,14 @@ class HostdLink:
     # -- calls --------------------------------------------------------------------------------
 
     async def call(self, request: m.Request, *, timeout: float | None = None) -> Any:
-        """One hostd call with the configured deadline; raises a ``HostdError`` on any failure."""
+        """One hostd call with the configured deadline; raises a ``ControllerError`` on any failure."""
+        try:
+            return await self._call(request, timeout=timeout)
+        except HostdError as exc:
+            raise hostd_failure(exc) from exc
+
+    async def _call(self, request: m.Request, *, timeout: float | None = None) -> Any:
+        """The call with proto errors (the link's own ping tells a timeout from the rest)."""
         method = _method(request)
         client = self._client
         if client is None or client.broken is not None:
@@ -153,7 +210,7 @@ class HostdLink:
         for hook in self.on_connected:
             try:
                 await hook()
-            except HostdError as exc:
+            except ControllerError as exc:
                 log.warning("hostd on-connect hook %s failed: %s", getattr(hook, "__name__", hook), exc)
             except Exception:
                 log.exception("hostd on-connect hook %s failed", getattr(hook, "__name__", hook))
@@ -166,7 +223,7 @@ class HostdLink:
             now = trio.current_time()
             if now >= next_ping:
                 try:
-                    await self.call(m.PingRequest(), timeout=ping_timeout)
+                    await self._call(m.PingRequest(), timeout=ping_timeout)
                 except HostdTimeout:
                     return f"hostd did not answer a ping within {ping_timeout:g} s"
                 except HostdError as exc:

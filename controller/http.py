@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from quart import Response, current_app, request
+from quart import Response, request
 
-from .operations import operation_path, to_view
-from .store import OperationRecord
+from .state import app_state
 
 JSON = "application/json"
 
@@ -20,12 +19,7 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
     return response
 
 
-def accepted(op: OperationRecord) -> Response:
-    """202 with the ``OperationStatus`` and its ``Location``."""
-    return json_response(to_view(op), 202, {"Location": operation_path(op.id)})
-
-
 def base_url() -> str:
     """Origin clients reach us at: the configured public URL, else the request's own."""
-    public = current_app.extensions["aiwg"].config.public_url
+    public = app_state().config.public_url
     return public or request.host_url.rstrip("/")

@@ -9,49 +9,51 @@ operation is working on it); an instance hostd holds that the catalog lacks (mad
 transient state that operation set (``starting``, ``stopping``, ``destroying``).
 
 Provisioning and lifecycle verbs are operations (:mod:`controller.operations`); this module checks
-what can be checked before answering 202 (validation, 404, 409, 501, hostd reachable) and gives the
-operation its work function. Runtimes other than ``host`` answer 501 ``runtime.not_implemented``
-until their providers exist; nothing falls back to another runtime.
+what can be checked before the operation is accepted (ValidationFailed, NotFound, InvalidState,
+Unimplemented, hostd reachable) and gives the operation its work function. Runtimes other than
+``host`` raise Unimplemented ``runtime.not_implemented`` until their providers exist; nothing falls
+back to another runtime.
 
-Decommission (``DELETE /instances/{id}``) destroys the instance on hostd and forgets it. Without
-``force`` it refuses an instance that is running (409); with ``force`` it kills the tree at once
-(grace 0). It never forgets an instance whose hostd side it could not check (503 instead).
+Decommission destroys the instance on hostd and forgets it. Without ``force`` it refuses an
+instance that is running (InvalidState); with ``force`` it kills the tree at once (grace 0). It
+never forgets an instance whose hostd side it could not check (Unavailable instead).
+
+Errors: only :mod:`controller.errors` (hostd failures arrive translated by the link).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from typing import Any
 
 import trio
 
-from proto import ErrorCode, HostdError, HostdRemoteError, new_id
 from proto import messages as m
+from proto import new_id
 
+from .errors import (
+    Conflict,
+    ControllerError,
+    InvalidState,
+    NotFound,
+    OperationFailed,
+    OutcomeUnknown,
+    Unavailable,
+    Unimplemented,
+    ValidationFailed,
+)
 from .hostlink import HostdLink
-from .models import INSTANCE_STATES, RUNTIMES, HostDaemon, InstanceView, ProvisionRequest, iso
+from .loadouts import LoadoutService
+from .models import INSTANCE_STATES, RUNTIMES, ProvisionRequest
 from .operations import OperationService
-from .problems import Problem, conflict, not_found, not_implemented, unavailable, validation_failed
 from .store import InstanceRecord, NameTaken, OperationRecord, Store
 
 log = logging.getLogger(__name__)
 
-HOST_CAPABILITIES = ["instance.start", "instance.stop", "instance.restart", "instance.destroy"]
 LIFECYCLE_VERBS = ("start", "stop", "restart", "destroy")
 TRANSIENT = {"start": "starting", "stop": "stopping", "restart": "stopping", "destroy": "destroying"}
 LIVE_STATES = ("provisioning", "starting", "running", "stopping")
-OPERATION_STATUS = {
-    "running": "ready",
-    "stopped": "stopped",
-    "destroyed": "stopped",
-    "provisioning": "not_ready",
-    "starting": "not_ready",
-    "stopping": "not_ready",
-    "failed": "not_ready",
-    "destroying": "not_ready",
-}
 
 
 def _instance_key(instance_id: str) -> str:
@@ -62,38 +64,21 @@ def _name_key(name: str) -> str:
     return f"name:{name}"
 
 
+def _not_found(instance_id: str) -> NotFound:
+    return NotFound("instance.not_found", f"no instance with id {instance_id!r}")
+
+
 class InstanceService:
-    def __init__(self, store: Store, link: HostdLink, operations: OperationService, *, loadouts: Any = None) -> None:
+    """See the module docstring. Returns catalog records; the surfaces make their own views."""
+
+    def __init__(
+        self, store: Store, link: HostdLink, operations: OperationService, *, loadouts: LoadoutService
+    ) -> None:
         self.store = store
         self.link = link
         self.operations = operations
         self.loadouts = loadouts
         self._provision_lock = trio.Lock()
-
-    # -- views --------------------------------------------------------------------------------
-
-    def view(self, rec: InstanceRecord, base_url: str) -> InstanceView:
-        host = rec.runtime == "host"
-        return InstanceView(
-            id=rec.id,
-            name=rec.name,
-            runtime=rec.runtime,
-            state=rec.state,
-            agent_card_url=f"{base_url.rstrip('/')}/agents/{rec.id}/.well-known/agent-card.json",
-            created_at=iso(rec.created_at),
-            provider=rec.provider,
-            capabilities=list(HOST_CAPABILITIES) if host else [],
-            loadout=rec.loadout,
-            source=rec.source,
-            cwd=rec.working_dir,
-            operation_status=OPERATION_STATUS.get(rec.state, "unknown"),
-            transport="uds" if host else None,
-            transport_posture="local" if host else None,
-            host_daemon=HostDaemon(status="available" if self.link.ready else "unavailable", label="agentic-hostd")
-            if host
-            else None,
-            labels=dict(rec.labels),
-        )
 
     # -- reconciliation -----------------------------------------------------------------------
 
@@ -112,7 +97,7 @@ class InstanceService:
         if (state, note, working_dir) != (rec.state, rec.note, rec.working_dir):
             rec.state, rec.note, rec.working_dir = state, note, working_dir
             rec.updated_at = time.time()
-            await self.store.update_instance(rec)
+            await self.store.instances.update(rec)
         return rec
 
     async def _adopt(self, info: m.InstanceInfo) -> InstanceRecord:
@@ -133,23 +118,26 @@ class InstanceService:
         for name in (info.name, f"{info.name}-{info.instance_id[:8]}"):
             rec.name = name
             try:
-                await self.store.insert_instance(rec)
+                await self.store.instances.insert(rec)
             except NameTaken:
                 # A concurrent reconcile (another GET, a /metrics scrape) may have adopted it first.
-                existing = await self.store.get_instance(rec.id)
+                existing = await self.store.instances.get(rec.id)
                 if existing is not None:
                     return existing
                 continue
             log.info("adopted hostd instance %s (%s) into the catalog", rec.id, rec.name)
             return rec
-        raise NameTaken(rec.name)
+        raise Conflict(
+            "instance.already_exists",
+            f"hostd instance {info.instance_id} cannot be adopted: the names {info.name!r} and {rec.name!r} are taken",
+        )
 
     async def reconcile(self) -> list[InstanceRecord]:
-        """Read every instance from hostd (HostdError if it cannot) and fold it into the catalog."""
+        """Read every instance from hostd (Unavailable if it cannot) and fold it into the catalog."""
         infos = (await self.link.call(m.InstanceListRequest())).instances
         by_id = {info.instance_id: info for info in infos}
         out = []
-        for rec in await self.store.list_instances():
+        for rec in await self.store.instances.list():
             out.append(await self._fold(rec, by_id.pop(rec.id, None)))
         for info in by_id.values():
             if info.state != "destroyed":
@@ -157,7 +145,7 @@ class InstanceService:
         return out
 
     async def reconcile_one(self, instance_id: str) -> InstanceRecord | None:
-        rec = await self.store.get_instance(instance_id)
+        rec = await self.store.instances.get(instance_id)
         if rec is not None and rec.runtime != "host":
             return rec
         info = await self._hostd_get(instance_id)
@@ -166,12 +154,11 @@ class InstanceService:
         return await self._fold(rec, info)
 
     async def _hostd_get(self, instance_id: str) -> m.InstanceInfo | None:
+        """hostd's view of one instance; None if hostd does not know it (or the id cannot be one)."""
         try:
             return (await self.link.call(m.InstanceGetRequest(instance_id=instance_id))).instance
-        except HostdRemoteError as exc:
-            if exc.error_code in (ErrorCode.INSTANCE_NOT_FOUND, ErrorCode.REQUEST_INVALID):
-                return None
-            raise
+        except (NotFound, ValidationFailed):
+            return None
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -184,7 +171,7 @@ class InstanceService:
         if runtime is not None and runtime not in RUNTIMES:
             errors.append({"field": "runtime", "message": f"must be one of {', '.join(RUNTIMES)}", "code": "enum"})
         if errors:
-            raise validation_failed(errors)
+            raise ValidationFailed(errors)
         records = await self.reconcile()
         return [
             r
@@ -197,42 +184,50 @@ class InstanceService:
     async def get(self, instance_id: str) -> InstanceRecord:
         rec = await self.reconcile_one(instance_id)
         if rec is None:
-            raise not_found("instance.not_found", f"no instance with id {instance_id!r}")
+            raise _not_found(instance_id)
+        return rec
+
+    async def record(self, instance_id: str) -> InstanceRecord:
+        """The catalog's row, without asking hostd; NotFound if the catalog has none."""
+        rec = await self.store.instances.get(instance_id)
+        if rec is None:
+            raise _not_found(instance_id)
+        return rec
+
+    async def storage_owner(self, instance_id: str) -> InstanceRecord:
+        """The instance an inbox/outbox write is for: one the catalog knows (a write never conjures
+        one up for a typo) that is not destroyed (a destroyed instance takes no more mail)."""
+        rec = await self.record(instance_id)
+        if rec.state == "destroyed":
+            raise InvalidState("instance.invalid_state", f"instance {rec.id} is destroyed")
         return rec
 
     # -- provisioning -------------------------------------------------------------------------
 
     def _require_hostd(self) -> None:
         if not self.link.ready:
-            raise unavailable(f"hostd is not reachable: {self.link.reason}")
+            raise Unavailable("internal.unavailable", f"hostd is not reachable: {self.link.reason}")
 
-    async def _loadout_service(self, name: str) -> list[str] | None:
+    def _loadout_service(self, name: str) -> list[str] | None:
         """Refuse an unknown loadout up front; return its ``service`` (the instance's main
         process), if it has one. Its ``command`` is what tasks run, one exec per A2A task, so
         it is not handed to hostd here."""
-        if self.loadouts is None:
-            raise validation_failed([{"field": "loadout", "message": "no loadout catalog is configured"}])
-        try:
-            loadout = self.loadouts.get(name)
-            if inspect.isawaitable(loadout):
-                loadout = await loadout
-        except LookupError:
-            loadout = None
+        loadout = self.loadouts.get(name)
         if loadout is None:
-            raise validation_failed([{"field": "loadout", "message": f"unknown loadout {name!r}", "code": "not_found"}])
+            raise ValidationFailed([{"field": "loadout", "message": f"unknown loadout {name!r}", "code": "not_found"}])
         return loadout.service
 
     async def provision(self, req: ProvisionRequest) -> tuple[OperationRecord, bool]:
         """Start provisioning; returns (operation, created). created is False for a name in flight."""
         if req.runtime != "host":
-            raise not_implemented(
+            raise Unimplemented(
                 "runtime.not_implemented", f"runtime {req.runtime!r} is not implemented yet; only 'host' is available"
             )
         if req.provider is not None:
-            raise validation_failed([{"field": "provider", "message": "valid only with runtime qemu"}])
+            raise ValidationFailed([{"field": "provider", "message": "valid only with runtime qemu"}])
         kind = (req.runtime_options or {}).get("kind")
         if kind is not None and kind != "host":
-            raise validation_failed([{"field": "runtime_options.kind", "message": "must match runtime 'host'"}])
+            raise ValidationFailed([{"field": "runtime_options.kind", "message": "must match runtime 'host'"}])
         async with self._provision_lock:
             existing = self.operations.in_flight(_name_key(req.name))
             if existing is not None:
@@ -240,14 +235,14 @@ class InstanceService:
                 if op is not None and op.kind == "instance.provision":
                     return op, False
                 if op is not None:  # e.g. the decommission of the instance holding the name
-                    raise conflict(
+                    raise Conflict(
                         "instance.already_exists",
                         f"the name {req.name!r} is held by operation {op.id} ({op.kind}); retry once it has ended",
                     )
-            if await self.store.get_instance_by_name(req.name) is not None:
-                raise conflict("instance.already_exists", f"an instance named {req.name!r} already exists")
+            if await self.store.instances.get_by_name(req.name) is not None:
+                raise Conflict("instance.already_exists", f"an instance named {req.name!r} already exists")
             self._require_hostd()
-            service = await self._loadout_service(req.loadout) if req.loadout else None
+            service = self._loadout_service(req.loadout) if req.loadout else None
             now = time.time()
             rec = InstanceRecord(
                 id=new_id(),  # fixed before any work starts; reported in the operation's result
@@ -261,7 +256,7 @@ class InstanceService:
                 created_at=now,
                 updated_at=now,
             )
-            await self.store.insert_instance(rec)
+            await self.store.instances.insert(rec)
 
             async def work(op: OperationRecord) -> dict[str, Any]:
                 return await self._provision_work(rec, req, service)
@@ -283,21 +278,19 @@ class InstanceService:
         )
         try:
             info: m.InstanceInfo = (await self.link.call(call)).instance
-        except HostdRemoteError:
-            # hostd refused: nothing was made, so the name is free again.
-            await self.store.delete_instance(rec.id)
+        except OutcomeUnknown as exc:
+            # hostd went away mid-call: keep the row; reconciliation settles it.
+            rec.state, rec.note, rec.updated_at = "failed", f"provisioning outcome unknown: {exc.message}", time.time()
+            await self.store.instances.update(rec)
             raise
-        except HostdError as exc:
-            # Unknown outcome (hostd went away mid-call): keep the row; reconciliation settles it.
-            rec.state, rec.note, rec.updated_at = "failed", f"provisioning outcome unknown: {exc}", time.time()
-            await self.store.update_instance(rec)
+        except ControllerError:
+            # hostd refused (or was never asked): nothing was made, so the name is free again.
+            await self.store.instances.delete(rec.id)
             raise
         rec.state, rec.note, rec.working_dir, rec.updated_at = info.state, info.note, info.working_dir, time.time()
-        await self.store.update_instance(rec)
+        await self.store.instances.update(rec)
         if info.state == "failed":
-            raise Problem(
-                422, "instance.start_failed", "Instance failed to start", info.note or "the agent command failed"
-            )
+            raise OperationFailed("instance.start_failed", info.note or "the agent command failed")
         return {"instance_id": rec.id, "name": rec.name, "state": info.state}
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -305,30 +298,30 @@ class InstanceService:
     async def _record_for_verb(
         self, instance_id: str, kind: str
     ) -> tuple[InstanceRecord | None, OperationRecord | None]:
-        rec = await self.store.get_instance(instance_id)
+        rec = await self.store.instances.get(instance_id)
         if rec is None:
-            raise not_found("instance.not_found", f"no instance with id {instance_id!r}")
+            raise _not_found(instance_id)
         if rec.runtime != "host":
-            raise not_implemented("runtime.not_implemented", f"runtime {rec.runtime!r} is not implemented yet")
+            raise Unimplemented("runtime.not_implemented", f"runtime {rec.runtime!r} is not implemented yet")
         busy = self._busy(instance_id)
         if busy is not None:
             op = await self.operations.get(busy)
             if op is not None and op.kind == kind:
                 return rec, op  # the same verb is already under way: answer with it
-            raise conflict("instance.invalid_state", f"operation {busy} is in progress on this instance")
+            raise InvalidState("instance.invalid_state", f"operation {busy} is in progress on this instance")
         self._require_hostd()
         return rec, None
 
     async def lifecycle(self, instance_id: str, verb: str) -> OperationRecord:
         if verb not in LIFECYCLE_VERBS:
-            raise not_found("instance.not_found", f"no lifecycle verb {verb!r}")
+            raise NotFound("instance.not_found", f"no lifecycle verb {verb!r}")
         kind = f"instance.{verb}"
         rec, existing = await self._record_for_verb(instance_id, kind)
         if existing is not None:
             return existing
         assert rec is not None
         if rec.state == "destroyed" and verb != "destroy":
-            raise conflict("instance.invalid_state", "the instance was destroyed")
+            raise InvalidState("instance.invalid_state", "the instance was destroyed")
 
         async def work(op: OperationRecord) -> dict[str, Any]:
             return await self._lifecycle_work(rec, verb)
@@ -337,7 +330,7 @@ class InstanceService:
 
     async def _set_state(self, rec: InstanceRecord, state: str, note: str | None = None) -> None:
         rec.state, rec.note, rec.updated_at = state, note, time.time()
-        await self.store.update_instance(rec)
+        await self.store.instances.update(rec)
 
     async def _lifecycle_work(self, rec: InstanceRecord, verb: str) -> dict[str, Any]:
         try:
@@ -346,7 +339,7 @@ class InstanceService:
                 if verb == "destroy":
                     await self._set_state(rec, "destroyed", "hostd no longer knew the instance")
                     return {"instance_id": rec.id, "state": "destroyed"}
-                raise not_found("instance.not_found", "hostd does not know this instance")
+                raise NotFound("instance.not_found", "hostd does not know this instance")
             await self._set_state(rec, TRANSIENT[verb], rec.note)
             if verb in ("stop", "restart") and info.state in ("running", "starting"):
                 info = (await self.link.call(m.InstanceStopRequest(instance_id=rec.id))).instance
@@ -360,7 +353,7 @@ class InstanceService:
             raise
         await self._set_state(rec, info.state, info.note)
         if verb in ("start", "restart") and info.state != "running":
-            raise Problem(422, "instance.start_failed", "Instance failed to start", info.note or f"state {info.state}")
+            raise OperationFailed("instance.start_failed", info.note or f"state {info.state}")
         return {"instance_id": rec.id, "state": info.state}
 
     async def _restore_state(self, rec: InstanceRecord) -> None:
@@ -383,7 +376,7 @@ class InstanceService:
             return existing
         assert rec is not None
         if not force and rec.state in LIVE_STATES:
-            raise conflict(
+            raise InvalidState(
                 "instance.invalid_state", f"the instance is {rec.state}; stop it first or decommission with force=true"
             )
 
@@ -391,14 +384,12 @@ class InstanceService:
             await self._set_state(rec, "destroying", rec.note)
             try:
                 await self.link.call(m.InstanceDestroyRequest(instance_id=rec.id, grace_s=0.0 if force else None))
-            except HostdRemoteError as exc:
-                if exc.error_code is not ErrorCode.INSTANCE_NOT_FOUND:
-                    await self._restore_state(rec)
-                    raise
+            except NotFound:
+                pass  # hostd no longer has it: forgetting it is all that is left
             except Exception:
                 await self._restore_state(rec)
                 raise
-            await self.store.delete_instance(rec.id)
+            await self.store.instances.delete(rec.id)
             return {"instance_id": rec.id, "name": rec.name, "decommissioned": True}
 
         return await self.operations.submit(
@@ -409,7 +400,7 @@ class InstanceService:
 
     async def ensure_dev_instance(self, name: str = "dev") -> InstanceRecord | None:
         """Provision (first start) or start (if stopped) the dev host instance; wait for it."""
-        rec = await self.store.get_instance_by_name(name)
+        rec = await self.store.instances.get_by_name(name)
         if rec is None:
             op, _ = await self.provision(ProvisionRequest(name=name, runtime="host", start=True))
         elif rec.state in ("stopped", "failed"):
@@ -420,4 +411,4 @@ class InstanceService:
         done = await self.operations.get(op.id)
         if done is not None and done.state != "succeeded":
             log.error("dev instance %r: %s failed: %s", name, done.kind, done.error)
-        return await self.store.get_instance_by_name(name)
+        return await self.store.instances.get_by_name(name)

@@ -17,8 +17,9 @@ construction. Names are unique across both: creating an existing name (built-in 
 ``LoadoutExists``. A file is published with ``link(2)`` from a temp file, so two creates of one
 name never both win and a crash never leaves half a manifest.
 
-Errors: ``LoadoutError`` ├── ``LoadoutInvalid`` (422; ``field`` names the offending field, e.g.
-``manifest.command[0]``) └── ``LoadoutExists`` (409).
+Errors (members of :mod:`controller.errors`): ``LoadoutInvalid``, a ValidationFailed whose
+``field`` names the offending field (e.g. ``manifest.command[0]``), and ``LoadoutExists``, a
+Conflict (``loadout.already_exists``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 import trio
 import yaml
+
+from .errors import Conflict, ControllerError, ValidationFailed
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +58,17 @@ Text = Annotated[str, msgspec.Meta(max_length=4096)]
 # Errors.
 
 
-class LoadoutError(Exception):
-    """Base of the loadout errors."""
+class LoadoutInvalid(ValidationFailed):
+    """The manifest (or the name given with it) breaks a rule; ``field`` names where."""
 
-
-class LoadoutInvalid(LoadoutError):
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+        super().__init__([{"field": field, "message": message, "code": "manifest.invalid"}])
         self.field = field
-        self.message = message
 
 
-class LoadoutExists(LoadoutError):
+class LoadoutExists(Conflict):
     def __init__(self, name: str) -> None:
-        super().__init__(f"a loadout named '{name}' already exists")
+        super().__init__("loadout.already_exists", f"a loadout named '{name}' already exists")
         self.name = name
 
 
@@ -300,7 +300,7 @@ class LoadoutService:
                 continue
             try:
                 loadout = parse_manifest(path.read_text("utf-8"), name=path.stem)
-            except (OSError, UnicodeDecodeError, LoadoutError) as exc:
+            except (OSError, UnicodeDecodeError, ControllerError) as exc:
                 log.warning("loadout file %s skipped: %s", path, exc)
                 continue
             self._loadouts[loadout.name] = loadout

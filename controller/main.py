@@ -26,7 +26,8 @@ from quart_trio import QuartTrio
 from .app import create_app
 from .config import ConfigError, ControllerConfig, load_config
 from .guard import install_process_guard
-from .state import AppState
+from .state import AppState, state_of
+from .store import SchemaTooNew
 
 log = logging.getLogger("controller")
 
@@ -71,7 +72,7 @@ async def _wait_for_signal(stop: trio.Event) -> None:
 
 
 async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
-    state: AppState = app.extensions["aiwg"]
+    state = state_of(app)
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_wait_for_signal, stop)
@@ -103,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         app = create_app(config)
     except ConfigError as exc:
         print(f"agentic-controller: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except SchemaTooNew as exc:
+        print(f"agentic-controller: {exc}", file=sys.stderr)
         return 2
     trio.run(partial(serve_app, app, config))
     return 0

@@ -19,9 +19,9 @@ import trio
 import yaml
 from quart import Blueprint, Response
 
-from proto import HostdError
 from proto import messages as m
 
+from .errors import ControllerError
 from .http import json_response
 from .metrics import CONTENT_TYPE
 from .state import app_state
@@ -55,9 +55,9 @@ async def metrics() -> Response:
                 await state.instances.reconcile()
                 status: m.StatusResponse = await state.link.call(m.StatusRequest(), timeout=SCRAPE_HOSTD_TIMEOUT_S)
                 state.metrics.open_sessions.set(status.sessions_running)
-            except HostdError as exc:
+            except ControllerError as exc:
                 log.debug("metrics scrape could not refresh from hostd: %s", exc)
-    state.metrics.set_instances(await state.store.count_instances_by_state())
+    state.metrics.set_instances(await state.store.instances.count_by_state())
     return Response(state.metrics.render(), status=200, content_type=CONTENT_TYPE)
 
 

@@ -9,9 +9,15 @@ Keys: an operation holds one or more keys (``name:<instance name>``, ``instance:
 not terminal; callers ask :meth:`in_flight` to return the existing operation for a second provision
 of the same name, or to refuse a second lifecycle verb on a busy instance.
 
-Error handling: the work function returns the ``result`` dict or raises. A :class:`Problem` becomes
-the operation's ``error`` envelope as is; a ``HostdError`` becomes 503 ``internal.unavailable`` (or
-its explicit meaning); anything else is logged and becomes 500 ``internal.error``.
+Error handling: the work function returns the ``result`` dict or raises. A
+:class:`~controller.errors.ControllerError` becomes the operation's ``error``; anything else is
+logged with its traceback and becomes ``internal.error``. The stored ``error`` is the admin
+surface's problem envelope, rendered when the operation ends by the ``error_body`` callable the app
+hands in (``controller.problems.error_body``). Rendered then, not when served, because the stored
+record is what the admin API serves and what databases already hold: storing a neutral record
+instead would change the stored shape and leave two shapes to read. Injected, because this service
+knows neither HTTP nor the problem+json translation (operations are an admin concept; another
+surface reads them through the admin view or not at all).
 
 Restart policy (chosen): an operation found ``pending`` or ``running`` when the controller starts was
 interrupted by the controller's own end. It is marked ``failed`` with code ``operation.interrupted``;
@@ -30,16 +36,15 @@ from typing import Any
 
 import trio
 
-from proto import HostdError
-
+from .errors import ControllerError, InternalError, NotFound
 from .metrics import Metrics
-from .models import OperationView, iso
-from .problems import Problem, from_hostd_error, internal_error
 from .store import TERMINAL_STATES, OperationRecord, Store, StoreClosed
 
 log = logging.getLogger(__name__)
 
 Work = Callable[[OperationRecord], Awaitable[dict[str, Any]]]
+#: Renders a failure as the operation's stored ``error``: ``(exception, operation id) -> body``.
+ErrorBody = Callable[[BaseException, str], dict[str, Any]]
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -58,28 +63,12 @@ def new_operation_id() -> str:
     return "op_" + new_ulid()
 
 
-def operation_path(op_id: str) -> str:
-    return f"/api/v2/admin/operations/{op_id}"
-
-
-def to_view(op: OperationRecord) -> OperationView:
-    return OperationView(
-        id=op.id,
-        kind=op.kind,
-        state=op.state,
-        created_at=iso(op.created_at),
-        started_at=None if op.started_at is None else iso(op.started_at),
-        completed_at=None if op.completed_at is None else iso(op.completed_at),
-        result=op.result,
-        error=op.error,
-    )
-
-
 class OperationService:
-    def __init__(self, store: Store, metrics: Metrics, *, retention_s: float) -> None:
+    def __init__(self, store: Store, metrics: Metrics, *, retention_s: float, error_body: ErrorBody) -> None:
         self.store = store
         self.metrics = metrics
         self.retention_s = retention_s
+        self.error_body = error_body
         self._nursery: trio.Nursery | None = None
         self._inflight: dict[str, str] = {}
         self._done: dict[str, trio.Event] = {}
@@ -94,11 +83,18 @@ class OperationService:
         return self._inflight.get(key)
 
     async def get(self, op_id: str) -> OperationRecord | None:
-        op = await self.store.get_operation(op_id)
+        op = await self.store.operations.get(op_id)
         if op is None:
             return None
         if op.completed_at is not None and op.completed_at < time.time() - self.retention_s:
             return None  # expired; the purge timer deletes it soon
+        return op
+
+    async def require(self, op_id: str) -> OperationRecord:
+        """Like :meth:`get`, but NotFound (``operation.not_found``) instead of None."""
+        op = await self.get(op_id)
+        if op is None:
+            raise NotFound("operation.not_found", f"no operation with id {op_id!r} (ended ones are kept for a day)")
         return op
 
     async def wait(self, op_id: str) -> None:
@@ -129,7 +125,7 @@ class OperationService:
             self._inflight[key] = op.id
         self._done[op.id] = trio.Event()
         try:
-            await self.store.save_operation(op)
+            await self.store.operations.save(op)
         except BaseException:
             self._release(op.id, keys)
             raise
@@ -148,22 +144,19 @@ class OperationService:
         try:
             op.state = "running"
             op.started_at = time.time()
-            await self.store.save_operation(op)
+            await self.store.operations.save(op)
             try:
                 op.result = await work(op)
                 op.state = "succeeded"
-            except Problem as problem:
-                op.error = problem.body(operation_path(op.id))
+            except ControllerError as exc:
+                op.error = self.error_body(exc, op.id)
                 op.state = "failed"
-            except HostdError as exc:
-                op.error = from_hostd_error(exc).body(operation_path(op.id))
-                op.state = "failed"
-            except Exception:
+            except Exception as exc:
                 log.exception("operation %s (%s) failed unexpectedly", op.id, op.kind)
-                op.error = internal_error().body(operation_path(op.id))
+                op.error = self.error_body(exc, op.id)
                 op.state = "failed"
             op.completed_at = time.time()
-            await self.store.save_operation(op)
+            await self.store.operations.save(op)
             self.metrics.operations.labels(kind=op.kind, state=op.state).inc()
             log.info("operation %s %s %s", op.id, op.kind, op.state)
         except StoreClosed:
@@ -176,19 +169,18 @@ class OperationService:
     async def recover(self) -> int:
         """Mark operations left unfinished by a previous controller process as failed."""
         count = 0
-        for op in await self.store.unfinished_operations():
+        for op in await self.store.operations.unfinished():
             if op.id in self._done:
                 continue  # started by this process
             op.state = "failed"
             op.completed_at = time.time()
-            op.error = Problem(
-                500,
+            interrupted = InternalError(
                 "operation.interrupted",
-                "Operation interrupted",
                 "the controller stopped while this operation was in progress; it was not resumed. "
                 "The instance's state is re-read from hostd.",
-            ).body(operation_path(op.id))
-            await self.store.save_operation(op)
+            )
+            op.error = self.error_body(interrupted, op.id)
+            await self.store.operations.save(op)
             count += 1
         if count:
             log.warning("marked %d interrupted operation(s) as failed", count)
@@ -200,7 +192,7 @@ class OperationService:
         task_status.started()
         while True:
             try:
-                purged = await self.store.purge_operations(time.time() - self.retention_s)
+                purged = await self.store.operations.purge(time.time() - self.retention_s)
             except StoreClosed:
                 return
             if purged:

@@ -5,13 +5,17 @@ Every non-2xx answer of those surfaces is a :class:`Problem` turned into a body 
 (``domain.condition``), ``detail``, ``instance`` (the request path), ``trace_id`` (32 hex) and, for
 validation failures, ``errors[{field, message, code}]``.
 
-Translation happens once, here, at the edge:
+Translation happens once, here, at the edge; services raise only :mod:`controller.errors`:
 
-* :class:`Problem` raised anywhere in a handler → its own status;
-* any :class:`proto.HostdError` → 503 ``internal.unavailable`` with the reason (fail closed), except
-  the explicit hostd answers that name a caller mistake (unknown instance, wrong state, ...);
-* werkzeug HTTP errors (routing 404/405, 413 from the body limit) → the same status as a problem;
-* anything else → 500 ``internal.error``, logged with its traceback, never shown to the client.
+* a :class:`~controller.errors.ControllerError` -> the status of its class in :data:`STATUS` (the
+  nearest listed base class wins), its ``code``, ``message`` as ``detail`` and ``fields`` as
+  ``errors``; the title is the code's (one title per problem type, as RFC 7807 asks), else the
+  class's. hostd failures arrive here already translated by :mod:`controller.hostlink` (503
+  ``internal.unavailable`` with the reason when hostd cannot serve: fail closed);
+* werkzeug HTTP errors (routing 404/405, 413 from the body limit) -> the same status as a problem;
+* anything else -> 500 ``internal.error``, logged with its traceback, never shown to the client.
+
+:func:`error_body` gives the same envelope as a dict for an operation's stored ``error``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,23 @@ import msgspec
 from quart import Response, g, has_request_context, request
 from werkzeug.exceptions import HTTPException
 
-from proto import ErrorCode, HostdError, HostdRemoteError
+from .errors import (
+    Conflict,
+    ControllerError,
+    Forbidden,
+    Gone,
+    InternalError,
+    InvalidState,
+    MalformedInput,
+    NotFound,
+    OperationFailed,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+    Unimplemented,
+    UnsupportedMedia,
+    ValidationFailed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +56,49 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 _PATH_SAFE = "/:@!$&'()*+,;=-._~"
 _TRACEPARENT_RE = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 
+#: Status and default title per class of the domain family.
+STATUS: dict[type[ControllerError], tuple[int, str]] = {
+    ControllerError: (500, "Internal server error"),  # a bare base class raised is our bug
+    NotFound: (404, "Not found"),
+    Conflict: (409, "Conflict"),
+    InvalidState: (409, "Invalid state"),
+    ValidationFailed: (422, "Validation failed"),
+    MalformedInput: (400, "Validation failed"),
+    UnsupportedMedia: (415, "Unsupported media type"),
+    TooLarge: (413, "Request too large"),
+    Unauthenticated: (401, "Unauthorized"),
+    Forbidden: (403, "Forbidden"),
+    Gone: (410, "Gone"),
+    Unimplemented: (501, "Not implemented"),
+    OperationFailed: (422, "Operation failed"),
+    Unavailable: (503, "Service unavailable"),
+    InternalError: (500, "Internal server error"),
+}
 
-class Problem(Exception):
-    """An HTTP error with a stable ``domain.condition`` code; raise it from any handler."""
+#: Titles of the codes whose title is more specific than their class's.
+TITLES: dict[str, str] = {
+    "instance.not_found": "Instance not found",
+    "operation.not_found": "Operation not found",
+    "instance.already_exists": "Instance already exists",
+    "instance.invalid_state": "Invalid instance state",
+    "instance.spawn_failed": "Agent command could not be started",
+    "instance.start_failed": "Instance failed to start",
+    "storage.scope_disabled": "Storage scope is read-only",
+    "storage.too_large": "Object too large",
+    "storage.unavailable": "Storage unavailable",
+    "legacy_agent_secret.retired": "Legacy agent shared-secret retired",
+    "operation.interrupted": "Operation interrupted",
+}
+
+#: Headers a problem carries, by code (a client may retry hostd soon; a storage fault is not so brief).
+HEADERS: dict[str, dict[str, str]] = {
+    "internal.unavailable": {"Retry-After": "1"},
+    "auth.unauthorized": {"WWW-Authenticate": "Bearer"},
+}
+
+
+class Problem:
+    """One problem+json answer: status, code, title, detail, field errors, extra headers."""
 
     def __init__(
         self,
@@ -49,13 +109,15 @@ class Problem(Exception):
         errors: list[dict[str, str]] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(f"{status} {code}: {detail or title}")
         self.status = status
         self.code = code
         self.title = title
         self.detail = detail
         self.errors = errors
         self.headers = headers or {}
+
+    def __repr__(self) -> str:
+        return f"Problem({self.status}, {self.code!r}, {self.detail or self.title!r})"
 
     def body(self, instance_path: str | None = None, trace_id: str | None = None) -> dict[str, Any]:
         """The envelope as a dict (also used for an operation's ``error``)."""
@@ -103,71 +165,33 @@ def problem_response(problem: Problem, instance_path: str | None = None) -> Resp
     return response
 
 
-# -- helpers ---------------------------------------------------------------------------------------
+# -- translation ----------------------------------------------------------------------------------
 
 
-def not_found(code: str, detail: str | None = None) -> Problem:
-    titles = {
-        "instance.not_found": "Instance not found",
-        "operation.not_found": "Operation not found",
-    }
-    return Problem(404, code, titles.get(code, "Not found"), detail)
+def to_problem(exc: ControllerError) -> Problem:
+    """The one mapping of the domain family onto problems (see the module docstring)."""
+    status, title = next(STATUS[cls] for cls in type(exc).__mro__ if cls in STATUS)
+    return Problem(
+        status,
+        exc.code,
+        TITLES.get(exc.code, title),
+        exc.message,
+        errors=[dict(e) for e in exc.fields] or None,
+        headers=dict(HEADERS.get(exc.code, {})),
+    )
 
 
-def conflict(code: str, detail: str) -> Problem:
-    return Problem(409, code, "Conflict", detail)
+def internal_error() -> InternalError:
+    return InternalError("internal.error", "an unexpected error was logged")
 
 
-def validation_failed(errors: list[dict[str, str]], *, status: int = 422, detail: str | None = None) -> Problem:
-    if detail is None and errors:
-        detail = f"{errors[0]['field']}: {errors[0]['message']}"
-    return Problem(status, "validation.failed", "Validation failed", detail, errors=errors)
+def error_body(exc: BaseException, instance_path: str) -> dict[str, Any]:
+    """An operation's ``error``: the envelope of a domain error, else of ``internal.error``.
 
-
-def unavailable(detail: str) -> Problem:
-    return Problem(503, "internal.unavailable", "Service unavailable", detail, headers={"Retry-After": "1"})
-
-
-def unauthorized(detail: str = "a valid bearer token is required") -> Problem:
-    return Problem(401, "auth.unauthorized", "Unauthorized", detail, headers={"WWW-Authenticate": "Bearer"})
-
-
-def forbidden(detail: str = "this role may not do that") -> Problem:
-    return Problem(403, "auth.forbidden", "Forbidden", detail)
-
-
-def not_implemented(code: str, detail: str) -> Problem:
-    return Problem(501, code, "Not implemented", detail)
-
-
-def internal_error() -> Problem:
-    return Problem(500, "internal.error", "Internal server error", "an unexpected error was logged")
-
-
-# -- translation of foreign errors ----------------------------------------------------------------
-
-_HOSTD_CODES: dict[ErrorCode, tuple[int, str, str]] = {
-    ErrorCode.INSTANCE_NOT_FOUND: (404, "instance.not_found", "Instance not found"),
-    ErrorCode.INSTANCE_EXISTS: (409, "instance.already_exists", "Instance already exists"),
-    ErrorCode.INSTANCE_INVALID_STATE: (409, "instance.invalid_state", "Invalid instance state"),
-    ErrorCode.WORKING_DIR_NOT_FOUND: (422, "validation.failed", "Validation failed"),
-    ErrorCode.SPAWN_FAILED: (422, "instance.spawn_failed", "Agent command could not be started"),
-    ErrorCode.REQUEST_INVALID: (422, "validation.failed", "Validation failed"),
-}
-
-
-def from_hostd_error(exc: HostdError) -> Problem:
-    """One hostd failure as a problem: explicit caller mistakes keep their meaning, the rest is 503."""
-    if isinstance(exc, HostdRemoteError):
-        mapped = _HOSTD_CODES.get(exc.error_code) if exc.error_code else None
-        if mapped is not None:
-            status, code, title = mapped
-            errors = None
-            if exc.error_code is ErrorCode.WORKING_DIR_NOT_FOUND:
-                errors = [{"field": "working_dir", "message": exc.message, "code": exc.code}]
-            return Problem(status, code, title, exc.message, errors=errors)
-        return unavailable(f"hostd refused the call: {exc.code}: {exc.message}")
-    return unavailable(f"hostd is unavailable: {exc}")
+    The caller logs an unexpected exception before asking; nothing of it is shown here.
+    """
+    domain = exc if isinstance(exc, ControllerError) else internal_error()
+    return to_problem(domain).body(instance_path)
 
 
 def from_http_exception(exc: HTTPException) -> Problem:
@@ -189,13 +213,9 @@ def from_http_exception(exc: HTTPException) -> Problem:
 def install_problem_handlers(target: Any) -> None:
     """Register the problem+json error handlers on a blueprint or app."""
 
-    @target.errorhandler(Problem)
-    async def _problem(exc: Problem) -> Response:
-        return problem_response(exc)
-
-    @target.errorhandler(HostdError)
-    async def _hostd(exc: HostdError) -> Response:
-        return problem_response(from_hostd_error(exc))
+    @target.errorhandler(ControllerError)
+    async def _domain(exc: ControllerError) -> Response:
+        return problem_response(to_problem(exc))
 
     @target.errorhandler(HTTPException)
     async def _http(exc: HTTPException) -> Response:
@@ -204,44 +224,4 @@ def install_problem_handlers(target: Any) -> None:
     @target.errorhandler(Exception)
     async def _unexpected(exc: Exception) -> Response:
         log.error("unhandled error in %s %s", request.method, request.path, exc_info=exc)
-        return problem_response(internal_error())
-
-
-# -- request bodies ----------------------------------------------------------------------------
-
-_AT_RE = re.compile(r" - at `\$(?P<path>[^`]*)`$")
-_NAMED_RE = re.compile(r"(?:missing required field|unknown field) `(?P<name>[^`]+)`")
-
-
-def _field_of(message: str) -> tuple[str, str, str]:
-    """Split a msgspec validation message into (field path, message, error code)."""
-    path = ""
-    at = _AT_RE.search(message)
-    if at is not None:
-        path = at["path"].lstrip(".")
-        message = message[: at.start()]
-    named = _NAMED_RE.search(message)
-    if named is not None:
-        path = f"{path}.{named['name']}" if path else named["name"]
-    if "missing required field" in message:
-        code = "required"
-    elif "unknown field" in message:
-        code = "unknown_field"
-    elif message.startswith("Expected `") and "`, got `" in message:
-        code = "type"
-    else:
-        code = "constraint"
-    return path or "$", message, code
-
-
-def decode_json(body: bytes, type_: type[Any]) -> Any:
-    """Decode a JSON body into ``type_``: 400 if it is not JSON, 422 naming the field if it does not fit."""
-    try:
-        return msgspec.json.decode(body, type=type_)
-    except msgspec.ValidationError as exc:
-        field, message, code = _field_of(str(exc))
-        raise validation_failed([{"field": field, "message": message, "code": code}]) from None
-    except msgspec.DecodeError as exc:
-        raise validation_failed(
-            [{"field": "$", "message": f"body is not valid JSON: {exc}", "code": "json.invalid"}], status=400
-        ) from None
+        return problem_response(to_problem(internal_error()))

@@ -1,23 +1,33 @@
-"""Per-app state: one typed object on ``app.extensions["aiwg"]`` (no module-level mutable state).
+"""Per-app state: one typed object holding every service, on ``app.extensions["aiwg"]``.
 
-``create_app`` builds it; route modules reach it with :func:`app_state`. D2's services sit beside it
-as ``app.extensions["storage"]``, ``["loadouts"]``, ``["images"]``, the authenticator as ``["auth"]``.
+``create_app`` builds it; route modules reach it with :func:`app_state`. It is the only entry the
+controller keeps in ``app.extensions`` (no module-level mutable state, no per-service string keys).
+The service types are imported for type checking only: the service modules import nothing from the
+HTTP layer, and this module must not pull them (and their imports) in ahead of ``create_app``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quart import current_app
 
-from .auth import Authenticator
-from .config import ControllerConfig
-from .hostlink import HostdLink
-from .instances import InstanceService
-from .metrics import Metrics
-from .operations import OperationService
-from .store import Store
+if TYPE_CHECKING:
+    from quart import Quart
+
+    from .auth import Authenticator
+    from .config import ControllerConfig
+    from .hostlink import HostdLink
+    from .images import ImageService
+    from .instances import InstanceService
+    from .loadouts import LoadoutService
+    from .metrics import Metrics
+    from .operations import OperationService
+    from .storage import StorageService
+    from .store import Store
+
+EXTENSION_KEY = "aiwg"
 
 
 @dataclass
@@ -26,11 +36,20 @@ class AppState:
     store: Store
     metrics: Metrics
     link: HostdLink
+    auth: Authenticator
     operations: OperationService
     instances: InstanceService
-    auth: Authenticator
+    loadouts: LoadoutService
+    storage: StorageService
+    images: ImageService
     openapi: dict[str, Any] | None = field(default=None)
 
 
+def state_of(app: Quart) -> AppState:
+    state: AppState = app.extensions[EXTENSION_KEY]
+    return state
+
+
 def app_state() -> AppState:
-    return current_app.extensions["aiwg"]
+    """The state of the app serving the current request (or app context)."""
+    return state_of(current_app)

@@ -27,14 +27,14 @@ files an agent wrote directly are described truthfully; only the media type come
 sidecar, and only while the sidecar's sha256 still matches the content (else it is guessed from
 the file name). Blocking file I/O runs in a worker thread (``trio.to_thread``).
 
-Errors (``StorageError`` family; the route module maps them to problems)::
+Errors: members of the controller's family (:mod:`controller.errors`), so every surface
+translates them with the rest::
 
-    StorageError
-    ├── InvalidPath          (422 validation.failed, field "path")
-    ├── ScopeReadOnly        (403 storage.scope_disabled)
-    ├── ObjectNotFound       (404 storage.not_found)
-    ├── ObjectTooLarge       (413)
-    └── StorageUnavailable   (503 storage.unavailable: the root cannot be used)
+    InvalidPath          a ValidationFailed (validation.failed, field "path")
+    ScopeReadOnly        a Forbidden (storage.scope_disabled)
+    ObjectNotFound       a NotFound (storage.not_found)
+    ObjectTooLarge       a TooLarge (storage.too_large)
+    StorageUnavailable   an Unavailable (storage.unavailable: the root cannot be used)
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ from typing import Literal
 
 import msgspec
 import trio
+
+from .errors import Forbidden, NotFound, TooLarge, Unavailable, ValidationFailed
 
 Scope = Literal["global", "inbox", "outbox"]
 SCOPES: tuple[Scope, ...] = ("global", "inbox", "outbox")
@@ -81,36 +83,34 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 # Errors.
 
 
-class StorageError(Exception):
-    """Base of every storage error."""
-
-
-class InvalidPath(StorageError):
+class InvalidPath(ValidationFailed):
     def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+        super().__init__([{"field": "path", "message": message, "code": "path.invalid"}])
 
 
-class ScopeReadOnly(StorageError):
+class ScopeReadOnly(Forbidden):
     def __init__(self, scope: str) -> None:
-        super().__init__(f"scope '{scope}' is read-only")
+        super().__init__("storage.scope_disabled", f"scope '{scope}' is read-only")
         self.scope = scope
 
 
-class ObjectNotFound(StorageError):
+class ObjectNotFound(NotFound):
     def __init__(self, scope: str, path: str) -> None:
-        super().__init__(f"no object at {scope}/{path}")
+        super().__init__("storage.not_found", f"no object at {scope}/{path}")
 
 
-class ObjectTooLarge(StorageError):
+class ObjectTooLarge(TooLarge):
     def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"object of {size} bytes exceeds the limit of {limit} bytes")
+        super().__init__("storage.too_large", f"object of {size} bytes exceeds the limit of {limit} bytes")
         self.size = size
         self.limit = limit
 
 
-class StorageUnavailable(StorageError):
+class StorageUnavailable(Unavailable):
     """The storage root is missing or unusable (disk error, permissions)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("storage.unavailable", message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,8 +222,8 @@ def _sidecar_name(target: _Target) -> str:
 class StorageService:
     """Reads and writes objects under ``root``; see the module docstring for rules and layout.
 
-    Every public method is async and does its file I/O in a worker thread. Errors are the
-    ``StorageError`` family; any other OSError from the root becomes ``StorageUnavailable``.
+    Every public method is async and does its file I/O in a worker thread. Errors are the ones
+    listed in the module docstring; any other OSError from the root becomes ``StorageUnavailable``.
     """
 
     def __init__(self, root: Path, *, max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES) -> None:

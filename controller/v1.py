@@ -21,6 +21,7 @@ from werkzeug.exceptions import NotFound
 from werkzeug.routing import BaseConverter
 
 from .problems import install_problem_handlers
+from .state import app_state
 
 V1_PREFIX = "/api/v1"
 V2_PREFIX = "/api/v2/admin"
@@ -106,7 +107,7 @@ def route_label(rule: str) -> str:
 @v1.after_app_request
 async def _deprecation_headers(response: Response) -> Response:
     if request.path == V1_PREFIX or request.path.startswith(V1_PREFIX + "/"):
-        state = current_app.extensions["aiwg"]
+        state = app_state()
         response.headers["Sunset"] = state.config.v1_sunset
         response.headers["Deprecated"] = "true"
         response.headers["Link"] = SUCCESSOR_LINK

@@ -73,6 +73,8 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     cgroup_root: str = ""
     #: Default working directory for instances without one ("" = the instance dir). AIWG_WORKSPACE_ROOT
     workspace_root: str = ""
+    #: podman API socket (``unix://`` URL) for the image catalog; "" = none. AIWG_PODMAN_SOCKET
+    podman_socket: str = ""
     dev: bool = False
 
     @property
@@ -103,6 +105,21 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
 
     def peer_allowed(self, uid: int, gid: int) -> bool:
         return uid == 0 or uid in self.allow_uids or gid in self.allow_gids
+
+
+def podman_socket_url(socket: str) -> str:
+    """``/run/podman.sock`` or ``unix:///run/podman.sock`` -> ``unix:///run/podman.sock``.
+
+    Only Unix sockets: podman-py's ``ssh://`` transport would run an ssh client, and a TCP
+    podman API has no authentication.
+    """
+    if socket.startswith("unix://"):
+        socket = socket.removeprefix("unix://")
+    elif "://" in socket:
+        raise ValueError("only unix:// podman sockets are supported")
+    if not socket.startswith("/"):
+        raise ValueError("the podman socket must be an absolute path")
+    return "unix://" + socket
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, base: int = 10, minimum: int = 0) -> int:
@@ -182,6 +199,12 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
     workspace_root = env.get("AIWG_WORKSPACE_ROOT", "")
     if workspace_root and not os.path.isdir(workspace_root):
         raise ConfigError(f"AIWG_WORKSPACE_ROOT={workspace_root!r} is not a directory")
+    podman_socket = env.get("AIWG_PODMAN_SOCKET", "")
+    if podman_socket:
+        try:
+            podman_socket = podman_socket_url(podman_socket)
+        except ValueError as exc:
+            raise ConfigError(f"AIWG_PODMAN_SOCKET={podman_socket!r}: {exc}") from None
 
     return HostdConfig(
         state_dir=state_dir,
@@ -199,5 +222,6 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
         max_connections=_int(env, "AIWG_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, minimum=1),
         cgroup_root=cgroup_root,
         workspace_root=os.path.abspath(workspace_root) if workspace_root else "",
+        podman_socket=podman_socket,
         dev=dev,
     )

@@ -17,6 +17,7 @@ from proto import messages as m
 
 from .config import HostdConfig
 from .execs import ExecRegistry
+from .images import ImageCatalog
 from .instances import InstanceRegistry
 from .proctree import Cgroups
 from .sessions import SessionRegistry
@@ -64,6 +65,7 @@ class Handlers:
         instances: InstanceRegistry,
         sessions: SessionRegistry,
         execs: ExecRegistry,
+        images: ImageCatalog,
         host_id: str,
         boot_id: str,
         connections: Callable[[], int],
@@ -73,6 +75,7 @@ class Handlers:
         self.instances = instances
         self.sessions = sessions
         self.execs = execs
+        self.images = images
         self.host_id = host_id
         self.boot_id = boot_id
         self.started_at = time.time()
@@ -101,6 +104,7 @@ class Handlers:
             m.ExecCancelRequest: self.exec_cancel,
             m.ExecGetRequest: self.exec_get,
             m.ExecDeleteRequest: self.exec_delete,
+            m.ImageListRequest: self.image_list,
         }
 
     def hello(self, peer_uid: int, peer_gid: int) -> m.HelloResponse:
@@ -223,3 +227,9 @@ class Handlers:
     async def exec_delete(self, req: m.ExecDeleteRequest) -> m.ExecDeleteResponse:
         await self.execs.delete(req.exec_id)
         return m.ExecDeleteResponse()
+
+    # -- images -------------------------------------------------------------------------------
+
+    async def image_list(self, req: m.ImageListRequest) -> m.ImageListResponse:
+        # Not INLINE: it waits on podman (bounded, in a worker thread).
+        return await self.images.list()

@@ -23,6 +23,7 @@ from . import sdnotify, statefile
 from .config import ConfigError, HostdConfig, from_env
 from .execs import ExecRegistry
 from .handlers import HOSTD_VERSION, Handlers
+from .images import ImageCatalog
 from .instances import InstanceRegistry
 from .listener import SocketInUse, bind_unix
 from .proctree import Cgroups
@@ -85,6 +86,7 @@ async def run_hostd(config: HostdConfig, *, task_status: trio.TaskStatus[None] =
                 instances=instances,
                 sessions=sessions,
                 execs=execs,
+                images=ImageCatalog(config.podman_socket),
                 host_id=_host_id(state_dir),
                 boot_id=_boot_id(),
                 connections=lambda: len(server.connections) if server else 0,

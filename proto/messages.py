@@ -387,6 +387,22 @@ class ExecSubscribeRequest(Request):
 
 
 # ---------------------------------------------------------------------------------------------
+# Container images: what hostd's podman API socket holds (an advisory catalog).
+
+
+class ImageListRequest(Request):
+    pass
+
+
+class ImageListResponse(Response):
+    """``degraded`` with the ``reason`` (and no images) when podman could not be asked."""
+
+    images: list[ImageInfo] = []
+    degraded: bool = False
+    reason: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
 # Stream control and generic replies.
 
 
@@ -554,6 +570,17 @@ class ExecInfo(msgspec.Struct, kw_only=True):
     next_seq: int = 1
 
 
+class ImageInfo(msgspec.Struct, kw_only=True):
+    """One image: ``name`` (last path part of the first tag, or the short id), ``reference`` (the
+    first tag, or the id), content digest, size and labels."""
+
+    name: str
+    reference: str
+    digest: str | None = None
+    size_bytes: int | None = None
+    labels: dict[str, str] = {}
+
+
 # ---------------------------------------------------------------------------------------------
 # Unions: what a client sends, what hostd sends.
 
@@ -584,6 +611,7 @@ ClientFrame = Union[  # noqa: UP007 - one member per line reads as the API index
     ExecGetRequest,
     ExecDeleteRequest,
     ExecSubscribeRequest,
+    ImageListRequest,
     StreamCancel,
 ]
 
@@ -612,6 +640,7 @@ ServerFrame = Union[  # noqa: UP007
     ExecCancelResponse,
     ExecGetResponse,
     ExecDeleteResponse,
+    ImageListResponse,
     StreamOpened,
     StreamEnd,
     ErrorResponse,

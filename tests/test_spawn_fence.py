@@ -1,5 +1,5 @@
-"""Only the fenced modules may fork, exec or open PTYs (STYLE.md: fence the dangerous code), and each
-package imports only the packages below it."""
+"""Only the fenced modules may fork, exec or open PTYs, only hostd imports podman (STYLE.md: fence the
+dangerous code), and each package imports only the packages below it."""
 
 from __future__ import annotations
 
@@ -63,15 +63,20 @@ def test_fenced_modules_exist_and_do_spawn() -> None:
         assert offences(path), f"{name} is fenced but spawns nothing: drop it from SPAWNING_MODULES"
 
 
-def our_imports(path: Path) -> set[str]:
-    """The packages of ours (from PACKAGES) that a module imports, absolute imports only."""
-    found = set()
+def imports_of(path: Path) -> set[str]:
+    """Top-level names of every module ``path`` imports (at any depth of its code), absolute imports only."""
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module.split(".")[0])
-    return found & set(PACKAGES)
+    return found
+
+
+def our_imports(path: Path) -> set[str]:
+    """The packages of ours (from PACKAGES) that a module imports."""
+    return imports_of(path) & set(PACKAGES)
 
 
 def test_packages_import_only_proto() -> None:
@@ -81,6 +86,18 @@ def test_packages_import_only_proto() -> None:
             bad += [f"{path.relative_to(ROOT)} imports {name}" for name in our_imports(path) - allowed - {package}]
     assert our_imports(ROOT / "cli" / "hostctl.py") == {"proto"}  # the check sees imports at all
     assert not bad, "\n".join(bad)
+
+
+def test_only_hostd_talks_to_podman() -> None:
+    """DESIGN.md §2: only hostd talks to podman; the controller asks hostd (ImageListRequest)."""
+    importers = sorted(
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if "podman" in imports_of(path)
+    )
+    assert importers, "nothing imports podman: the image catalog moved, update this test"
+    assert all(name.startswith("hostd/") for name in importers), importers
 
 
 def test_proto_exports_are_pinned() -> None:

@@ -2,13 +2,15 @@
 
 The blueprint and its error handlers live here; route modules register on it and are imported at the
 bottom: ``instances``, ``operations``, ``deprecation`` (instances and their lifecycle, operation
-polling, v1 counters) and ``storage``, ``catalog`` (agentshare storage, container images, loadouts).
-Handlers decode into a typed object, call one service method, and return its view.
+polling, v1 counters) and ``storage``, ``catalog`` (agentshare storage, container images, loadouts);
+``views`` turns the services' records into the contract's shapes. Handlers decode into a typed
+object, call one service method, and return its view.
 
-Errors: a ``Problem`` answers as itself; a ``HostdError`` as 503 ``internal.unavailable`` (fail
-closed); an HTTP error (413 from the body limit) with its status; anything else as 500
-``internal.error``, logged with its traceback. Routing 404/405 under the prefix carry no blueprint,
-so the app's handler answers those in the same shape (see ``controller.app``).
+Errors: a ``controller.errors`` error answers as problem+json through ``controller.problems`` (hostd
+being away is 503 ``internal.unavailable``: fail closed); an HTTP error (413 from the body limit)
+with its status; anything else as 500 ``internal.error``, logged with its traceback. Routing 404/405
+under the prefix carry no blueprint, so the app's handler answers those in the same shape (see
+``controller.app``).
 """
 
 from __future__ import annotations

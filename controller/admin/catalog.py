@@ -1,23 +1,27 @@
 """Admin catalog routes: ``GET /container-images``, ``GET|POST /loadouts``.
 
-``/container-images`` never fails because podman is away: it answers ``{items: [], degraded:
-true, reason}`` (see ``controller.images``). ``POST /loadouts`` takes ``{name, manifest}`` as
-``application/json`` or the manifest itself as YAML (``application/x-yaml``, ``application/yaml``,
-``text/yaml``, ``text/x-yaml``; the name then comes from the manifest). 201 with the loadout (its
-manifest text included), 409 ``loadout.already_exists`` for a taken name (built-ins included), 422
-``validation.failed`` naming the field (``name``, ``manifest`` or ``manifest.<path>``).
+``/container-images`` lists what hostd's podman knows; when podman cannot be asked it answers
+``{items: [], degraded: true, reason}`` (the catalog is advisory), but a hostd that cannot be asked
+is 503 ``internal.unavailable`` like every hostd-backed route (see ``controller.images``).
+``POST /loadouts`` takes ``{name, manifest}`` as ``application/json`` or the manifest itself as
+YAML (``application/x-yaml``, ``application/yaml``, ``text/yaml``, ``text/x-yaml``; the name then
+comes from the manifest). 201 with the loadout (its manifest text included), 409
+``loadout.already_exists`` for a taken name (built-ins included), 422 ``validation.failed`` naming
+the field (``name``, ``manifest`` or ``manifest.<path>``).
 """
 
 from __future__ import annotations
 
 import msgspec
-from quart import Response, current_app, request
+from quart import Response, request
 
 from ..auth import ADMIN_ONLY, READ, require_role
-from ..images import ImageService
-from ..loadouts import LoadoutExists, LoadoutInvalid, LoadoutService, LoadoutView
-from ..problems import Problem, conflict, decode_json, validation_failed
+from ..decoding import decode_json
+from ..errors import UnsupportedMedia, ValidationFailed
+from ..loadouts import LoadoutView
+from ..state import app_state
 from . import admin
+from .views import image_list
 
 JSON = "application/json"
 YAML_TYPES = frozenset({"application/x-yaml", "application/yaml", "text/yaml", "text/x-yaml"})
@@ -41,21 +45,18 @@ def _json(obj: msgspec.Struct, status: int = 200) -> Response:
 @admin.get("/container-images")
 @require_role(*READ)
 async def list_container_images() -> Response:
-    images: ImageService = current_app.extensions["images"]
-    return _json(await images.list_images())
+    return _json(image_list(await app_state().images.list_images()))
 
 
 @admin.get("/loadouts")
 @require_role(*READ)
 async def list_loadouts() -> Response:
-    loadouts: LoadoutService = current_app.extensions["loadouts"]
-    return _json(LoadoutList(items=[lo.view() for lo in loadouts.list()]))
+    return _json(LoadoutList(items=[lo.view() for lo in app_state().loadouts.list()]))
 
 
 @admin.post("/loadouts")
 @require_role(*ADMIN_ONLY)
 async def create_loadout() -> Response:
-    loadouts: LoadoutService = current_app.extensions["loadouts"]
     body = await request.get_data(cache=False, as_text=False)
     name: str | None
     if request.mimetype == JSON:
@@ -66,20 +67,10 @@ async def create_loadout() -> Response:
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
-            raise validation_failed(
+            raise ValidationFailed(
                 [{"field": "manifest", "message": "the manifest is not UTF-8", "code": "encoding"}]
             ) from None
     else:
-        raise Problem(
-            415,
-            "validation.failed",
-            "Unsupported media type",
-            "send application/json {name, manifest} or the YAML manifest as application/x-yaml",
-        )
-    try:
-        loadout = await loadouts.create(text, name=name)
-    except LoadoutInvalid as exc:
-        raise validation_failed([{"field": exc.field, "message": exc.message, "code": "manifest.invalid"}]) from None
-    except LoadoutExists as exc:
-        raise conflict("loadout.already_exists", str(exc)) from None
+        raise UnsupportedMedia("send application/json {name, manifest} or the YAML manifest as application/x-yaml")
+    loadout = await app_state().loadouts.create(text, name=name)
     return _json(loadout.view(with_manifest=True), 201)

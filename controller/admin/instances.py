@@ -9,11 +9,13 @@ from __future__ import annotations
 from quart import Response, request
 
 from ..auth import ADMIN_ONLY, OPERATE, READ, require_role
-from ..http import accepted, base_url, json_response
+from ..decoding import decode_json
+from ..errors import Gone, Unimplemented, ValidationFailed
+from ..http import base_url, json_response
 from ..models import InstanceList, ProvisionRequest
-from ..problems import Problem, decode_json, not_found, not_implemented, validation_failed
 from ..state import app_state
 from . import admin
+from .views import accepted, instance_view
 
 TRUE = ("true", "1", "yes")
 FALSE = ("false", "0", "no", "")
@@ -22,12 +24,12 @@ FALSE = ("false", "0", "no", "")
 @admin.get("/instances")
 @require_role(*READ)
 async def list_instances() -> Response:
-    svc = app_state().instances
-    records = await svc.list(
+    state = app_state()
+    records = await state.instances.list(
         state=request.args.get("state"), runtime=request.args.get("runtime"), provider=request.args.get("provider")
     )
-    base = base_url()
-    return json_response(InstanceList(items=[svc.view(rec, base) for rec in records]))
+    base, ready = base_url(), state.link.ready
+    return json_response(InstanceList(items=[instance_view(rec, base, hostd_available=ready) for rec in records]))
 
 
 @admin.post("/instances")
@@ -41,8 +43,9 @@ async def provision_instance() -> Response:
 @admin.get("/instances/<instance_id>")
 @require_role(*READ)
 async def get_instance(instance_id: str) -> Response:
-    svc = app_state().instances
-    return json_response(svc.view(await svc.get(instance_id), base_url()))
+    state = app_state()
+    rec = await state.instances.get(instance_id)
+    return json_response(instance_view(rec, base_url(), hostd_available=state.link.ready))
 
 
 @admin.delete("/instances/<instance_id>")
@@ -50,7 +53,7 @@ async def get_instance(instance_id: str) -> Response:
 async def decommission_instance(instance_id: str) -> Response:
     raw = request.args.get("force", "false").lower()
     if raw not in TRUE + FALSE:
-        raise validation_failed([{"field": "force", "message": "must be true or false", "code": "type"}])
+        raise ValidationFailed([{"field": "force", "message": "must be true or false", "code": "type"}])
     op = await app_state().instances.decommission(instance_id, force=raw in TRUE)
     return accepted(op)
 
@@ -71,17 +74,14 @@ async def destroy_instance(instance_id: str) -> Response:
 @require_role(*ADMIN_ONLY)
 async def reprovision_instance(instance_id: str) -> Response:
     await app_state().instances.get(instance_id)  # 404 first
-    raise not_implemented("runtime.not_implemented", "reprovision is not implemented yet for the host runtime")
+    raise Unimplemented("runtime.not_implemented", "reprovision is not implemented yet for the host runtime")
 
 
 @admin.post("/instances/<instance_id>/rotate-secret")
 @require_role(*ADMIN_ONLY)
 async def rotate_instance_secret(instance_id: str) -> Response:
-    if await app_state().store.get_instance(instance_id) is None:
-        raise not_found("instance.not_found", f"no instance with id {instance_id!r}")
-    raise Problem(
-        410,
+    await app_state().instances.record(instance_id)  # 404 first (the catalog's word)
+    raise Gone(
         "legacy_agent_secret.retired",
-        "Legacy agent shared-secret retired",
         "legacy agent shared-secret rotation was retired; use transport identity credentials",
     )

@@ -29,21 +29,17 @@ from collections.abc import AsyncIterator, Iterator
 
 import msgspec
 import trio
-from quart import Response, current_app, request
+from quart import Response, request
 from werkzeug.routing import BaseConverter
 
 from ..auth import OPERATE, READ, require_role
-from ..problems import Problem, decode_json, not_found, validation_failed
+from ..decoding import decode_json
+from ..errors import ValidationFailed
 from ..state import app_state
 from ..storage import (
     SCOPES,
-    InvalidPath,
-    ObjectNotFound,
-    ObjectTooLarge,
+    WRITABLE_SCOPES,
     ScopeReadOnly,
-    StorageError,
-    StorageService,
-    StorageUnavailable,
     guess_media_type,
     is_textual,
     validate_media_type,
@@ -77,32 +73,9 @@ def _register_converter(state: object) -> None:
     state.app.url_map.converters.setdefault("storagepath", _AnyPathConverter)  # type: ignore[attr-defined]
 
 
-def _service() -> StorageService:
-    return current_app.extensions["storage"]
-
-
-@contextlib.contextmanager
-def _problems() -> Iterator[None]:
-    """Turn the storage error family into problems (the one place this mapping lives)."""
-    try:
-        yield
-    except InvalidPath as exc:
-        raise validation_failed([{"field": "path", "message": exc.message, "code": "path.invalid"}]) from None
-    except ScopeReadOnly as exc:
-        raise Problem(403, "storage.scope_disabled", "Storage scope is read-only", str(exc)) from None
-    except ObjectNotFound as exc:
-        raise not_found("storage.not_found", str(exc)) from None
-    except ObjectTooLarge as exc:
-        raise Problem(413, "storage.too_large", "Object too large", str(exc)) from None
-    except StorageUnavailable as exc:
-        raise Problem(503, "storage.unavailable", "Storage unavailable", str(exc)) from None
-    except StorageError as exc:  # pragma: no cover - every subclass is listed above
-        raise Problem(503, "storage.unavailable", "Storage unavailable", str(exc)) from None
-
-
 def _check_scope(scope: str) -> None:
     if scope not in SCOPES:
-        raise validation_failed(
+        raise ValidationFailed(
             [{"field": "scope", "message": f"must be one of {', '.join(SCOPES)}", "code": "enum.invalid"}]
         )
 
@@ -135,17 +108,16 @@ async def _stream(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
 @require_role(*READ)
 async def get_storage_object(scope: str, path: str) -> Response:
     _check_scope(scope)
-    service = _service()
-    with _problems():
-        obj = await service.read(scope, path)
-        raw_type = _raw_type(obj.meta.media_type)
-        if raw_type is not None:
-            if obj.data is not None:
-                return Response(obj.data, content_type=raw_type)
-            meta, chunks = await service.stream(scope, path)
-            response = Response(_stream(chunks), content_type=raw_type)
-            response.headers["Content-Length"] = str(meta.size_bytes)
-            return response
+    service = app_state().storage
+    obj = await service.read(scope, path)
+    raw_type = _raw_type(obj.meta.media_type)
+    if raw_type is not None:
+        if obj.data is not None:
+            return Response(obj.data, content_type=raw_type)
+        meta, chunks = await service.stream(scope, path)
+        response = Response(_stream(chunks), content_type=raw_type)
+        response.headers["Content-Length"] = str(meta.size_bytes)
+        return response
     meta = obj.meta
     if obj.data is not None:
         text = None
@@ -163,7 +135,7 @@ def _media_type_or_422(media_type: str) -> str:
     try:
         return validate_media_type(media_type)
     except ValueError as exc:
-        raise validation_failed([{"field": "media_type", "message": str(exc), "code": "media_type.invalid"}]) from None
+        raise ValidationFailed([{"field": "media_type", "message": str(exc), "code": "media_type.invalid"}]) from None
 
 
 async def _decode_write(path: str) -> tuple[bytes, str]:
@@ -172,7 +144,7 @@ async def _decode_write(path: str) -> tuple[bytes, str]:
         return body, _media_type_or_422(request.headers.get("Content-Type") or OCTET)
     write = decode_json(body, StorageObjectWrite)
     if (write.content is None) == (write.content_base64 is None):
-        raise validation_failed(
+        raise ValidationFailed(
             [{"field": "content", "message": "give exactly one of content or content_base64", "code": "oneof"}]
         )
     if write.content is not None:
@@ -183,7 +155,7 @@ async def _decode_write(path: str) -> tuple[bytes, str]:
         try:
             data = base64.b64decode(write.content_base64 or "", validate=True)
         except (binascii.Error, ValueError):
-            raise validation_failed(
+            raise ValidationFailed(
                 [{"field": "content_base64", "message": "not valid base64", "code": "base64.invalid"}]
             ) from None
         default = OCTET
@@ -194,21 +166,13 @@ async def _decode_write(path: str) -> tuple[bytes, str]:
 @require_role(*OPERATE)
 async def put_storage_object(scope: str, path: str) -> Response:
     _check_scope(scope)
-    service = _service()
-    with _problems():
-        if scope not in ("inbox", "outbox"):
-            raise ScopeReadOnly(scope)  # before reading the body: the answer cannot change
-        target = validate_path(scope, path)
-    # A box belongs to an instance the catalog knows: a write never conjures one up for a typo,
-    # and a destroyed instance takes no more mail.
-    rec = await app_state().store.get_instance(target.parts[0])
-    if rec is None:
-        raise not_found("instance.not_found", f"no instance with id {target.parts[0]!r}")
-    if rec.state == "destroyed":
-        raise Problem(409, "instance.invalid_state", "Instance is destroyed", f"instance {rec.id} is destroyed")
-    with _problems():
-        data, media_type = await _decode_write(path)
-        meta, created = await service.write(scope, path, data, media_type)
+    state = app_state()
+    if scope not in WRITABLE_SCOPES:
+        raise ScopeReadOnly(scope)  # before reading the body: the answer cannot change
+    target = validate_path(scope, path)
+    await state.instances.storage_owner(target.parts[0])
+    data, media_type = await _decode_write(path)
+    meta, created = await state.storage.write(scope, path, data, media_type)
     return _json(meta, 201 if created else 200)
 
 
@@ -216,6 +180,5 @@ async def put_storage_object(scope: str, path: str) -> Response:
 @require_role(*OPERATE)
 async def delete_storage_object(scope: str, path: str) -> Response:
     _check_scope(scope)
-    with _problems():
-        await _service().delete(scope, path)
+    await app_state().storage.delete(scope, path)
     return Response(b"", status=204)

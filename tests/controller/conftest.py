@@ -74,8 +74,8 @@ def short_dir() -> Iterator[Path]:
 class LiveHostd:
     """A hostd process the test can kill, stop, freeze and start again on the same state."""
 
-    def __init__(self, base: Path) -> None:
-        self.proc = HostdProcess(base / "hostd", socket_path=base / "hostd.sock")
+    def __init__(self, base: Path, *, env: dict[str, str] | None = None) -> None:
+        self.proc = HostdProcess(base / "hostd", socket_path=base / "hostd.sock", env=env)
         self.socket_path = str(self.proc.socket_path)
         self.seen: set[int] = set()
 

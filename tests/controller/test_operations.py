@@ -14,9 +14,12 @@ import jsonschema
 import pytest
 import trio
 
+from controller.admin.views import operation_path
+from controller.errors import InvalidState
+from controller.hostlink import hostd_failure
 from controller.metrics import Metrics
 from controller.operations import OperationService, new_operation_id, new_ulid
-from controller.problems import Problem
+from controller.problems import error_body
 from controller.store import OperationRecord, Store
 from proto import HostdConnectionLost
 from tests.contracts import validate_problem
@@ -36,10 +39,20 @@ def test_ids_are_prefixed_ulids_in_time_order() -> None:
     assert new_ulid()[:10] > first[:10]
 
 
+def _service(store: Store, retention_s: float) -> OperationService:
+    """The service as the app builds it: errors stored as admin envelopes."""
+    return OperationService(
+        store,
+        Metrics(),
+        retention_s=retention_s,
+        error_body=lambda exc, op_id: error_body(exc, operation_path(op_id)),
+    )
+
+
 @pytest.fixture
 async def service(tmp_path: Path) -> AsyncIterator[OperationService]:
     store = Store.open(tmp_path / "c.db")
-    svc = OperationService(store, Metrics(), retention_s=3600)
+    svc = _service(store, 3600)
     async with trio.open_nursery() as nursery:
         svc.attach(nursery)
         yield svc
@@ -84,8 +97,8 @@ async def test_state_machine_to_succeeded(service: OperationService) -> None:
 @pytest.mark.parametrize(
     ("raised", "status", "code"),
     [
-        (Problem(409, "instance.invalid_state", "Conflict", "busy"), 409, "instance.invalid_state"),
-        (HostdConnectionLost("hostd went away"), 503, "internal.unavailable"),
+        (InvalidState("instance.invalid_state", "busy"), 409, "instance.invalid_state"),
+        (hostd_failure(HostdConnectionLost("hostd went away")), 503, "internal.unavailable"),
         (ValueError("bug"), 500, "internal.error"),
     ],
 )
@@ -108,12 +121,12 @@ async def test_failures_become_error_envelopes(
 
 async def test_restart_marks_unfinished_operations_interrupted(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "c.db")
-    await store.save_operation(OperationRecord(id="op_A", kind="instance.provision", state="running", created_at=1))
-    await store.save_operation(OperationRecord(id="op_B", kind="instance.stop", state="pending", created_at=1))
-    await store.save_operation(
+    await store.operations.save(OperationRecord(id="op_A", kind="instance.provision", state="running", created_at=1))
+    await store.operations.save(OperationRecord(id="op_B", kind="instance.stop", state="pending", created_at=1))
+    await store.operations.save(
         OperationRecord(id="op_C", kind="instance.stop", state="succeeded", created_at=1, completed_at=time.time())
     )
-    svc = OperationService(store, Metrics(), retention_s=3600)
+    svc = _service(store, 3600)
     assert await svc.recover() == 2
     for op_id in ("op_A", "op_B"):
         op = await svc.get(op_id)
@@ -128,7 +141,7 @@ async def test_restart_marks_unfinished_operations_interrupted(tmp_path: Path) -
 
 async def test_ended_operations_are_purged_after_retention(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "c.db")
-    svc = OperationService(store, Metrics(), retention_s=0.2)
+    svc = _service(store, 0.2)
 
     async def work(op: OperationRecord) -> dict[str, Any]:
         return {}
@@ -140,7 +153,7 @@ async def test_ended_operations_are_purged_after_retention(tmp_path: Path) -> No
         assert await svc.get(op.id) is not None
         await nursery.start(svc.run_purger)
         with trio.fail_after(5):
-            while await store.get_operation(op.id) is not None:  # the timer deletes the row
+            while await store.operations.get(op.id) is not None:  # the timer deletes the row
                 await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
     store.close()

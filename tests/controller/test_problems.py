@@ -16,15 +16,16 @@ from quart_trio import QuartTrio
 
 from controller.app import create_app
 from controller.config import load_config
+from controller.decoding import decode_json
+from controller.errors import ControllerError, OutcomeUnknown, Unauthenticated
+from controller.hostlink import hostd_failure
 from controller.models import ProvisionRequest
 from controller.problems import (
     PROBLEM_MEDIA_TYPE,
     Problem,
-    decode_json,
-    from_hostd_error,
     install_problem_handlers,
     problem_type,
-    unauthorized,
+    to_problem,
 )
 from proto import HostdConnectionLost, HostdNotRunning, HostdProtocolError, HostdRemoteError, HostdTimeout
 from tests.contracts import validate_problem
@@ -81,7 +82,8 @@ def test_envelope_body() -> None:
     }
     jsonschema.validate(body, ENVELOPE)
     assert problem_type("auth.unauthorized").endswith("/auth-unauthorized")
-    assert unauthorized().headers == {"WWW-Authenticate": "Bearer"}
+    unauthorized = Unauthenticated("auth.unauthorized", "a valid bearer token is required")
+    assert to_problem(unauthorized).headers == {"WWW-Authenticate": "Bearer"}
 
 
 @pytest.mark.parametrize(
@@ -101,9 +103,9 @@ def test_envelope_body() -> None:
     ],
 )
 def test_decode_json_names_the_field(body: bytes, status: int, field: str, code: str) -> None:
-    with pytest.raises(Problem) as info:
+    with pytest.raises(ControllerError) as info:
         decode_json(body, ProvisionRequest)
-    problem = info.value
+    problem = to_problem(info.value)
     assert problem.status == status
     assert problem.code == "validation.failed"
     assert problem.errors is not None
@@ -134,11 +136,18 @@ def test_decode_json_accepts_a_valid_body() -> None:
     ],
 )
 def test_hostd_errors_translate_once(exc: Exception, status: int, code: str) -> None:
-    problem = from_hostd_error(exc)  # type: ignore[arg-type]
+    domain = hostd_failure(exc)  # type: ignore[arg-type]
+    problem = to_problem(domain)
     assert (problem.status, problem.code) == (status, code)
+    if isinstance(exc, HostdRemoteError):
+        assert domain.details == {"hostd_code": exc.code}
     if status == 503:
         assert problem.headers.get("Retry-After") == "1"
         assert str(exc) in (problem.detail or "")
+    # A call cut off mid-way may have taken effect; one never sent or refused did not.
+    assert isinstance(domain, OutcomeUnknown) == isinstance(
+        exc, HostdConnectionLost | HostdTimeout | HostdProtocolError
+    )
 
 
 # -- through a real app (in memory, no hostd: the link stays down) ------------------------------

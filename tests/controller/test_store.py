@@ -1,4 +1,5 @@
-"""The SQLite store on a real file: operations, the instance catalog, tokens, durability, close."""
+"""The SQLite store on a real file: operations, the instance catalog, tokens, durability, close,
+schema versions and the upgrade of a database made before versioning."""
 
 from __future__ import annotations
 
@@ -11,7 +12,17 @@ from pathlib import Path
 import pytest
 import trio
 
-from controller.store import InstanceRecord, NameTaken, OperationRecord, Store, StoreClosed, TokenRecord
+from controller.store import (
+    InstanceRecord,
+    NameTaken,
+    OperationRecord,
+    SchemaTooNew,
+    Store,
+    StoreClosed,
+    TokenRecord,
+)
+from controller.store.database import migrate, schema_version
+from controller.store.schema import STEPS
 
 
 def _instance(iid: str, name: str, **kw: object) -> InstanceRecord:
@@ -38,9 +49,9 @@ async def test_operations_round_trip_and_survive_reopen(tmp_path: Path) -> None:
     path = tmp_path / "c.db"
     store = Store.open(path)
     op = OperationRecord(id="op_1", kind="instance.provision", state="pending", instance_id="i1", created_at=1.0)
-    await store.save_operation(op)
+    await store.operations.save(op)
     op.state, op.started_at = "running", 2.0
-    await store.save_operation(op)
+    await store.operations.save(op)
     done = OperationRecord(
         id="op_2",
         kind="instance.stop",
@@ -50,54 +61,54 @@ async def test_operations_round_trip_and_survive_reopen(tmp_path: Path) -> None:
         error={"code": "x.y", "status": 503},
         result=None,
     )
-    await store.save_operation(done)
-    assert [o.id for o in await store.unfinished_operations()] == ["op_1"]
+    await store.operations.save(done)
+    assert [o.id for o in await store.operations.unfinished()] == ["op_1"]
     store.close()
 
     store = Store.open(path)
-    assert await store.get_operation("op_1") == op
-    assert (await store.get_operation("op_2")) == done
-    assert await store.get_operation("op_nope") is None
-    assert await store.purge_operations(completed_before=2.5) == 0
-    assert await store.purge_operations(completed_before=3.5) == 1
-    assert await store.get_operation("op_2") is None
-    assert await store.get_operation("op_1") is not None  # never purged while unfinished
+    assert await store.operations.get("op_1") == op
+    assert (await store.operations.get("op_2")) == done
+    assert await store.operations.get("op_nope") is None
+    assert await store.operations.purge(completed_before=2.5) == 0
+    assert await store.operations.purge(completed_before=3.5) == 1
+    assert await store.operations.get("op_2") is None
+    assert await store.operations.get("op_1") is not None  # never purged while unfinished
     store.close()
 
 
 async def test_instance_catalog(store: Store) -> None:
     a = _instance("id-a", "alpha", labels={"team": "x"}, working_dir="/w")
-    await store.insert_instance(a)
-    await store.insert_instance(_instance("id-b", "beta", state="stopped"))
+    await store.instances.insert(a)
+    await store.instances.insert(_instance("id-b", "beta", state="stopped"))
     with pytest.raises(NameTaken):
-        await store.insert_instance(_instance("id-c", "alpha"))
-    assert await store.get_instance("id-a") == a
-    assert (await store.get_instance_by_name("beta")).id == "id-b"  # type: ignore[union-attr]
+        await store.instances.insert(_instance("id-c", "alpha"))
+    assert await store.instances.get("id-a") == a
+    assert (await store.instances.get_by_name("beta")).id == "id-b"  # type: ignore[union-attr]
     a.state, a.note = "failed", "why"
-    await store.update_instance(a)
-    assert (await store.get_instance("id-a")).state == "failed"  # type: ignore[union-attr]
-    assert [r.name for r in await store.list_instances()] == ["alpha", "beta"]
-    assert await store.count_instances_by_state() == {"failed": 1, "stopped": 1}
-    assert await store.delete_instance("id-a")
-    assert not await store.delete_instance("id-a")
-    assert await store.get_instance("id-a") is None
+    await store.instances.update(a)
+    assert (await store.instances.get("id-a")).state == "failed"  # type: ignore[union-attr]
+    assert [r.name for r in await store.instances.list()] == ["alpha", "beta"]
+    assert await store.instances.count_by_state() == {"failed": 1, "stopped": 1}
+    assert await store.instances.delete("id-a")
+    assert not await store.instances.delete("id-a")
+    assert await store.instances.get("id-a") is None
 
 
 def test_tokens_are_replaced_per_source(store: Store) -> None:
-    store.replace_tokens("config", [TokenRecord(hash="aa", role="admin", label="admin", source="config")])
-    store.replace_tokens("issued", [TokenRecord(hash="bb", role="operator", label="ci", source="issued")])
-    store.replace_tokens("config", [TokenRecord(hash="cc", role="admin", label="admin", source="config")])
-    assert {t.hash for t in store.list_tokens()} == {"bb", "cc"}
+    store.tokens.replace("config", [TokenRecord(hash="aa", role="admin", label="admin", source="config")])
+    store.tokens.replace("issued", [TokenRecord(hash="bb", role="operator", label="ci", source="issued")])
+    store.tokens.replace("config", [TokenRecord(hash="cc", role="admin", label="admin", source="config")])
+    assert {t.hash for t in store.tokens.list()} == {"bb", "cc"}
 
 
 async def test_concurrent_calls_from_trio(store: Store) -> None:
     async def add(i: int) -> None:
-        await store.insert_instance(_instance(f"id-{i}", f"name-{i}"))
+        await store.instances.insert(_instance(f"id-{i}", f"name-{i}"))
 
     async with trio.open_nursery() as nursery:
         for i in range(40):
             nursery.start_soon(add, i)
-    assert len(await store.list_instances()) == 40
+    assert len(await store.instances.list()) == 40
 
 
 async def test_closed_store_refuses(tmp_path: Path) -> None:
@@ -105,7 +116,7 @@ async def test_closed_store_refuses(tmp_path: Path) -> None:
     store.close()
     store.close()  # idempotent
     with pytest.raises(StoreClosed):
-        await store.list_instances()
+        await store.instances.list()
 
 
 def test_database_and_its_journal_files_are_private(tmp_path: Path) -> None:
@@ -122,3 +133,139 @@ def test_database_and_its_journal_files_are_private(tmp_path: Path) -> None:
             assert (tmp_path / "state" / name).stat().st_mode & 0o077 == 0, f"{name} is readable by others"
     finally:
         store.close()
+
+
+# -- schema versions and migrations ----------------------------------------------------------------
+
+#: The schema exactly as controllers created it before versioning (user_version stayed 0): the
+#: fixture of the upgrade test, copied here on purpose so a change to step 1 cannot hide from it.
+PRE_VERSIONING_SCHEMA = """
+CREATE TABLE IF NOT EXISTS operations (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    state TEXT NOT NULL,
+    instance_id TEXT,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    completed_at REAL,
+    result TEXT,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS operations_completed ON operations (completed_at);
+CREATE TABLE IF NOT EXISTS instances (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    runtime TEXT NOT NULL,
+    provider TEXT,
+    state TEXT NOT NULL,
+    loadout TEXT,
+    working_dir TEXT,
+    labels TEXT NOT NULL DEFAULT '{}',
+    source TEXT,
+    note TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    hash TEXT PRIMARY KEY,
+    role TEXT NOT NULL,
+    label TEXT NOT NULL,
+    source TEXT NOT NULL
+);
+"""
+
+
+def _version(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def test_a_new_database_is_at_the_latest_version(store: Store) -> None:
+    assert _version(store.path) == len(STEPS) >= 1
+
+
+async def test_a_database_from_before_versioning_is_read_as_version_1(tmp_path: Path) -> None:
+    path = tmp_path / "controller.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(PRE_VERSIONING_SCHEMA)
+        db.execute(
+            "INSERT INTO operations VALUES (?,?,?,?,?,?,?,?,?)",
+            ("op_OLD", "instance.stop", "failed", "id-a", 1.0, 2.0, 3.0, None, '{"code": "x.y", "status": 503}'),
+        )
+        db.execute(
+            "INSERT INTO instances VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            ("id-a", "alpha", "host", None, "running", "echo", "/w", '{"team": "x"}', "admin-v2", None, 1.0, 2.0),
+        )
+        db.execute("INSERT INTO tokens VALUES (?,?,?,?)", ("aa", "admin", "admin", "config"))
+    assert _version(path) == 0
+
+    store = Store.open(path)
+    try:
+        assert _version(path) == len(STEPS)
+        op = await store.operations.get("op_OLD")
+        assert op == OperationRecord(
+            id="op_OLD",
+            kind="instance.stop",
+            state="failed",
+            instance_id="id-a",
+            created_at=1.0,
+            started_at=2.0,
+            completed_at=3.0,
+            error={"code": "x.y", "status": 503},
+        )
+        rec = await store.instances.get_by_name("alpha")
+        assert rec is not None
+        assert (rec.id, rec.loadout, rec.working_dir, rec.labels, rec.source) == (
+            "id-a",
+            "echo",
+            "/w",
+            {"team": "x"},
+            "admin-v2",
+        )
+        assert store.tokens.list() == [TokenRecord(hash="aa", role="admin", label="admin", source="config")]
+        # ... and writable as before.
+        await store.instances.insert(_instance("id-b", "beta"))
+        assert [r.name for r in await store.instances.list()] == ["alpha", "beta"]
+    finally:
+        store.close()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600  # made private on open, like a new one
+
+
+def test_a_database_from_a_newer_controller_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "controller.db"
+    Store.open(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA user_version = {len(STEPS) + 1}")
+    with pytest.raises(SchemaTooNew, match=f"version {len(STEPS) + 1}"):
+        Store.open(path)
+    assert _version(path) == len(STEPS) + 1  # left as it was
+
+
+def _conn(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def test_steps_run_in_order_from_the_version_found(tmp_path: Path) -> None:
+    db = _conn(tmp_path / "m.db")
+    steps = ("CREATE TABLE a (x INTEGER);", "CREATE TABLE b (y INTEGER);\nINSERT INTO b VALUES (1);")
+    assert migrate(db, steps[:1]) == 0
+    assert schema_version(db) == 1
+    db.execute("INSERT INTO a VALUES (7)")
+    assert migrate(db, steps) == 1  # only step 2 runs: step 1 would fail on the existing table
+    assert schema_version(db) == 2
+    assert db.execute("SELECT x FROM a").fetchall() == [(7,)]
+    assert db.execute("SELECT y FROM b").fetchall() == [(1,)]
+    assert migrate(db, steps) == 2  # nothing left to do
+    db.close()
+
+
+def test_a_failing_step_leaves_the_version_before_it(tmp_path: Path) -> None:
+    db = _conn(tmp_path / "m.db")
+    steps = ("CREATE TABLE a (x INTEGER);", "CREATE TABLE b (y INTEGER);\nINSERT INTO nowhere VALUES (1);")
+    with pytest.raises(sqlite3.OperationalError, match="nowhere"):
+        migrate(db, steps)
+    assert schema_version(db) == 1
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"a"}  # step 2's table went with its failed transaction
+    assert not db.in_transaction
+    db.close()

@@ -46,6 +46,10 @@ def test_dev_without_overrides_uses_dot_run(monkeypatch, tmp_path) -> None:
         ({"AIWG_CGROUP_ROOT": "relative/path"}, "AIWG_CGROUP_ROOT"),
         ({"AIWG_WORKSPACE_ROOT": "/does/not/exist"}, "AIWG_WORKSPACE_ROOT"),
         ({"AIWG_HOSTD_SOCKET": "/tmp/" + "x" * 200}, "AIWG_HOSTD_SOCKET"),
+        ({"AIWG_PODMAN_SOCKET": "ssh://root@host/run/podman.sock"}, "AIWG_PODMAN_SOCKET"),
+        ({"AIWG_PODMAN_SOCKET": "tcp://127.0.0.1:8888"}, "AIWG_PODMAN_SOCKET"),
+        ({"AIWG_PODMAN_SOCKET": "relative.sock"}, "AIWG_PODMAN_SOCKET"),
+        ({"AIWG_PODMAN_SOCKET": "unix://relative.sock"}, "AIWG_PODMAN_SOCKET"),
     ],
 )
 def test_bad_values_are_refused_by_name(env: dict[str, str], named: str) -> None:
@@ -65,3 +69,9 @@ def test_socket_group_members_are_allowed() -> None:
     assert cfg.peer_allowed(4242, 0)
     with pytest.raises(ConfigError, match="AIWG_HOSTD_SOCKET_GROUP"):
         from_env({"AIWG_HOSTD_SOCKET_GROUP": "no-such-group-here"})
+
+
+def test_podman_socket_is_a_unix_url() -> None:
+    assert from_env({}).podman_socket == ""
+    assert from_env({"AIWG_PODMAN_SOCKET": "/run/p.sock"}).podman_socket == "unix:///run/p.sock"
+    assert from_env({"AIWG_PODMAN_SOCKET": "unix:///run/p.sock"}).podman_socket == "unix:///run/p.sock"

@@ -1,0 +1,116 @@
+"""What the admin surface shows: records from the services turned into the contract's JSON shapes.
+
+Services return records (:mod:`controller.store`, proto Structs); the URLs, capability lists and
+status words of the admin API are made here, at the surface, so another surface can show the same
+records its own way. The shapes themselves are in :mod:`controller.models`.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from quart import Response
+
+from proto import messages as m
+
+from ..http import json_response
+from ..models import HostDaemon, InstanceView, OperationView, iso
+from ..store import InstanceRecord, OperationRecord
+
+HOST_CAPABILITIES = ["instance.start", "instance.stop", "instance.restart", "instance.destroy"]
+#: The contract's ``operation_status`` for each instance state.
+OPERATION_STATUS = {
+    "running": "ready",
+    "stopped": "stopped",
+    "destroyed": "stopped",
+    "provisioning": "not_ready",
+    "starting": "not_ready",
+    "stopping": "not_ready",
+    "failed": "not_ready",
+    "destroying": "not_ready",
+}
+
+
+def agent_card_url(base_url: str, instance_id: str) -> str:
+    return f"{base_url.rstrip('/')}/agents/{instance_id}/.well-known/agent-card.json"
+
+
+def instance_view(rec: InstanceRecord, base_url: str, *, hostd_available: bool) -> InstanceView:
+    host = rec.runtime == "host"
+    return InstanceView(
+        id=rec.id,
+        name=rec.name,
+        runtime=rec.runtime,
+        state=rec.state,
+        agent_card_url=agent_card_url(base_url, rec.id),
+        created_at=iso(rec.created_at),
+        provider=rec.provider,
+        capabilities=list(HOST_CAPABILITIES) if host else [],
+        loadout=rec.loadout,
+        source=rec.source,
+        cwd=rec.working_dir,
+        operation_status=OPERATION_STATUS.get(rec.state, "unknown"),
+        transport="uds" if host else None,
+        transport_posture="local" if host else None,
+        host_daemon=HostDaemon(status="available" if hostd_available else "unavailable", label="agentic-hostd")
+        if host
+        else None,
+        labels=dict(rec.labels),
+    )
+
+
+def operation_path(op_id: str) -> str:
+    return f"/api/v2/admin/operations/{op_id}"
+
+
+def operation_view(op: OperationRecord) -> OperationView:
+    return OperationView(
+        id=op.id,
+        kind=op.kind,
+        state=op.state,
+        created_at=iso(op.created_at),
+        started_at=None if op.started_at is None else iso(op.started_at),
+        completed_at=None if op.completed_at is None else iso(op.completed_at),
+        result=op.result,
+        error=op.error,
+    )
+
+
+def accepted(op: OperationRecord) -> Response:
+    """202 with the ``OperationStatus`` and its ``Location``."""
+    return json_response(operation_view(op), 202, {"Location": operation_path(op.id)})
+
+
+# -- container images --------------------------------------------------------------------------
+
+
+class ContainerImage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """admin-api ``ContainerImage``."""
+
+    name: str
+    reference: str
+    digest: str | None = None
+    size_bytes: int | None = None
+    labels: dict[str, str] = {}
+
+
+class ImageList(msgspec.Struct, kw_only=True, omit_defaults=True):
+    items: list[ContainerImage]
+    degraded: bool = False
+    reason: str | None = None
+
+
+def image_list(listing: m.ImageListResponse) -> ImageList:
+    return ImageList(
+        items=[
+            ContainerImage(
+                name=image.name,
+                reference=image.reference,
+                digest=image.digest,
+                size_bytes=image.size_bytes,
+                labels=dict(image.labels),
+            )
+            for image in listing.images
+        ],
+        degraded=listing.degraded,
+        reason=listing.reason,
+    )

@@ -1,0 +1,54 @@
+"""Request bodies into typed objects, with errors that name the offending field.
+
+Used by every surface's handlers: :func:`decode_json` raises :class:`~controller.errors.MalformedInput`
+(400) for a body that is not JSON and :class:`~controller.errors.ValidationFailed` (422) naming the
+field, e.g. ``mounts[0]``, for JSON that does not fit the type.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from .errors import MalformedInput, ValidationFailed
+
+_AT_RE = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_NAMED_RE = re.compile(r"(?:missing required field|unknown field) `(?P<name>[^`]+)`")
+
+
+def _field_of(message: str) -> tuple[str, str, str]:
+    """Split a msgspec validation message into (field path, message, error code)."""
+    path = ""
+    at = _AT_RE.search(message)
+    if at is not None:
+        path = at["path"].lstrip(".")
+        message = message[: at.start()]
+    named = _NAMED_RE.search(message)
+    if named is not None:
+        path = f"{path}.{named['name']}" if path else named["name"]
+    if "missing required field" in message:
+        code = "required"
+    elif "unknown field" in message:
+        code = "unknown_field"
+    elif message.startswith("Expected `") and "`, got `" in message:
+        code = "type"
+    else:
+        code = "constraint"
+    return path or "$", message, code
+
+
+def decode_json(body: bytes, type_: type[Any]) -> Any:
+    """Decode a JSON body into ``type_``: MalformedInput if it is not JSON, ValidationFailed naming
+    the field if it does not fit."""
+    try:
+        return msgspec.json.decode(body, type=type_)
+    except msgspec.ValidationError as exc:
+        field, message, code = _field_of(str(exc))
+        raise ValidationFailed([{"field": field, "message": message, "code": code}]) from None
+    except msgspec.DecodeError as exc:
+        message = f"body is not valid JSON: {exc}"
+        raise MalformedInput(
+            f"$: {message}", fields=[{"field": "$", "message": message, "code": "json.invalid"}]
+        ) from None

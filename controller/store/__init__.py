@@ -1,0 +1,55 @@
+"""The controller's durable state in SQLite (WAL), one module per kind of record.
+
+General layout: ``database`` (the connection, its lock, WAL, the 0600 file, the closed state and the
+schema migrations), ``schema`` (the ordered migration steps), then one table module per kind of
+record: ``operations``, ``instances``, ``tokens``. :class:`Store` holds one table object per kind
+(``store.operations``, ``store.instances``, ``store.tokens``) over one :class:`Database`; a server
+database can replace it behind the same table methods. Timestamps are Unix seconds (floats); the
+HTTP edge formats them.
+
+Resource handling: :meth:`Store.open` creates or migrates the schema; :meth:`Store.close` closes the
+connection, after which every call raises :class:`StoreClosed`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .database import Database, SchemaTooNew, StoreClosed
+from .instances import InstanceRecord, InstanceTable, NameTaken
+from .operations import TERMINAL_STATES, OperationRecord, OperationTable
+from .schema import STEPS
+from .tokens import TokenRecord, TokenTable
+
+__all__ = [
+    "TERMINAL_STATES",
+    "InstanceRecord",
+    "NameTaken",
+    "OperationRecord",
+    "SchemaTooNew",
+    "Store",
+    "StoreClosed",
+    "TokenRecord",
+]
+
+
+class Store:
+    """Every table over one database file. Made by :meth:`open`."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.operations = OperationTable(db)
+        self.instances = InstanceTable(db)
+        self.tokens = TokenTable(db)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Store:
+        return cls(Database.open(path, STEPS))
+
+    @property
+    def path(self) -> Path:
+        return self.db.path
+
+    def close(self) -> None:
+        self.db.close()

@@ -1,0 +1,156 @@
+"""The domain error family: every member has a status at the problem+json edge, the storage and
+loadout members keep their bodies, and no service module knows HTTP."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+import controller.errors as errors_module
+from controller.errors import ControllerError, OutcomeUnknown, ValidationFailed
+from controller.loadouts import LoadoutExists, LoadoutInvalid
+from controller.problems import STATUS, to_problem
+from controller.storage import InvalidPath, ObjectNotFound, ObjectTooLarge, ScopeReadOnly, StorageUnavailable
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTROLLER = ROOT / "controller"
+
+#: Modules that hold services or their data: they raise controller.errors and never speak HTTP.
+SERVICE_MODULES = [
+    "errors.py",
+    "decoding.py",
+    "hostlink.py",
+    "instances.py",
+    "operations.py",
+    "storage.py",
+    "loadouts.py",
+    "images.py",
+    "models.py",
+    "metrics.py",
+    "config.py",
+    *(str(p.relative_to(CONTROLLER)) for p in sorted((CONTROLLER / "store").glob("*.py"))),
+]
+HTTP_PACKAGES = {"quart", "quart_trio", "werkzeug", "hypercorn", "h11", "h2"}
+HTTP_MODULES = {"problems", "http", "state", "admin", "v1", "observability", "app", "auth"}
+
+
+def _family() -> list[type[ControllerError]]:
+    return [
+        cls
+        for _, cls in inspect.getmembers(errors_module, inspect.isclass)
+        if issubclass(cls, ControllerError) and cls.__module__ == errors_module.__name__
+    ]
+
+
+def test_every_member_is_drawn_in_the_tree_and_has_a_status() -> None:
+    doc = errors_module.__doc__ or ""
+    for cls in _family():
+        assert cls.__name__ in doc, f"{cls.__name__} is missing from the tree in controller/errors.py"
+        assert any(base in STATUS for base in cls.__mro__), cls
+    assert OutcomeUnknown not in STATUS  # inherits Unavailable's answer: one table, no repeats
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "body"),
+    [
+        (
+            InvalidPath("path is absolute"),
+            422,
+            {
+                "title": "Validation failed",
+                "code": "validation.failed",
+                "detail": "path: path is absolute",
+                "errors": [{"field": "path", "message": "path is absolute", "code": "path.invalid"}],
+            },
+        ),
+        (
+            ScopeReadOnly("global"),
+            403,
+            {
+                "title": "Storage scope is read-only",
+                "code": "storage.scope_disabled",
+                "detail": "scope 'global' is read-only",
+            },
+        ),
+        (
+            ObjectNotFound("inbox", "x/y"),
+            404,
+            {"title": "Not found", "code": "storage.not_found", "detail": "no object at inbox/x/y"},
+        ),
+        (
+            ObjectTooLarge(2048, 1024),
+            413,
+            {
+                "title": "Object too large",
+                "code": "storage.too_large",
+                "detail": "object of 2048 bytes exceeds the limit of 1024 bytes",
+            },
+        ),
+        (
+            StorageUnavailable("storage root /x is unusable: Permission denied"),
+            503,
+            {
+                "title": "Storage unavailable",
+                "code": "storage.unavailable",
+                "detail": "storage root /x is unusable: Permission denied",
+            },
+        ),
+        (
+            LoadoutInvalid("manifest.command", "Expected `array`, got `str`"),
+            422,
+            {
+                "title": "Validation failed",
+                "code": "validation.failed",
+                "detail": "manifest.command: Expected `array`, got `str`",
+                "errors": [
+                    {"field": "manifest.command", "message": "Expected `array`, got `str`", "code": "manifest.invalid"}
+                ],
+            },
+        ),
+        (
+            LoadoutExists("echo"),
+            409,
+            {"title": "Conflict", "code": "loadout.already_exists", "detail": "a loadout named 'echo' already exists"},
+        ),
+    ],
+)
+def test_storage_and_loadout_errors_keep_their_bodies(exc: ControllerError, status: int, body: dict) -> None:
+    problem = to_problem(exc)
+    out = problem.body()
+    assert out.pop("status") == status
+    assert out.pop("type").endswith("/" + body["code"].replace(".", "-").replace("_", "-"))
+    assert out == body
+    assert problem.headers == {}  # only hostd's 503 invites a quick retry
+
+
+def test_validation_message_defaults_to_the_first_field() -> None:
+    exc = ValidationFailed([{"field": "a", "message": "bad"}, {"field": "b", "message": "worse"}])
+    assert (exc.code, exc.message) == ("validation.failed", "a: bad")
+    assert ValidationFailed([], "hostd said no").message == "hostd said no"
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module or "")
+        elif isinstance(node, ast.ImportFrom):  # relative: ".problems", or ".x" for "from . import x"
+            names |= {"." + node.module} if node.module else {"." + a.name for a in node.names}
+    return names
+
+
+@pytest.mark.parametrize("module", SERVICE_MODULES)
+def test_services_do_not_know_http(module: str) -> None:
+    bad = []
+    for name in _imports(CONTROLLER / module):
+        parts = name.lstrip(".").split(".")
+        if not name.startswith(".") and parts[0] in HTTP_PACKAGES:
+            bad.append(name)
+        if name.startswith(".") and parts[0] in HTTP_MODULES:
+            bad.append(name)
+    assert not bad, f"controller/{module} imports the HTTP layer: {bad}"

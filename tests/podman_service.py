@@ -1,0 +1,102 @@
+"""A real ``podman system service`` with one image, for the image-catalog tests (hostd and controller).
+
+Images cannot be pulled here, so the image is imported from a ``busybox-static`` rootfs. podman
+runs with private storage under the test's directory (vfs, runc, cgroupfs), never touching the
+host's images. The test starts podman; neither hostd nor the controller ever does.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+BUSYBOX = Path("/bin/busybox")
+IMAGE_REF = "localhost/aiwg-test-busybox:1"
+IMAGE_LABEL = ("org.aiwg.test", "yes")
+
+
+def _podman_argv(base: Path, runroot: Path) -> list[str]:
+    return [
+        "podman",
+        "--root",
+        str(base / "root"),
+        "--runroot",
+        str(runroot),
+        "--storage-driver",
+        "vfs",
+        "--runtime",
+        "runc",
+        "--cgroup-manager",
+        "cgroupfs",
+        "--events-backend",
+        "file",
+        "--tmpdir",
+        str(base / "tmp"),
+    ]
+
+
+def _wait_for_socket(path: Path, proc: subprocess.Popen[bytes], deadline_s: float) -> None:
+    """Poll until the service accepts connections (podman gives no readiness signal)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"podman system service exited with {proc.returncode}")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(path))
+                return
+            except OSError:
+                pass
+        time.sleep(0.05)
+    raise TimeoutError(f"podman socket {path} not ready after {deadline_s} s")
+
+
+@contextmanager
+def podman_service(base: Path) -> Iterator[Path]:
+    """Yield the API socket of a podman service holding :data:`IMAGE_REF`; skip without podman."""
+    if shutil.which("podman") is None or shutil.which("runc") is None:
+        pytest.skip("podman or runc is not installed")
+    if not BUSYBOX.exists():
+        pytest.skip("busybox-static is not installed (/bin/busybox)")
+    (base / "tmp").mkdir(parents=True)
+    # podman refuses a runroot longer than 50 characters; pytest's tmp_path is longer.
+    runroot = Path(tempfile.mkdtemp(prefix="aiwg-pd-", dir="/tmp"))
+    argv = _podman_argv(base, runroot)
+    tarball = base / "rootfs.tar"
+    with tarfile.open(tarball, "w") as tar:
+        tar.add(BUSYBOX, arcname="bin/busybox")
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        imported = subprocess.run(
+            [*argv, "import", "--change", f"LABEL {IMAGE_LABEL[0]}={IMAGE_LABEL[1]}", str(tarball), IMAGE_REF],
+            capture_output=True,
+            timeout=60,
+        )
+        assert imported.returncode == 0, imported.stderr.decode(errors="replace")
+        sock = base / "podman.sock"
+        proc = subprocess.Popen(
+            [*argv, "system", "service", "--time", "0", f"unix://{sock}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        _wait_for_socket(sock, proc, 20)
+        yield sock
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        shutil.rmtree(runroot, ignore_errors=True)
