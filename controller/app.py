@@ -25,6 +25,7 @@ from werkzeug.exceptions import HTTPException
 from .auth import Authenticator, config_tokens, resolve_admin_token
 from .config import ControllerConfig
 from .hostlink import HostdLink
+from .httpconnection import HTTPConnection
 from .images import ImageService
 from .instances import InstanceService
 from .loadouts import LoadoutService
@@ -54,6 +55,8 @@ def _surface(blueprint: str | None, path: str) -> str:
 
 def create_app(config: ControllerConfig) -> QuartTrio:
     app = QuartTrio(__name__, static_folder=None)
+    # Closes connections that must close and starts the keep-alive timer (see its module).
+    app.asgi_http_class = HTTPConnection
     app.config["MAX_CONTENT_LENGTH"] = config.max_request_bytes
     app.config["BACKGROUND_TASK_SHUTDOWN_TIMEOUT"] = None
 
@@ -132,15 +135,14 @@ def create_app(config: ControllerConfig) -> QuartTrio:
 
     @app.after_request
     async def _drain_body(response: Response) -> Response:
-        # A request body the handler never read (a 405, a 401, a GET with a body) must be read
-        # before the response ends: hypercorn's h11 keep-alive recycling can otherwise miss the
-        # next request on the connection and stall it (seen with schemathesis, ~1 in 10).
+        # A request body the handler never read (a 405, a 401, a GET with a body) is read
+        # before the response ends, so hypercorn can recycle the connection for the next
+        # request instead of closing it (see controller.httpconnection for the close itself).
         try:
             await request.get_data(cache=False)
         except HTTPException:
-            # Over the size limit: the rest of the body stays unread, and hypercorn (with
-            # quart-trio cancelling the request's tasks) neither recycles nor closes such a
-            # connection, so a client reusing it would wait forever. Tell it not to.
+            # Over the size limit: the rest of the body stays unread and hypercorn closes the
+            # connection after this response. Say so, so the client does not reuse it.
             response.headers["Connection"] = "close"
         return response
 

@@ -34,13 +34,15 @@ GRACEFUL_TIMEOUT_S = 3.0
 DEV_INSTANCE = "dev"
 
 
-def _hypercorn_config(config: ControllerConfig) -> HypercornConfig:
+def hypercorn_config(config: ControllerConfig, *, graceful_timeout_s: float = GRACEFUL_TIMEOUT_S) -> HypercornConfig:
+    """hypercorn's settings for ``config`` (the test fixtures serve the app with the same)."""
     hc = HypercornConfig()
     hc.bind = [config.listen]
     if config.tls_cert and config.tls_key:
         hc.certfile = config.tls_cert
         hc.keyfile = config.tls_key
-    hc.graceful_timeout = GRACEFUL_TIMEOUT_S
+    hc.graceful_timeout = graceful_timeout_s
+    hc.keep_alive_timeout = config.keep_alive_timeout_s
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.include_server_header = False
@@ -77,7 +79,7 @@ async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
         nursery.start_soon(_wait_for_signal, stop)
 
         async def serve_then_stop(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-            await serve(app, _hypercorn_config(config), shutdown_trigger=stop.wait, task_status=task_status)
+            await serve(app, hypercorn_config(config), shutdown_trigger=stop.wait, task_status=task_status)
             nursery.cancel_scope.cancel()
 
         binds: list[str] = await nursery.start(serve_then_stop)
