@@ -360,6 +360,27 @@ async def test_traversal_is_refused(controller: LiveController, admin: httpx.Asy
     assert (await admin.get(f"{BASE}/inbox/{OTHER}/secret")).json()["content"] == "other instance's"
 
 
+#: Percent-escapes that are not UTF-8: a lone byte, a truncated sequence, an overlong "/", a surrogate.
+NOT_UTF8 = ["%ff.txt", "%fe.txt", "%80.txt", "a%c3.txt", "%c0%af.txt", "%ed%a0%80.txt"]
+
+
+async def test_paths_that_are_not_utf8_are_refused(
+    controller: LiveController, admin: httpx.AsyncClient, boxes: None
+) -> None:
+    # A real U+FFFD is a valid name; a byte that is not UTF-8 must never be mapped onto it.
+    assert (await admin.put(f"{BASE}/outbox/{IID}/\ufffd.txt", json={"content": "replacement"})).status_code == 201
+    assert (await admin.put(f"{BASE}/outbox/{IID}/caf%C3%A9.txt", json={"content": "utf-8"})).status_code == 201
+    assert (await admin.get(f"{BASE}/outbox/{IID}/caf\u00e9.txt")).json()["content"] == "utf-8"
+    for prefix in (BASE, "/api/v1/storage"):
+        for name, method in itertools.product(NOT_UTF8, ("GET", "PUT", "DELETE")):
+            status, body = await raw_http(controller.url, method, f"{prefix}/outbox/{IID}/{name}")
+            assert status == 422, (prefix, method, name, status, body)
+            assert body["code"] == "validation.failed" and body["errors"][0]["field"] == "path", body
+    box = storage_root(controller) / "outbox" / IID
+    assert sorted(p.name for p in box.iterdir()) == ["caf\u00e9.txt", "\ufffd.txt"]
+    assert (await admin.get(f"{BASE}/outbox/{IID}/\ufffd.txt")).json()["content"] == "replacement"
+
+
 async def test_symlink_escape_over_http(
     controller: LiveController, admin: httpx.AsyncClient, tmp_path: Path, boxes: None
 ) -> None:
