@@ -19,7 +19,9 @@ another instance's objects.
 Symlinks are never followed: every component is opened relative to its parent with
 ``O_NOFOLLOW`` (``openat``), so an agent that plants a symlink in its box cannot make the
 controller read or write outside it, and there is no check-then-open race. A symlink met on the
-way is refused as a path error.
+way is refused as a path error, and so is one at the object's own name, by every verb (read with
+``O_NOFOLLOW``; write and delete check with ``lstat`` relative to the parent's fd, and their
+``renameat``/``unlinkat`` never follow a link planted after that check either).
 
 Writes are atomic (temp file in the same directory, fsync, rename, fsync of the directory) and
 bounded by ``max_object_bytes``. sha256 and size are computed from the bytes on every read, so
@@ -73,6 +75,7 @@ MEDIA_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9]
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _TEXT_TYPES = re.compile(r"^(text/|application/(json|xml|yaml|x-yaml|toml|javascript|x-ndjson)\b|.*\+(json|xml)\b)")
 
+_SYMLINK_REFUSED = "path is a symlink; symlinks are never followed, replaced or removed"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
@@ -308,7 +311,7 @@ class StorageService:
                 raise ObjectNotFound(target.scope, target.path) from None
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
-                    raise InvalidPath("path is a symlink; symlinks are not followed") from None
+                    raise InvalidPath(_SYMLINK_REFUSED) from None
                 raise
         st = os.fstat(fd)
         if not _is_regular(st.st_mode):
@@ -369,10 +372,13 @@ class StorageService:
                 except FileNotFoundError:
                     created = True
                 else:
-                    if not _is_regular(st.st_mode) and not _is_symlink(st.st_mode):
+                    if _is_symlink(st.st_mode):
+                        raise InvalidPath(_SYMLINK_REFUSED)
+                    if not _is_regular(st.st_mode):
                         raise InvalidPath("path names a directory or a special file")
                     created = False
-                # A symlink at the name is replaced, not followed: rename swaps the link itself.
+                # rename never follows a symlink at the target name: one planted between the
+                # check above and here is replaced itself, and nothing outside the box is touched.
                 _atomic_write(dfd, name, data)
                 mtime = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mtime
             sha = hashlib.sha256(data).hexdigest()
@@ -400,9 +406,11 @@ class StorageService:
                     st = os.stat(target.parts[-1], dir_fd=dfd, follow_symlinks=False)
                 except FileNotFoundError:
                     raise ObjectNotFound(target.scope, target.path) from None
-                if not (_is_regular(st.st_mode) or _is_symlink(st.st_mode)):
+                if _is_symlink(st.st_mode):
+                    raise InvalidPath(_SYMLINK_REFUSED)
+                if not _is_regular(st.st_mode):
                     raise ObjectNotFound(target.scope, target.path)
-                # unlinkat removes a symlink itself, never what it points to.
+                # unlinkat never follows a symlink: one planted since the check goes, not its target.
                 os.unlink(target.parts[-1], dir_fd=dfd)
                 os.fsync(dfd)
             with contextlib.suppress(FileNotFoundError):
