@@ -26,6 +26,7 @@ from .auth import Authenticator, config_tokens, resolve_admin_token
 from .config import ControllerConfig
 from .hostlink import HostdLink
 from .httpconnection import HTTPConnection
+from .httpedge import install_http_edge
 from .images import ImageService
 from .instances import InstanceService
 from .loadouts import LoadoutService
@@ -114,6 +115,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     @app.after_serving
     async def _close_store() -> None:
         store.close()
+
+    install_http_edge(app)
 
     @app.before_request
     async def _start_timer() -> None:
