@@ -22,6 +22,8 @@ from quart import Response, g, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from proto import bind_log_ids
+
 from .auth import Authenticator, config_tokens, resolve_admin_token
 from .config import ControllerConfig
 from .hostlink import HostdLink
@@ -32,7 +34,7 @@ from .instances import InstanceService
 from .loadouts import LoadoutService
 from .metrics import Metrics
 from .operations import OperationService
-from .problems import from_http_exception, problem_response
+from .problems import from_http_exception, problem_response, trace_id
 from .state import AppState
 from .storage import StorageService
 from .store import Store
@@ -116,11 +118,15 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     async def _close_store() -> None:
         store.close()
 
-    install_http_edge(app)
-
     @app.before_request
     async def _start_timer() -> None:
         g.started = time.perf_counter()
+        # Every log line of this request (and of an operation it starts) names it: the trace id
+        # problems carry, and the instance when the route names one. The request's task ends
+        # with the request, so nothing needs resetting.
+        bind_log_ids(request_id=trace_id(), instance_id=(request.view_args or {}).get("instance_id"))
+
+    install_http_edge(app)  # after the timer: its OPTIONS answer is timed and counted too
 
     @app.after_request
     async def _observe(response: Response) -> Response:

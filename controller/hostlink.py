@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from proto import HostdClient, HostdError, HostdNotRunning, HostdTimeout, open_hostd
+from proto import HostdClient, HostdError, HostdNotRunning, HostdTimeout, current_log_ids, open_hostd
 from proto import messages as m
 
 if TYPE_CHECKING:
@@ -105,6 +105,9 @@ class HostdLink:
             if self.metrics is not None:
                 self.metrics.observe_hostd(method, 0.0, type(error).__name__)
             raise error
+        if request.trace_id is None:
+            # hostd logs the call under the id of the HTTP request (or its operation) behind it.
+            request.trace_id = current_log_ids().get("request_id")
         started = time.perf_counter()
         error_name: str | None = None
         try:

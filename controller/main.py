@@ -23,6 +23,8 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
+from proto import LogConfigError, configure_logging, logs_as_json
+
 from .app import create_app
 from .config import ConfigError, ControllerConfig, load_config
 from .guard import install_process_guard
@@ -50,7 +52,11 @@ def hypercorn_config(config: ControllerConfig, *, graceful_timeout_s: float = GR
 
 
 def _say(line: str) -> None:
-    print(line, flush=True)
+    """Tell a newcomer something; with JSON logs it is a log line, so every output line is JSON."""
+    if logs_as_json():
+        log.info("%s", line)
+    else:
+        print(line, flush=True)
 
 
 async def _dev_instance(state: AppState, base: str) -> None:
@@ -98,12 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dev", action="store_true", help="development defaults (state in ./.run, dev instance)")
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file (AIWG_* variables override it)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        configure_logging()  # first: loading the configuration may log
         config = load_config(args.config, dev=args.dev)
         install_process_guard()
         app = create_app(config)
-    except ConfigError as exc:
+    except (ConfigError, LogConfigError) as exc:
         print(f"agentic-controller: configuration error: {exc}", file=sys.stderr)
         return 2
     trio.run(partial(serve_app, app, config))

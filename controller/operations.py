@@ -30,7 +30,7 @@ from typing import Any
 
 import trio
 
-from proto import HostdError
+from proto import HostdError, bind_log_ids
 
 from .metrics import Metrics
 from .models import OperationView, iso
@@ -145,6 +145,7 @@ class OperationService:
             event.set()
 
     async def _run(self, op: OperationRecord, keys: tuple[str, ...], work: Work) -> None:
+        bind_log_ids(operation_id=op.id, instance_id=op.instance_id)  # this task's own context
         try:
             op.state = "running"
             op.started_at = time.time()

@@ -30,7 +30,7 @@ from pathlib import Path
 import msgspec
 import trio
 
-from proto import ErrorCode, new_id
+from proto import ErrorCode, bind_log_ids, new_id
 from proto import messages as m
 
 from . import control, procspawn, proctree
@@ -161,6 +161,7 @@ class ExecRegistry:
                 retained=retained,
             )
         exec_id = req.exec_id or new_id()
+        bind_log_ids(exec_id=exec_id)  # this request's lines and the exec's tasks name it
         if exec_id in self._execs or exec_id in self._starting:
             raise RpcError(ErrorCode.REQUEST_INVALID, f"exec id {exec_id!r} is already in use", exec_id=exec_id)
         validate_child_env(req.env)

@@ -34,7 +34,7 @@ from hostd.instancedir import validate_child_env
 from hostd.proctree import TREE_ENV, Cgroups, remove_cgroup, terminate_tree
 from hostd.ptyspawn import ExitStatus, PtyChild, spawn_pty
 from hostd.ring import Lag, OutputRing, follow, start_seq
-from proto import ErrorCode, new_id
+from proto import ErrorCode, bind_log_ids, new_id
 from proto import messages as m
 
 log = logging.getLogger(__name__)
@@ -205,6 +205,7 @@ class SessionRegistry:
             raise RpcError(ErrorCode.SHUTTING_DOWN)
         ctx = self._resolve(req.instance_id)
         sid = req.session_id or new_id()
+        bind_log_ids(session_id=sid)  # this request's lines and the session's tasks name it
         if sid in self._sessions or sid in self._starting:
             raise RpcError(ErrorCode.REQUEST_INVALID, f"session {sid!r} already exists", session_id=sid)
         if self._live() >= self._config.max_sessions:

@@ -274,7 +274,8 @@ class ControllerProcess:
         )
         nursery.start_soon(self._drain, self.proc)
         with trio.fail_after(START_TIMEOUT_S):
-            self.url = await self.wait_line(r"listening on (\S+)")
+            # The URL ends at a space or, in a JSON log line (AIWG_LOG_FORMAT=json), at its quote.
+            self.url = await self.wait_line(r"listening on (https?://[^\s\"]+)")
         return self.url
 
     async def _drain(self, proc: trio.Process) -> None:
