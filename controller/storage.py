@@ -9,8 +9,9 @@ Layout under the storage root::
 
 Path rule (every scope): a path is one or more ``/``-separated segments. It may not start with
 ``/``, contain empty, ``.`` or ``..`` segments, a backslash, NUL or any other control character,
-or a segment starting with ``.aiwg-`` (reserved for our temp files); a segment is at most 255
-bytes and the whole path at most 1024 bytes of UTF-8, 32 segments deep. In ``inbox`` and
+or a segment starting with ``.aiwg-`` (reserved for our temp files); it must be UTF-8 (a lone
+surrogate is refused here, a percent-escape that is not UTF-8 by the HTTP routes, which see the
+raw bytes); a segment is at most 255 bytes and the whole path at most 1024 bytes, 32 segments deep. In ``inbox`` and
 ``outbox`` the first segment must be an instance id (a lowercase UUID, the id the controller gave
 the instance) and at least one segment must follow it: callers name the instance whose box they
 mean, and each instance's box is its own scope (``<scope>/<instance_id>/``), so nothing reaches
