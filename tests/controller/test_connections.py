@@ -91,7 +91,7 @@ async def test_idle_keep_alive_connection_is_closed(live: LiveController) -> Non
 async def test_idle_clients_do_not_hold_descriptors(short_dir: Path) -> None:
     """Many clients that made one request and went quiet: the controller's fd count comes back down."""
     clients = 200
-    keep_alive_s = 3.0  # long enough for all the clients to be connected at once, even on a busy box
+    keep_alive_s = 5.0  # long enough for all the clients to be connected at once, even on a busy box
     async with trio.open_nursery() as nursery:
         process = ControllerProcess(_env(short_dir, keep_alive_s))
         url = await process.start(nursery)
