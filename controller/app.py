@@ -22,16 +22,20 @@ from quart import Response, g, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from proto import bind_log_ids
+
 from .admin.views import operation_path
 from .auth import Authenticator, config_tokens, resolve_admin_token
 from .config import ControllerConfig
 from .hostlink import HostdLink
+from .httpconnection import HTTPConnection
+from .httpedge import install_http_edge
 from .images import ImageService
 from .instances import InstanceService
 from .loadouts import LoadoutService
 from .metrics import Metrics
 from .operations import OperationService
-from .problems import error_body, from_http_exception, problem_response
+from .problems import error_body, from_http_exception, problem_response, trace_id
 from .state import EXTENSION_KEY, AppState
 from .storage import StorageService
 from .store import Store
@@ -55,6 +59,8 @@ def _surface(blueprint: str | None, path: str) -> str:
 
 def create_app(config: ControllerConfig) -> QuartTrio:
     app = QuartTrio(__name__, static_folder=None)
+    # Closes connections that must close and starts the keep-alive timer (see its module).
+    app.asgi_http_class = HTTPConnection
     app.config["MAX_CONTENT_LENGTH"] = config.max_request_bytes
     app.config["BACKGROUND_TASK_SHUTDOWN_TIMEOUT"] = None
 
@@ -116,6 +122,12 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     @app.before_request
     async def _start_timer() -> None:
         g.started = time.perf_counter()
+        # Every log line of this request (and of an operation it starts) names it: the trace id
+        # problems carry, and the instance when the route names one. The request's task ends
+        # with the request, so nothing needs resetting.
+        bind_log_ids(request_id=trace_id(), instance_id=(request.view_args or {}).get("instance_id"))
+
+    install_http_edge(app)  # after the timer: its OPTIONS answer is timed and counted too
 
     @app.after_request
     async def _observe(response: Response) -> Response:
@@ -133,15 +145,14 @@ def create_app(config: ControllerConfig) -> QuartTrio:
 
     @app.after_request
     async def _drain_body(response: Response) -> Response:
-        # A request body the handler never read (a 405, a 401, a GET with a body) must be read
-        # before the response ends: hypercorn's h11 keep-alive recycling can otherwise miss the
-        # next request on the connection and stall it (seen with schemathesis, ~1 in 10).
+        # A request body the handler never read (a 405, a 401, a GET with a body) is read
+        # before the response ends, so hypercorn can recycle the connection for the next
+        # request instead of closing it (see controller.httpconnection for the close itself).
         try:
             await request.get_data(cache=False)
         except HTTPException:
-            # Over the size limit: the rest of the body stays unread, and hypercorn (with
-            # quart-trio cancelling the request's tasks) neither recycles nor closes such a
-            # connection, so a client reusing it would wait forever. Tell it not to.
+            # Over the size limit: the rest of the body stays unread and hypercorn closes the
+            # connection after this response. Say so, so the client does not reuse it.
             response.headers["Connection"] = "close"
         return response
 

@@ -43,6 +43,7 @@ DEFAULT_HOSTD_PING_INTERVAL_S = 1 * SECONDS
 DEFAULT_HOSTD_RECONNECT_MAX_S = 1 * SECONDS
 DEFAULT_MAX_REQUEST_BYTES = 16 * MIB
 DEFAULT_OPERATION_RETENTION_S = 24 * 3600 * SECONDS
+DEFAULT_KEEP_ALIVE_TIMEOUT_S = 5 * SECONDS
 
 
 class ConfigError(ValueError):
@@ -79,6 +80,8 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     v1_sunset: str = DEFAULT_V1_SUNSET
     #: Largest request body accepted (413 above). AIWG_MAX_REQUEST_BYTES
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    #: An idle keep-alive HTTP connection is closed after this long. AIWG_KEEP_ALIVE_TIMEOUT_S
+    keep_alive_timeout_s: float = DEFAULT_KEEP_ALIVE_TIMEOUT_S
     #: How long ended operations stay readable. AIWG_OPERATION_RETENTION_S
     operation_retention_s: float = DEFAULT_OPERATION_RETENTION_S
     #: Root of the agentshare tree (global/, inbox/, outbox/). AIWG_STORAGE_DIR
@@ -163,6 +166,7 @@ _ENV = {
     "v1_sunset": "AIWG_V1_SUNSET_DATE",
     "max_request_bytes": "AIWG_MAX_REQUEST_BYTES",
     "operation_retention_s": "AIWG_OPERATION_RETENTION_S",
+    "keep_alive_timeout_s": "AIWG_KEEP_ALIVE_TIMEOUT_S",
     "storage_dir": "AIWG_STORAGE_DIR",
     "loadouts_dir": "AIWG_LOADOUTS_DIR",
     "public_url": "AIWG_PUBLIC_URL",
@@ -173,6 +177,7 @@ _FLOATS = {
     "hostd_ping_interval_s": (0.01, 3600.0),
     "hostd_reconnect_max_s": (0.01, 3600.0),
     "operation_retention_s": (0.0, 365 * 24 * 3600.0),
+    "keep_alive_timeout_s": (0.05, 3600.0),
 }
 
 

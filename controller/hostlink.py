@@ -28,7 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from proto import ErrorCode, HostdClient, HostdError, HostdNotRunning, HostdRemoteError, HostdTimeout, open_hostd
+from proto import (
+    ErrorCode,
+    HostdClient,
+    HostdError,
+    HostdNotRunning,
+    HostdRemoteError,
+    HostdTimeout,
+    current_log_ids,
+    open_hostd,
+)
 from proto import messages as m
 
 from .errors import (
@@ -162,6 +171,9 @@ class HostdLink:
             if self.metrics is not None:
                 self.metrics.observe_hostd(method, 0.0, type(error).__name__)
             raise error
+        if request.trace_id is None:
+            # hostd logs the call under the id of the HTTP request (or its operation) behind it.
+            request.trace_id = current_log_ids().get("request_id")
         started = time.perf_counter()
         error_name: str | None = None
         try:

@@ -23,6 +23,8 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
+from proto import LogConfigError, configure_logging, logs_as_json
+
 from .app import create_app
 from .config import ConfigError, ControllerConfig, load_config
 from .guard import install_process_guard
@@ -35,13 +37,15 @@ GRACEFUL_TIMEOUT_S = 3.0
 DEV_INSTANCE = "dev"
 
 
-def _hypercorn_config(config: ControllerConfig) -> HypercornConfig:
+def hypercorn_config(config: ControllerConfig, *, graceful_timeout_s: float = GRACEFUL_TIMEOUT_S) -> HypercornConfig:
+    """hypercorn's settings for ``config`` (the test fixtures serve the app with the same)."""
     hc = HypercornConfig()
     hc.bind = [config.listen]
     if config.tls_cert and config.tls_key:
         hc.certfile = config.tls_cert
         hc.keyfile = config.tls_key
-    hc.graceful_timeout = GRACEFUL_TIMEOUT_S
+    hc.graceful_timeout = graceful_timeout_s
+    hc.keep_alive_timeout = config.keep_alive_timeout_s
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.include_server_header = False
@@ -49,7 +53,11 @@ def _hypercorn_config(config: ControllerConfig) -> HypercornConfig:
 
 
 def _say(line: str) -> None:
-    print(line, flush=True)
+    """Tell a newcomer something; with JSON logs it is a log line, so every output line is JSON."""
+    if logs_as_json():
+        log.info("%s", line)
+    else:
+        print(line, flush=True)
 
 
 async def _dev_instance(state: AppState, base: str) -> None:
@@ -78,7 +86,7 @@ async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
         nursery.start_soon(_wait_for_signal, stop)
 
         async def serve_then_stop(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-            await serve(app, _hypercorn_config(config), shutdown_trigger=stop.wait, task_status=task_status)
+            await serve(app, hypercorn_config(config), shutdown_trigger=stop.wait, task_status=task_status)
             nursery.cancel_scope.cancel()
 
         binds: list[str] = await nursery.start(serve_then_stop)
@@ -97,12 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dev", action="store_true", help="development defaults (state in ./.run, dev instance)")
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file (AIWG_* variables override it)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        configure_logging()  # first: loading the configuration may log
         config = load_config(args.config, dev=args.dev)
         install_process_guard()
         app = create_app(config)
-    except ConfigError as exc:
+    except (ConfigError, LogConfigError) as exc:
         print(f"agentic-controller: configuration error: {exc}", file=sys.stderr)
         return 2
     except SchemaTooNew as exc:

@@ -36,6 +36,8 @@ from typing import Any
 
 import trio
 
+from proto import bind_log_ids
+
 from .errors import ControllerError, InternalError, NotFound
 from .metrics import Metrics
 from .store import TERMINAL_STATES, OperationRecord, Store, StoreClosed
@@ -141,6 +143,7 @@ class OperationService:
             event.set()
 
     async def _run(self, op: OperationRecord, keys: tuple[str, ...], work: Work) -> None:
+        bind_log_ids(operation_id=op.id, instance_id=op.instance_id)  # this task's own context
         try:
             op.state = "running"
             op.started_at = time.time()

@@ -9,8 +9,9 @@ Layout under the storage root::
 
 Path rule (every scope): a path is one or more ``/``-separated segments. It may not start with
 ``/``, contain empty, ``.`` or ``..`` segments, a backslash, NUL or any other control character,
-or a segment starting with ``.aiwg-`` (reserved for our temp files); a segment is at most 255
-bytes and the whole path at most 1024 bytes of UTF-8, 32 segments deep. In ``inbox`` and
+or a segment starting with ``.aiwg-`` (reserved for our temp files); it must be UTF-8 (a lone
+surrogate is refused here, a percent-escape that is not UTF-8 by the HTTP routes, which see the
+raw bytes); a segment is at most 255 bytes and the whole path at most 1024 bytes, 32 segments deep. In ``inbox`` and
 ``outbox`` the first segment must be an instance id (a lowercase UUID, the id the controller gave
 the instance) and at least one segment must follow it: callers name the instance whose box they
 mean, and each instance's box is its own scope (``<scope>/<instance_id>/``), so nothing reaches
@@ -19,7 +20,9 @@ another instance's objects.
 Symlinks are never followed: every component is opened relative to its parent with
 ``O_NOFOLLOW`` (``openat``), so an agent that plants a symlink in its box cannot make the
 controller read or write outside it, and there is no check-then-open race. A symlink met on the
-way is refused as a path error.
+way is refused as a path error, and so is one at the object's own name, by every verb (read with
+``O_NOFOLLOW``; write and delete check with ``lstat`` relative to the parent's fd, and their
+``renameat``/``unlinkat`` never follow a link planted after that check either).
 
 Writes are atomic (temp file in the same directory, fsync, rename, fsync of the directory) and
 bounded by ``max_object_bytes``. sha256 and size are computed from the bytes on every read, so
@@ -75,6 +78,7 @@ MEDIA_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9]
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _TEXT_TYPES = re.compile(r"^(text/|application/(json|xml|yaml|x-yaml|toml|javascript|x-ndjson)\b|.*\+(json|xml)\b)")
 
+_SYMLINK_REFUSED = "path is a symlink; symlinks are never followed, replaced or removed"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
@@ -308,7 +312,7 @@ class StorageService:
                 raise ObjectNotFound(target.scope, target.path) from None
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
-                    raise InvalidPath("path is a symlink; symlinks are not followed") from None
+                    raise InvalidPath(_SYMLINK_REFUSED) from None
                 raise
         st = os.fstat(fd)
         if not _is_regular(st.st_mode):
@@ -369,10 +373,13 @@ class StorageService:
                 except FileNotFoundError:
                     created = True
                 else:
-                    if not _is_regular(st.st_mode) and not _is_symlink(st.st_mode):
+                    if _is_symlink(st.st_mode):
+                        raise InvalidPath(_SYMLINK_REFUSED)
+                    if not _is_regular(st.st_mode):
                         raise InvalidPath("path names a directory or a special file")
                     created = False
-                # A symlink at the name is replaced, not followed: rename swaps the link itself.
+                # rename never follows a symlink at the target name: one planted between the
+                # check above and here is replaced itself, and nothing outside the box is touched.
                 _atomic_write(dfd, name, data)
                 mtime = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mtime
             sha = hashlib.sha256(data).hexdigest()
@@ -400,9 +407,11 @@ class StorageService:
                     st = os.stat(target.parts[-1], dir_fd=dfd, follow_symlinks=False)
                 except FileNotFoundError:
                     raise ObjectNotFound(target.scope, target.path) from None
-                if not (_is_regular(st.st_mode) or _is_symlink(st.st_mode)):
+                if _is_symlink(st.st_mode):
+                    raise InvalidPath(_SYMLINK_REFUSED)
+                if not _is_regular(st.st_mode):
                     raise ObjectNotFound(target.scope, target.path)
-                # unlinkat removes a symlink itself, never what it points to.
+                # unlinkat never follows a symlink: one planted since the check goes, not its target.
                 os.unlink(target.parts[-1], dir_fd=dfd)
                 os.fsync(dfd)
             with contextlib.suppress(FileNotFoundError):

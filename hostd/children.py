@@ -34,7 +34,7 @@ from typing import ClassVar, Generic, TypeVar
 
 import trio
 
-from proto import ErrorCode, new_id
+from proto import ErrorCode, bind_log_ids, new_id
 
 from .config import HostdConfig
 from .envrules import validate_child_env
@@ -162,6 +162,7 @@ class ChildRegistry(Generic[C]):
             raise RpcError(ErrorCode.SHUTTING_DOWN)
         placement = self._resolve(instance_id)
         child_id = requested_id or new_id()
+        bind_log_ids(**{f"{self.kind}_id": child_id})  # this request's lines and the child's tasks name it
         if child_id in self._children or child_id in self._starting:
             raise RpcError(
                 ErrorCode.REQUEST_INVALID,

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import trio
 
+from proto import LogConfigError, configure_logging
+
 from . import sdnotify, statefile
 from .config import ConfigError, HostdConfig, from_env
 from .execs import ExecRegistry
@@ -135,20 +137,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--socket", help="RPC socket path (overrides AIWG_HOSTD_SOCKET)")
     parser.add_argument("--state-dir", help="state directory (overrides AIWG_STATE_DIR)")
-    parser.add_argument(
-        "--log-level", default=os.environ.get("AIWG_LOG_LEVEL", "INFO"), help="DEBUG, INFO, WARNING (AIWG_LOG_LEVEL)"
-    )
+    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default AIWG_LOG_LEVEL, else INFO)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     env = dict(os.environ)
+    try:
+        configure_logging(env, level=args.log_level)
+    except LogConfigError as exc:
+        print(f"agentic-hostd: configuration error: {exc}", file=sys.stderr)
+        return 2
     if args.socket:
         env["AIWG_HOSTD_SOCKET"] = args.socket
     if args.state_dir:

@@ -12,6 +12,11 @@ the read loop; writes keep their order per session/exec in a small worker each, 
 bounded (a full backlog is answered ``limit.reached`` instead of buffering); everything else runs
 as its own task so a slow stop never delays a ping.
 
+Logging: each request is handled inside ``proto.log_context`` with the ids it names (see
+:mod:`hostd.logids`), so every line logged while serving it, or by a task it started (a PTY reader,
+an exec's pumps), carries them; at DEBUG each answer but a ping is logged (the request's type and
+id only, never its fields).
+
 Error handling: a handler's :class:`RpcError` becomes an ``ErrorResponse`` for its id; any other
 exception is logged with its traceback and answered ``internal.error``. A frame that fails
 validation is answered ``request.invalid``. A malformed, oversized or unknown frame, a first frame
@@ -27,13 +32,23 @@ from collections.abc import Awaitable, Callable
 import msgspec
 import trio
 
-from proto import PROTOCOL_VERSION, ErrorCode, FrameBuffer, FrameEncoder, FrameInvalid, FrameTooLarge, UnknownFrame
+from proto import (
+    PROTOCOL_VERSION,
+    ErrorCode,
+    FrameBuffer,
+    FrameEncoder,
+    FrameInvalid,
+    FrameTooLarge,
+    UnknownFrame,
+    log_context,
+)
 from proto import messages as m
 
 from .config import HostdConfig
 from .errors import RpcError
 from .handlers import INLINE, ORDERED, STREAMS, Handlers, ordered_key
 from .listener import BoundSocket, peer_credentials
+from .logids import request_log_ids
 
 log = logging.getLogger(__name__)
 
@@ -239,15 +254,20 @@ class Connection:
             log.exception("connection task failed on %r", self)
 
     async def _answer(self, frame: m.Request, work: Awaitable[m.Response]) -> None:
-        try:
-            reply = await work
-        except RpcError as exc:
-            await self.send_error(frame.id, exc.code, exc.message, **exc.details)
-            return
-        except Exception:
-            log.exception("%s (id %s) failed", type(frame).__name__, frame.id)
-            await self.send_error(frame.id, ErrorCode.INTERNAL, f"{type(frame).__name__} failed inside hostd")
-            return
+        # Log lines of the handler, and of every task it starts, name what the request names.
+        with log_context(**request_log_ids(frame)):
+            try:
+                reply = await work
+            except RpcError as exc:
+                log.debug("%s (id %s) refused: %s", type(frame).__name__, frame.id, exc.code.value)
+                await self.send_error(frame.id, exc.code, exc.message, **exc.details)
+                return
+            except Exception:
+                log.exception("%s (id %s) failed", type(frame).__name__, frame.id)
+                await self.send_error(frame.id, ErrorCode.INTERNAL, f"{type(frame).__name__} failed inside hostd")
+                return
+            if type(frame) is not m.PingRequest:  # the controller pings every second
+                log.debug("%s (id %s) answered", type(frame).__name__, frame.id)
         reply.id = frame.id
         await self.send(reply)
 
@@ -293,7 +313,7 @@ class Connection:
         scope = trio.CancelScope()
         self._streams[frame.id] = scope
         try:
-            with scope:
+            with scope, log_context(**request_log_ids(frame)):
                 try:
                     await self.server.handlers.stream(frame, self.send)
                 except RpcError as exc:

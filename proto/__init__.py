@@ -2,7 +2,8 @@
 
 General layout: ``messages`` is the whole API (Structs and unions), ``framing`` the frame
 codec, ``errors`` the error codes and the client's exception family, ``client`` the trio
-client, ``ids`` identifiers, ``paths`` where hostd's socket is. This module re-exports what
+client, ``ids`` identifiers, ``paths`` where hostd's socket is, ``logformat`` the log output
+both daemons share (text or JSON lines, with the ids a line concerns). This module re-exports what
 other packages may use; a test pins the list.
 """
 
@@ -21,6 +22,14 @@ from .errors import (
 )
 from .framing import FrameBuffer, FrameEncoder, FrameInvalid, FrameTooLarge, UnknownFrame
 from .ids import is_uuid, new_id, uuid7
+from .logformat import (
+    LogConfigError,
+    bind_log_ids,
+    configure_logging,
+    current_log_ids,
+    log_context,
+    logs_as_json,
+)
 from .messages import DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSION
 from .paths import DEV_STATE_DIR, PROD_HOSTD_SOCKET, dev_hostd_socket, find_hostd_socket
 
@@ -44,10 +53,16 @@ __all__ = [
     "HostdTimeout",
     "HostdUnavailable",
     "HostdVersionMismatch",
+    "LogConfigError",
     "UnknownFrame",
+    "bind_log_ids",
+    "configure_logging",
+    "current_log_ids",
     "dev_hostd_socket",
     "find_hostd_socket",
     "is_uuid",
+    "log_context",
+    "logs_as_json",
     "messages",
     "new_id",
     "open_hostd",

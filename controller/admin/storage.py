@@ -9,7 +9,9 @@ The path rule (and why symlinks are never followed) is in ``controller.storage``
 The rule takes ``{path}`` with a converter that matches anything (a leading ``/`` included) and
 does not merge slashes, so ``inbox//etc/passwd`` reaches the validator and is refused as absolute
 rather than being silently rewritten by the router. hypercorn percent-decodes the path before
-routing, so ``%2e%2e`` and ``%2F`` arrive as ``..`` and ``/`` and meet the same checks.
+routing, so ``%2e%2e`` and ``%2F`` arrive as ``..`` and ``/`` and meet the same checks; escapes
+that are not UTF-8 (``%ff``) are refused from the raw path, before hypercorn's replacement
+character could make two names one.
 
 GET answers the JSON ``StorageObject`` unless ``Accept`` prefers the object's own media type or
 ``application/octet-stream``, in which case the raw bytes are sent (streamed for objects above the
@@ -26,6 +28,7 @@ import base64
 import binascii
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from urllib.parse import unquote_to_bytes
 
 import msgspec
 import trio
@@ -39,6 +42,7 @@ from ..state import app_state
 from ..storage import (
     SCOPES,
     WRITABLE_SCOPES,
+    InvalidPath,
     ScopeReadOnly,
     guess_media_type,
     is_textual,
@@ -80,6 +84,23 @@ def _check_scope(scope: str) -> None:
         )
 
 
+def _check_utf8() -> None:
+    """Refuse a request path whose percent-escapes are not UTF-8 (InvalidPath).
+
+    hypercorn decodes the ASGI ``path`` with ``errors="replace"``, so ``%ff.txt`` reaches the
+    route as ``\ufffd.txt`` and would name the same object as ``%fe.txt`` or a real U+FFFD. The
+    undecoded ``raw_path`` still holds the bytes. Call it after ``_check_scope``: with the scope
+    known, any byte that is not UTF-8 lies in ``{path}``.
+    """
+    raw = request.scope.get("raw_path")
+    if raw is None:
+        return
+    try:
+        unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidPath("path is not valid UTF-8") from None
+
+
 def _json(obj: msgspec.Struct, status: int = 200) -> Response:
     return Response(msgspec.json.encode(obj), status=status, content_type=JSON)
 
@@ -109,6 +130,7 @@ async def _stream(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
 async def get_storage_object(scope: str, path: str) -> Response:
     _check_scope(scope)
     service = app_state().storage
+    _check_utf8()
     obj = await service.read(scope, path)
     raw_type = _raw_type(obj.meta.media_type)
     if raw_type is not None:
@@ -169,6 +191,7 @@ async def put_storage_object(scope: str, path: str) -> Response:
     state = app_state()
     if scope not in WRITABLE_SCOPES:
         raise ScopeReadOnly(scope)  # before reading the body: the answer cannot change
+    _check_utf8()
     target = validate_path(scope, path)
     await state.instances.storage_owner(target.parts[0])
     data, media_type = await _decode_write(path)
@@ -180,5 +203,6 @@ async def put_storage_object(scope: str, path: str) -> Response:
 @require_role(*OPERATE)
 async def delete_storage_object(scope: str, path: str) -> Response:
     _check_scope(scope)
+    _check_utf8()
     await app_state().storage.delete(scope, path)
     return Response(b"", status=204)

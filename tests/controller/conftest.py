@@ -34,12 +34,12 @@ import httpx
 import psutil
 import pytest
 import trio
-from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
 from controller.app import create_app
 from controller.config import ControllerConfig, load_config
+from controller.main import hypercorn_config
 from controller.state import AppState
 from proto import HostdError, open_hostd
 from proto import messages as m
@@ -190,12 +190,7 @@ class LiveController:
 @asynccontextmanager
 async def serve_controller(config: ControllerConfig, *, wait_ready: bool = True) -> AsyncIterator[LiveController]:
     app = create_app(config)
-    hc = HypercornConfig()
-    hc.bind = [config.listen]
-    if config.tls_cert and config.tls_key:
-        hc.certfile, hc.keyfile = config.tls_cert, config.tls_key
-    hc.graceful_timeout = 1
-    hc.accesslog = None
+    hc = hypercorn_config(config, graceful_timeout_s=1)
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(serve, app, hc, shutdown_trigger=stop.wait))
@@ -279,7 +274,8 @@ class ControllerProcess:
         )
         nursery.start_soon(self._drain, self.proc)
         with trio.fail_after(START_TIMEOUT_S):
-            self.url = await self.wait_line(r"listening on (\S+)")
+            # The URL ends at a space or, in a JSON log line (AIWG_LOG_FORMAT=json), at its quote.
+            self.url = await self.wait_line(r"listening on (https?://[^\s\"]+)")
         return self.url
 
     async def _drain(self, proc: trio.Process) -> None:

@@ -35,6 +35,7 @@ def test_dev_defaults_live_under_dot_run(tmp_path: Path, monkeypatch: pytest.Mon
     assert config.storage_dir == str(run / "storage")
     assert config.loadouts_dir == str(run / "loadouts")
     assert config.listen == "127.0.0.1:8122"
+    assert config.keep_alive_timeout_s == 5.0  # hypercorn's own default
     assert config.v1_sunset == DEFAULT_V1_SUNSET
     assert config.dev
 
@@ -67,6 +68,7 @@ def test_file_then_env_override(tmp_path: Path) -> None:
         ({"AIWG_HOSTD_CALL_TIMEOUT_S": "soon"}, "AIWG_HOSTD_CALL_TIMEOUT_S"),
         ({"AIWG_HOSTD_CALL_TIMEOUT_S": "-1"}, "AIWG_HOSTD_CALL_TIMEOUT_S"),
         ({"AIWG_MAX_REQUEST_BYTES": "12"}, "AIWG_MAX_REQUEST_BYTES"),
+        ({"AIWG_KEEP_ALIVE_TIMEOUT_S": "0"}, "AIWG_KEEP_ALIVE_TIMEOUT_S"),
         ({"AIWG_TLS_CERT": "/nonexistent.pem"}, "AIWG_TLS_KEY"),
         ({"AIWG_TLS_CERT": "/nonexistent.pem", "AIWG_TLS_KEY": "/nonexistent.key"}, "AIWG_TLS_CERT"),
         ({"AIWG_ADMIN_TOKEN": "short"}, "AIWG_ADMIN_TOKEN"),

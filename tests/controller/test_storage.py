@@ -175,15 +175,20 @@ async def test_symlink_escapes_are_refused(service: StorageService, tmp_path: Pa
         await service.write("inbox", f"{IID}/dir-link/planted", b"x", "text/plain")
     assert not (tmp_path / "planted").exists()
 
-    # Writing over a symlink replaces the link, never the file it points to.
-    await service.write("inbox", f"{IID}/file-link", b"mine", "text/plain")
-    assert secret.read_bytes() == b"top secret"
-    assert not (box / "file-link").is_symlink()
-
-    # Deleting a symlink removes the link only.
-    os.symlink(secret, box / "link2")
-    await service.delete("inbox", f"{IID}/link2")
-    assert secret.exists() and not (box / "link2").exists()
+    # A symlink as the last segment is refused by every verb: not followed, replaced or removed,
+    # whether it points outside, inside the box, or nowhere.
+    os.symlink(box / "ok", box / "inner-link")
+    os.symlink(tmp_path / "nowhere", box / "dangling")
+    for name in ("file-link", "inner-link", "dangling"):
+        with pytest.raises(InvalidPath, match="symlink"):
+            await service.read("inbox", f"{IID}/{name}")
+        with pytest.raises(InvalidPath, match="symlink"):
+            await service.write("inbox", f"{IID}/{name}", b"mine", "text/plain")
+        with pytest.raises(InvalidPath, match="symlink"):
+            await service.delete("inbox", f"{IID}/{name}")
+        assert (box / name).is_symlink()
+    assert secret.read_bytes() == b"top secret" and (box / "ok").read_bytes() == b"ok"
+    assert not (tmp_path / "nowhere").exists()
 
 
 async def test_instance_box_itself_a_symlink(service: StorageService, tmp_path: Path) -> None:
@@ -360,6 +365,27 @@ async def test_traversal_is_refused(controller: LiveController, admin: httpx.Asy
     assert (await admin.get(f"{BASE}/inbox/{OTHER}/secret")).json()["content"] == "other instance's"
 
 
+#: Percent-escapes that are not UTF-8: a lone byte, a truncated sequence, an overlong "/", a surrogate.
+NOT_UTF8 = ["%ff.txt", "%fe.txt", "%80.txt", "a%c3.txt", "%c0%af.txt", "%ed%a0%80.txt"]
+
+
+async def test_paths_that_are_not_utf8_are_refused(
+    controller: LiveController, admin: httpx.AsyncClient, boxes: None
+) -> None:
+    # A real U+FFFD is a valid name; a byte that is not UTF-8 must never be mapped onto it.
+    assert (await admin.put(f"{BASE}/outbox/{IID}/\ufffd.txt", json={"content": "replacement"})).status_code == 201
+    assert (await admin.put(f"{BASE}/outbox/{IID}/caf%C3%A9.txt", json={"content": "utf-8"})).status_code == 201
+    assert (await admin.get(f"{BASE}/outbox/{IID}/caf\u00e9.txt")).json()["content"] == "utf-8"
+    for prefix in (BASE, "/api/v1/storage"):
+        for name, method in itertools.product(NOT_UTF8, ("GET", "PUT", "DELETE")):
+            status, body = await raw_http(controller.url, method, f"{prefix}/outbox/{IID}/{name}")
+            assert status == 422, (prefix, method, name, status, body)
+            assert body["code"] == "validation.failed" and body["errors"][0]["field"] == "path", body
+    box = storage_root(controller) / "outbox" / IID
+    assert sorted(p.name for p in box.iterdir()) == ["caf\u00e9.txt", "\ufffd.txt"]
+    assert (await admin.get(f"{BASE}/outbox/{IID}/\ufffd.txt")).json()["content"] == "replacement"
+
+
 async def test_symlink_escape_over_http(
     controller: LiveController, admin: httpx.AsyncClient, tmp_path: Path, boxes: None
 ) -> None:
@@ -379,6 +405,12 @@ async def test_symlink_escape_over_http(
     r = await admin.put(f"{BASE}/outbox/{IID}/leakdir/planted", json={"content": "x"})
     assert r.status_code == 422
     assert not (tmp_path / "planted").exists() and secret.read_text() == "do not leak"
+    # The link itself is neither replaced by a PUT nor removed by a DELETE (v2 and v1 alike).
+    for prefix in (BASE, "/api/v1/storage"):
+        for method in ("PUT", "DELETE"):
+            r = await admin.request(method, f"{prefix}/outbox/{IID}/leak", json={"content": "overwritten"})
+            assert r.status_code == 422 and r.json()["errors"][0]["field"] == "path", (prefix, method, r.text)
+    assert (box / "leak").is_symlink() and secret.read_text() == "do not leak"
 
 
 async def test_validation_and_auth(controller: LiveController, admin: httpx.AsyncClient, boxes: None) -> None:
