@@ -7,7 +7,7 @@ SYSSTAMP := $(VENV)/.sysdeps
 
 export AIWG_STATE_DIR ?= $(CURDIR)/.run
 
-.PHONY: run test lint bench install sysdeps venv clean
+.PHONY: run test lint typecheck bench install sysdeps venv clean
 
 $(PY):
 	bash scripts/install-system-deps.sh
@@ -35,6 +35,10 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check proto hostd controller cli tests bench
 	$(VENV)/bin/ruff format --check proto hostd controller cli tests bench
+
+# Settings in pyproject.toml ([tool.mypy]): strict for proto, checked bodies everywhere else.
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done

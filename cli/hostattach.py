@@ -130,7 +130,7 @@ async def _attach_connection(client: HostdClient, st: _Attach, term: Terminal) -
             await _ignore_exited(client.call(m.SessionWriteRequest(session_id=st.session_id, data=data)))
 
     async def output() -> None:
-        cursor = st.cursor
+        cursor = start - 1  # st.cursor, as set above
         async with client.stream(m.SessionSubscribeRequest(session_id=st.session_id, from_seq=start)) as events:
             async for event in events:
                 if isinstance(event, m.SessionOutput) and event.seq > cursor:

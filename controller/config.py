@@ -254,10 +254,10 @@ def load_config(
     values.setdefault("loadouts_dir", os.path.join(state_dir, "loadouts"))
 
     _split_listen(values.get("listen", DEFAULT_LISTEN), "AIWG_LISTEN")
-    cert, key = values.get("tls_cert"), values.get("tls_key")
-    if bool(cert) != bool(key):
+    tls_cert, tls_key = values.get("tls_cert"), values.get("tls_key")
+    if bool(tls_cert) != bool(tls_key):
         raise ConfigError("AIWG_TLS_CERT and AIWG_TLS_KEY must be given together")
-    for name, tls_path in (("AIWG_TLS_CERT", cert), ("AIWG_TLS_KEY", key)):
+    for name, tls_path in (("AIWG_TLS_CERT", tls_cert), ("AIWG_TLS_KEY", tls_key)):
         if tls_path and not os.path.isfile(tls_path):
             raise ConfigError(f"{name}={tls_path!r} is not a readable file")
     for name in ("admin_token", "operator_token"):

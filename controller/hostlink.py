@@ -119,7 +119,7 @@ class HostdLink:
         self.reconnect_max_s = reconnect_max_s
         self.client_name = client_name
         self.metrics = metrics
-        self.on_connected: list[Callable[[], Awaitable[None]]] = []
+        self.on_connected: list[Callable[[], Awaitable[object]]] = []
         self._client: HostdClient | None = None
         self._reason: str = "not connected to hostd yet"
         self._changed = trio.Event()

@@ -12,6 +12,12 @@ from .state import app_state
 JSON = "application/json"
 
 
+async def request_body() -> bytes:
+    """The request body as bytes (bounded by the app's MAX_CONTENT_LENGTH), not kept in the request."""
+    body = await request.get_data(cache=False, as_text=False)
+    return body if isinstance(body, bytes) else body.encode()
+
+
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     response = Response(msgspec.json.encode(obj), status=status, content_type=JSON)
     for name, value in (headers or {}).items():

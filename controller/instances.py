@@ -23,6 +23,7 @@ Errors: only :mod:`controller.errors` (hostd failures arrive translated by the l
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 from typing import Any
@@ -208,7 +209,7 @@ class InstanceService:
         if not self.link.ready:
             raise Unavailable("internal.unavailable", f"hostd is not reachable: {self.link.reason}")
 
-    def _loadout_service(self, name: str) -> list[str] | None:
+    def _loadout_service(self, name: str) -> builtins.list[str] | None:  # the method list shadows the type
         """Refuse an unknown loadout up front; return its ``service`` (the instance's main
         process), if it has one. Its ``command`` is what tasks run, one exec per A2A task, so
         it is not handed to hostd here."""
@@ -266,7 +267,9 @@ class InstanceService:
             )
             return op, True
 
-    async def _provision_work(self, rec: InstanceRecord, req: ProvisionRequest, service: list[str] | None) -> dict:
+    async def _provision_work(
+        self, rec: InstanceRecord, req: ProvisionRequest, service: builtins.list[str] | None
+    ) -> dict[str, Any]:
         call = m.InstanceProvisionRequest(
             instance_id=rec.id,
             name=rec.name,

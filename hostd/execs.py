@@ -20,6 +20,7 @@ data is in the pipe.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -203,8 +204,8 @@ class ExecRegistry(ChildRegistry[_Exec]):
         rec.exited_at = time.time()
         rec.end_reason = self.end_reason(rec, rec.exit_code, rec.signal)
         for stream in (rec.proc.stdin, rec.proc.stdout, rec.proc.stderr):
-            if stream is not None:
-                stream.close()  # type: ignore[attr-defined]
+            if isinstance(stream, trio.lowlevel.FdStream):  # what open_process gives on Unix
+                stream.close()
         if rec.ctrl is not None:
             rec.ctrl.close()
         rec.ring.close()  # last: subscribers that see it closed find the exit status set
@@ -228,7 +229,7 @@ class ExecRegistry(ChildRegistry[_Exec]):
                     break
                 if not data or rec.ring.closed:
                     break
-                rec.ring.append(data, kind)
+                rec.ring.append(data if isinstance(data, bytes) else bytes(data), kind)  # FdStream: bytes
         finally:
             self._pipe_closed(rec)
 
@@ -303,7 +304,7 @@ class ExecRegistry(ChildRegistry[_Exec]):
         stream_id: int,
         exec_id: str,
         from_seq: int | None,
-        send: Callable[[m.Frame | list[m.Frame]], Awaitable[None]],
+        send: Callable[[m.Frame | builtins.list[m.Frame]], Awaitable[None]],
     ) -> None:
         """Replay from ``from_seq`` (None: only new), then live: output, control messages and
         lag notices, then ``ExecExited`` + ``StreamEnd(exited)``, or ``StreamEnd(deleted)``.

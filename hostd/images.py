@@ -14,6 +14,7 @@ configured, socket missing, refused, timeout, bad answer) is an answer, not an e
 
 from __future__ import annotations
 
+import builtins
 import logging
 import math
 import os
@@ -75,7 +76,7 @@ class ImageCatalog:
         images.sort(key=lambda i: (i.name, i.reference))
         return m.ImageListResponse(images=images)
 
-    def _list_sync(self) -> list[dict[str, Any]]:
+    def _list_sync(self) -> builtins.list[dict[str, Any]]:  # the method list shadows the type
         # Imported here: podman-py pulls in requests, which only this path needs.
         import podman
 

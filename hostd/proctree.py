@@ -310,7 +310,7 @@ async def terminate_tree(
                     return False
                 members = late
         await kill_tree_now(leader=leader, pgid=pgid, cgroup=cgroup, tree_id=tree_id, known=members)
-        return True
+    return True
 
 
 async def kill_tree_now(

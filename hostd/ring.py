@@ -15,7 +15,7 @@ it missed are gone, and it resumes from ``first_seq`` (the caller tells its clie
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import NamedTuple
 
 import msgspec
@@ -174,7 +174,7 @@ async def follow(
     max_items: int,
     stop: Callable[[], bool],
     wait: Callable[[int], Awaitable[None]] | None = None,
-) -> AsyncIterator[list[Entry] | Lag]:
+) -> AsyncGenerator[list[Entry] | Lag, None]:
     """Replay from ``seq``, then live: yield batches of entries and a :class:`Lag` whenever the
     follower fell behind the oldest entry held, gap-free otherwise.
 

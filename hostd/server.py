@@ -216,7 +216,7 @@ class Connection:
         handlers = self.server.handlers
         while (frame := await self._next_frame(buffer)) is not None:
             kind = type(frame)
-            if kind is m.StreamCancel:
+            if isinstance(frame, m.StreamCancel):
                 scope = self._streams.get(frame.stream_id)
                 if scope is not None:
                     scope.cancel()

@@ -19,6 +19,7 @@ shared with execs (:mod:`hostd.children`); what runs and where is the instance p
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import signal as signals
@@ -337,7 +338,7 @@ class SessionRegistry(ChildRegistry[_Session]):
         stream_id: int,
         session_id: str,
         from_seq: int | None,
-        send: Callable[[m.Frame | list[m.Frame]], Awaitable[None]],
+        send: Callable[[m.Frame | builtins.list[m.Frame]], Awaitable[None]],
     ) -> None:
         """Replay from ``from_seq`` (None: only new output), then live, until exit or delete.
 

@@ -56,10 +56,8 @@ class ErrorCode(enum.Enum):
 
     @classmethod
     def parse(cls, value: str) -> ErrorCode | None:
-        try:
-            return cls(value)
-        except ValueError:
-            return None
+        member = cls._value2member_map_.get(value)
+        return member if isinstance(member, cls) else None
 
 
 class HostdError(Exception):

@@ -7,12 +7,14 @@ connection and hands out zero-copy views of complete bodies.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from .errors import HostdProtocolError
 from .messages import DEFAULT_MAX_FRAME_BYTES, Frame
+
+T = TypeVar("T")
 
 HEADER_BYTES = 4
 
@@ -73,8 +75,8 @@ class _IdOnly(msgspec.Struct):
     id: int = 0
 
 
-def _all_tags(cls: type) -> set[str]:
-    tags = set()
+def _all_tags(cls: type[Any]) -> set[str]:
+    tags: set[str] = set()
     for sub in cls.__subclasses__():
         tags.add(sub.__name__)
         tags |= _all_tags(sub)
@@ -119,7 +121,7 @@ class FrameBuffer:
             if size > self.max_frame_bytes:
                 raise FrameTooLarge(size, self.max_frame_bytes)
 
-    def next_message(self, decoder: msgspec.msgpack.Decoder) -> Any | None:
+    def next_message(self, decoder: msgspec.msgpack.Decoder[T]) -> T | None:
         buf, pos = self._buf, self._pos
         if len(buf) - pos < HEADER_BYTES:
             return None

@@ -18,6 +18,7 @@ from quart import Response, request
 from ..auth import ADMIN_ONLY, READ, require_role
 from ..decoding import decode_json
 from ..errors import UnsupportedMedia, ValidationFailed
+from ..http import request_body
 from ..loadouts import LoadoutView
 from ..state import app_state
 from . import admin
@@ -57,7 +58,7 @@ async def list_loadouts() -> Response:
 @admin.post("/loadouts")
 @require_role(*ADMIN_ONLY)
 async def create_loadout() -> Response:
-    body = await request.get_data(cache=False, as_text=False)
+    body = await request_body()
     name: str | None
     if request.mimetype == JSON:
         create = decode_json(body, LoadoutCreateRequest)

@@ -11,7 +11,7 @@ from quart import Response, request
 from ..auth import ADMIN_ONLY, OPERATE, READ, require_role
 from ..decoding import decode_json
 from ..errors import Gone, Unimplemented, ValidationFailed
-from ..http import base_url, json_response
+from ..http import base_url, json_response, request_body
 from ..models import InstanceList, ProvisionRequest
 from ..state import app_state
 from . import admin
@@ -35,7 +35,7 @@ async def list_instances() -> Response:
 @admin.post("/instances")
 @require_role(*ADMIN_ONLY)
 async def provision_instance() -> Response:
-    req = decode_json(await request.get_data(cache=False), ProvisionRequest)
+    req = decode_json(await request_body(), ProvisionRequest)
     op, _created = await app_state().instances.provision(req)
     return accepted(op)
 

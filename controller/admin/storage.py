@@ -38,6 +38,7 @@ from werkzeug.routing import BaseConverter
 from ..auth import OPERATE, READ, require_role
 from ..decoding import decode_json
 from ..errors import ValidationFailed
+from ..http import request_body
 from ..state import app_state
 from ..storage import (
     SCOPES,
@@ -161,7 +162,7 @@ def _media_type_or_422(media_type: str) -> str:
 
 
 async def _decode_write(path: str) -> tuple[bytes, str]:
-    body = await request.get_data(cache=False, as_text=False)
+    body = await request_body()
     if request.mimetype != JSON:
         return body, _media_type_or_422(request.headers.get("Content-Type") or OCTET)
     write = decode_json(body, StorageObjectWrite)
