@@ -29,6 +29,10 @@ PROD_SOCKET = PROD_HOSTD_SOCKET  # the socket paths are proto's (proto/paths.py)
 
 DEFAULT_RING_FRAMES = 1000
 DEFAULT_RING_BYTES = 4 * MIB
+DEFAULT_RING_MEMORY_BYTES = 128 * MIB
+DEFAULT_SPOOL_SESSION_BYTES = 256 * MIB
+DEFAULT_SPOOL_TOTAL_BYTES = 4096 * MIB
+MAX_SPOOL_SEGMENT_BYTES = 4 * MIB
 DEFAULT_STOP_GRACE_S = 5 * SECONDS
 DEFAULT_SOCKET_MODE = 0o660
 DEFAULT_MAX_SESSIONS = 256
@@ -59,6 +63,13 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     #: Output ring bounds per session/exec. AIWG_RING_FRAMES, AIWG_RING_BYTES
     ring_frames: int = DEFAULT_RING_FRAMES
     ring_bytes: int = DEFAULT_RING_BYTES
+    #: In-memory output of all sessions together; each keeps its share (this / max_sessions) and
+    #: more while the total allows. AIWG_RING_MEMORY_BYTES
+    ring_memory_bytes: int = DEFAULT_RING_MEMORY_BYTES
+    #: Session output older than what memory holds, on disk under ``<state_dir>/spool``, per
+    #: session and in total (0 = no spool: memory only). AIWG_SPOOL_SESSION_BYTES, AIWG_SPOOL_TOTAL_BYTES
+    spool_session_bytes: int = DEFAULT_SPOOL_SESSION_BYTES
+    spool_total_bytes: int = DEFAULT_SPOOL_TOTAL_BYTES
     #: Largest frame accepted or sent. AIWG_HOSTD_MAX_FRAME_BYTES
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     #: SIGTERM → SIGKILL grace for stop/kill. AIWG_STOP_GRACE_S
@@ -87,6 +98,15 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     @property
     def instances_dir(self) -> Path:
         return Path(self.state_dir) / "instances"
+
+    @property
+    def spool_dir(self) -> Path:
+        return Path(self.state_dir) / "spool"
+
+    @property
+    def spool_segment_bytes(self) -> int:
+        """Segments small enough that a bound drops a fraction of a session's history at a time."""
+        return max(64 * 1024, min(MAX_SPOOL_SEGMENT_BYTES, self.spool_session_bytes // 8))
 
     @property
     def state_file(self) -> Path:
@@ -215,6 +235,9 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
         allow_gids=allow_gids,
         ring_frames=ring_frames,
         ring_bytes=ring_bytes,
+        ring_memory_bytes=_int(env, "AIWG_RING_MEMORY_BYTES", DEFAULT_RING_MEMORY_BYTES, minimum=MIB),
+        spool_session_bytes=_int(env, "AIWG_SPOOL_SESSION_BYTES", DEFAULT_SPOOL_SESSION_BYTES),
+        spool_total_bytes=_int(env, "AIWG_SPOOL_TOTAL_BYTES", DEFAULT_SPOOL_TOTAL_BYTES),
         max_frame_bytes=max_frame,
         stop_grace_s=_float(env, "AIWG_STOP_GRACE_S", DEFAULT_STOP_GRACE_S),
         max_sessions=_int(env, "AIWG_MAX_SESSIONS", DEFAULT_MAX_SESSIONS, minimum=1),

@@ -2,8 +2,15 @@
 
 One writer (a PTY or pipe reader task) appends chunks; every chunk gets the next sequence
 number, starting at 1, without gaps. The ring holds at most ``max_frames`` chunks and, past
-the newest one, at most ``max_bytes`` bytes; older chunks are evicted as new ones arrive. The
-writer never waits: appending is O(1) and never blocks.
+the newest one, at most ``max_bytes`` bytes in memory; older chunks are evicted as new ones
+arrive. The writer never waits: appending is O(1) and never blocks.
+
+Two optional partners make a session's history long and its memory bounded. A
+:class:`MemoryBudget` bounds the bytes held in memory by every ring that shares it: each ring may
+keep its share whatever the others do, and more while the total is under the bound. A
+:class:`~hostd.spool.SessionSpool` takes what the ring evicts and keeps it on disk, so
+:attr:`OutputRing.first_seq` is the oldest entry held in either place and :meth:`OutputRing.read_any`
+reads from either (from disk in a worker thread).
 
 Readers keep their own cursor (there is no per-reader queue) and call :meth:`OutputRing.read`
 from it. A reader whose cursor fell below :attr:`OutputRing.first_seq` has lagged: the chunks
@@ -24,6 +31,7 @@ import trio
 from proto import ErrorCode
 
 from .errors import RpcError
+from .spool import Entry, SessionSpool, read_spooled
 
 
 class SeqOutOfRange(Exception):
@@ -39,26 +47,60 @@ class SeqOutOfRange(Exception):
 class RingStatistics(msgspec.Struct, frozen=True, kw_only=True):
     frames: int
     bytes: int
+    spooled_bytes: int
     first_seq: int
     next_seq: int
     waiters: int
     closed: bool
 
 
+class MemoryBudget:
+    """In-memory bytes of every ring that shares it, under ``limit``; each ring may keep ``share``."""
+
+    def __init__(self, *, limit: int, share: int) -> None:
+        self.limit = limit
+        self.share = min(share, limit)
+        self.bytes = 0
+        self._rings: set[OutputRing] = set()
+
+    def join(self, ring: OutputRing) -> None:
+        self._rings.add(ring)
+
+    def leave(self, ring: OutputRing) -> None:
+        self._rings.discard(ring)
+
+    def reclaim(self) -> None:
+        """Over the limit: the rings furthest over their share give back, largest first."""
+        while self.bytes > self.limit:
+            ring = max(self._rings, key=lambda r: r.memory_bytes, default=None)
+            if ring is None or ring.memory_bytes <= self.share or not ring.evict_oldest():
+                return
+
+
 class OutputRing:
     """Bounded history of ``(seq, kind, data)`` chunks. ``kind`` is the caller's tag
     (e.g. stdout/stderr); the ring does not interpret it."""
 
-    def __init__(self, *, max_frames: int, max_bytes: int) -> None:
+    def __init__(
+        self,
+        *,
+        max_frames: int,
+        max_bytes: int,
+        budget: MemoryBudget | None = None,
+        spool: SessionSpool | None = None,
+    ) -> None:
         if max_frames < 1 or max_bytes < 1:
             raise ValueError("ring bounds must be at least 1")
         self.max_frames = max_frames
         self.max_bytes = max_bytes
         self._entries: deque[tuple[int, int, bytes]] = deque()
         self._bytes = 0
-        self.first_seq = 1
         self.next_seq = 1
         self.closed = False
+        self._budget = budget
+        self._spool = spool
+        if budget is not None:
+            budget.join(self)
         # Made only when a reader waits, set and dropped on the next append/close: an append
         # with nobody waiting costs nothing beyond the deque operations.
         self._event: trio.Event | None = None
@@ -72,15 +114,68 @@ class OutputRing:
         self._entries.append((seq, kind, data))
         self._bytes += len(data)
         self.next_seq = seq + 1
+        budget = self._budget
+        if budget is not None:
+            budget.bytes += len(data)
         entries = self._entries
         # The newest chunk always stays, even alone above max_bytes: a reader must be able to
         # get every chunk it has not lagged past.
-        while len(entries) > self.max_frames or (self._bytes > self.max_bytes and len(entries) > 1):
-            _, _, old = entries.popleft()
-            self._bytes -= len(old)
-        self.first_seq = entries[0][0]
+        evicted: list[Entry] = []
+        while len(entries) > 1 and (
+            len(entries) > self.max_frames
+            or self._bytes > self.max_bytes
+            or (budget is not None and budget.bytes > budget.limit and self._bytes > budget.share)
+        ):
+            evicted.append(self._pop())
+        if evicted and self._spool is not None:
+            self._spool.append(evicted)
+        if budget is not None and budget.bytes > budget.limit:
+            budget.reclaim()
         self._wake()
         return seq
+
+    def _pop(self) -> Entry:
+        entry = self._entries.popleft()
+        self._bytes -= len(entry[2])
+        if self._budget is not None:
+            self._budget.bytes -= len(entry[2])
+        return entry
+
+    def evict_oldest(self) -> bool:
+        """Give back the oldest entry held in memory (to the spool, if any); False if only the newest
+        is left."""
+        if len(self._entries) <= 1:
+            return False
+        entry = self._pop()
+        if self._spool is not None:
+            self._spool.append((entry,))
+        return True
+
+    @property
+    def memory_bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def memory_first_seq(self) -> int:
+        """The oldest sequence held in memory (``next_seq`` while empty)."""
+        return self._entries[0][0] if self._entries else self.next_seq
+
+    @property
+    def first_seq(self) -> int:
+        """The oldest sequence a reader can still get, from disk or memory."""
+        spooled = self._spool.first_seq if self._spool is not None else None
+        return spooled if spooled is not None else self.memory_first_seq
+
+    def discard(self) -> None:
+        """The session is gone: close, free the memory, remove the spool. Idempotent."""
+        self.close()
+        while self._entries:
+            self._pop()
+        if self._budget is not None:
+            self._budget.leave(self)
+        if self._spool is not None:
+            self._spool.remove()
+            self._spool = None
 
     def close(self) -> None:
         """No more appends; wakes every waiter. Idempotent. What the ring holds stays readable."""
@@ -95,14 +190,34 @@ class OutputRing:
     def read(self, seq: int, max_items: int = 64) -> list[tuple[int, int, bytes]]:
         """Up to ``max_items`` chunks from ``seq`` on; ``[]`` if ``seq == next_seq``.
 
-        Raises :class:`SeqOutOfRange` if ``seq < first_seq`` (evicted) or ``seq > next_seq``.
+        Memory only: raises :class:`SeqOutOfRange` if ``seq < memory_first_seq`` (evicted or
+        spooled) or ``seq > next_seq``.
         """
-        if seq < self.first_seq or seq > self.next_seq:
-            raise SeqOutOfRange(self.first_seq, self.next_seq, seq)
+        first = self.memory_first_seq
+        if seq < first or seq > self.next_seq:
+            raise SeqOutOfRange(first, self.next_seq, seq)
         entries = self._entries
-        start = seq - self.first_seq
+        start = seq - first
         stop = min(len(entries), start + max_items)
         return [entries[i] for i in range(start, stop)]
+
+    async def read_any(self, seq: int, max_items: int = 64) -> list[Entry]:
+        """Like :meth:`read`, from the spool for what memory no longer holds (in a worker thread,
+        so the ring's writer and every other reader go on meanwhile). Always checkpoints.
+
+        Raises :class:`SeqOutOfRange` for a ``seq`` held nowhere, also when the spool dropped it
+        during the read.
+        """
+        spool = self._spool
+        if seq >= self.memory_first_seq or spool is None or spool.first_seq is None or seq < spool.first_seq:
+            batch = self.read(seq, max_items)  # taken before the checkpoint: eviction cannot race it
+            await trio.lowlevel.checkpoint()
+            return batch
+        plan = spool.plan(seq)
+        found = await trio.to_thread.run_sync(read_spooled, plan, seq, max_items, abandon_on_cancel=True)
+        if not found or found[0][0] != seq:
+            raise SeqOutOfRange(self.first_seq, self.next_seq, seq)
+        return found
 
     async def wait_beyond(self, seq: int) -> None:
         """Return once ``next_seq > seq`` (chunk ``seq`` has been appended: a reader whose
@@ -124,6 +239,7 @@ class OutputRing:
         return RingStatistics(
             frames=len(self._entries),
             bytes=self._bytes,
+            spooled_bytes=self._spool.bytes if self._spool is not None else 0,
             first_seq=self.first_seq,
             next_seq=self.next_seq,
             waiters=self._waiters,
@@ -143,9 +259,6 @@ class Lag(NamedTuple):
 
     missed_from: int
     resume_seq: int
-
-
-Entry = tuple[int, int, bytes]
 
 
 def start_seq(ring: OutputRing, from_seq: int | None) -> int:
@@ -189,7 +302,15 @@ async def follow(
             yield Lag(seq, ring.first_seq)
             seq = ring.first_seq
             continue
-        batch = ring.read(seq, max_items)
+        try:
+            batch = await ring.read_any(seq, max_items)
+        except SeqOutOfRange:
+            # Gone during the read (the spool dropped it, or the disk failed): resume where the
+            # ring can still answer, and say what was missed.
+            resume = ring.first_seq if ring.first_seq > seq else ring.memory_first_seq
+            yield Lag(seq, resume)
+            seq = resume
+            continue
         if batch:
             yield batch
             seq = batch[-1][0] + 1

@@ -36,7 +36,8 @@ from hostd.errors import RpcError
 from hostd.instances import Placement
 from hostd.proctree import TREE_ENV, Cgroups, remove_cgroup, terminate_tree
 from hostd.ptyspawn import ExitStatus, PtyChild, spawn_pty
-from hostd.ring import Lag, OutputRing, follow, start_seq
+from hostd.ring import Lag, MemoryBudget, OutputRing, follow, start_seq
+from hostd.spool import Spool
 from proto import ErrorCode
 from proto import messages as m
 
@@ -136,6 +137,24 @@ class SessionRegistry(ChildRegistry[_Session]):
         resolve: Callable[[str], Placement],
     ) -> None:
         super().__init__(config, cgroups, nursery, resolve, max_live=config.max_sessions)
+        self._budget = MemoryBudget(
+            limit=config.ring_memory_bytes, share=config.ring_memory_bytes // config.max_sessions
+        )
+        self._spool: Spool | None = None
+        if config.spool_session_bytes > 0 and config.spool_total_bytes > 0:
+            self._spool = Spool(
+                config.spool_dir,
+                session_bytes=config.spool_session_bytes,
+                total_bytes=config.spool_total_bytes,
+                segment_bytes=config.spool_segment_bytes,
+            )
+            self._spool.clear()  # sessions never outlive a hostd: what an old one spooled is moot
+
+    async def shutdown(self) -> None:
+        """Kill every session (they cannot outlive hostd), then drop their spooled output."""
+        await super().shutdown()
+        for s in self._children.values():
+            s.ring.discard()
 
     def _running(self, session_id: str) -> _Session:
         s = super()._running(session_id)
@@ -172,7 +191,12 @@ class SessionRegistry(ChildRegistry[_Session]):
                 raise
         finally:
             self._release(sid)
-        ring = OutputRing(max_frames=self._config.ring_frames, max_bytes=self._config.ring_bytes)
+        ring = OutputRing(
+            max_frames=self._config.ring_frames,
+            max_bytes=self._config.ring_bytes,
+            budget=self._budget,
+            spool=self._spool.open(sid) if self._spool is not None else None,
+        )
         s = _Session(sid, req, spec.shown_cwd, child, cgroup, ring)
         await self._adopt(s)
         log.info("session %s started: pid %d, instance %s, argv %r", sid, child.pid, s.instance_id, s.argv)
@@ -329,6 +353,7 @@ class SessionRegistry(ChildRegistry[_Session]):
         self._mark_deleted(s)
         if self._children.get(s.id) is s:
             del self._children[s.id]
+        s.ring.discard()
         await remove_cgroup(s.cgroup)
 
     # -- subscribers ------------------------------------------------------------------------

@@ -252,7 +252,7 @@ async def test_byte_exact_replay_from_any_seq(harness: Harness) -> None:
 
 
 async def test_seq_out_of_range_is_an_error_before_any_frame(make_harness: Callable[..., Awaitable[Harness]]) -> None:
-    h = await make_harness(ring_frames=4, ring_bytes=1024 * 1024)
+    h = await make_harness(ring_frames=4, ring_bytes=1024 * 1024, spool_total_bytes=0)  # memory only
     info = await h.create("sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do echo line$i; sleep 0.01; done")
     await collect(h, info.session_id)
     got = h.registry.get(info.session_id)
@@ -269,7 +269,7 @@ async def test_seq_out_of_range_is_an_error_before_any_frame(make_harness: Calla
 async def test_blocked_subscriber_lags_while_others_and_the_reader_go_on(
     make_harness: Callable[..., Awaitable[Harness]],
 ) -> None:
-    h = await make_harness(ring_frames=32)
+    h = await make_harness(ring_frames=32, spool_total_bytes=0)  # memory only: lag is what is tested
     # 400 separate writes a millisecond apart: far more ring entries than the ring holds, however
     # the reader happens to coalesce them.
     script = (
@@ -658,3 +658,21 @@ async def test_instance_stopping_while_a_session_spawns(harness: Harness) -> Non
     assert isinstance(result[0], RpcError) and result[0].code is ErrorCode.INSTANCE_INVALID_STATE
     assert harness.registry.counts() == (0, 0)
     assert not marked(harness.token)
+
+
+async def test_output_past_memory_is_replayed_byte_exact_from_the_spool(
+    make_harness: Callable[..., Awaitable[Harness]],
+) -> None:
+    h = await make_harness(ring_bytes=64 * 1024, ring_memory_bytes=1024 * 1024, spool_session_bytes=64 * 1024 * 1024)
+    lines = 250_000  # 2.5 MB through the PTY: forty times what memory may hold for it
+    info = await h.create(sys.executable, "-c", f"import sys\nfor i in range({lines}): sys.stdout.write('%08d\\n' % i)")
+    w = await collect(h, info.session_id, from_seq=1)
+    expected = b"".join(b"%08d\r\n" % i for i in range(lines))
+    assert len(w.data) == len(expected) and w.data == expected
+    assert not any(isinstance(f, m.SessionLagged) for f in w.frames)
+    spool_dir = h.config.spool_dir / info.session_id
+    assert spool_dir.is_dir() and any(spool_dir.iterdir())
+    got = h.registry.get(info.session_id)
+    assert got.first_seq == 1
+    await h.registry.delete(info.session_id)
+    assert not spool_dir.exists()

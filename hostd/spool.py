@@ -1,0 +1,212 @@
+"""Session output spilled to disk: older ring entries in per-session segment files.
+
+General layout: one :class:`Spool` per hostd owns a directory under the state dir and the two disk
+bounds (per session and in total); one :class:`SessionSpool` per session owns
+``<spool dir>/<session id>/`` and its segments, oldest first. A ring hands its spool the entries it
+evicts from memory, in sequence order, so a session's history is the spool's entries followed by the
+ring's: gap-free, byte-exact, and a reader can resume from any sequence either holds.
+
+Segment files are a run of records, each a 13-byte header (sequence u64, kind u8, length u32, big
+endian) and the data. A segment is closed for appends once it reaches ``segment_bytes``. When a bound
+is passed, whole segments go, oldest first: the session's own when it passes its bound, the most
+spooled session's when the total passes. What goes is said to readers as a lag, never skipped silently.
+
+Appends run on hostd's trio thread (a few writes into the page cache per evicted megabyte); reads of
+old output run in a worker thread (:meth:`SessionSpool.read`) so that a reattach from hours back never
+stalls the live output of that session or any other. Sessions do not outlive hostd, so a new hostd
+clears what an old one left.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">QBI")
+Entry = tuple[int, int, bytes]
+
+
+class _Segment:
+    __slots__ = ("first_seq", "next_seq", "path", "size")
+
+    def __init__(self, path: Path, first_seq: int) -> None:
+        self.path = path
+        self.first_seq = first_seq
+        self.next_seq = first_seq
+        self.size = 0
+
+
+class Spool:
+    """Every session's spilled output, under ``root``, within the two bounds."""
+
+    def __init__(self, root: Path, *, session_bytes: int, total_bytes: int, segment_bytes: int) -> None:
+        self.root = root
+        self.session_bytes = session_bytes
+        self.total_bytes = total_bytes
+        self.segment_bytes = segment_bytes
+        self.bytes = 0
+        self._sessions: dict[str, SessionSpool] = {}
+
+    def clear(self) -> None:
+        """Remove what a previous hostd left (its sessions ended with it) and make the root, 0700."""
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def open(self, session_id: str) -> SessionSpool:
+        spool = SessionSpool(self, session_id)
+        self._sessions[session_id] = spool
+        return spool
+
+    def _forget(self, spool: SessionSpool) -> None:
+        self._sessions.pop(spool.session_id, None)
+
+    def _enforce_total(self) -> None:
+        while self.bytes > self.total_bytes:
+            biggest = max(self._sessions.values(), key=lambda s: s.bytes, default=None)
+            if biggest is None or not biggest.drop_oldest():
+                return
+
+
+class SessionSpool:
+    """One session's segments, used from the trio thread only (readers in worker threads get a
+    :meth:`plan` made here and read with :func:`read_spooled`)."""
+
+    def __init__(self, owner: Spool, session_id: str) -> None:
+        self.owner = owner
+        self.session_id = session_id
+        self.dir = owner.root / session_id
+        self.bytes = 0
+        self._segments: deque[_Segment] = deque()
+        self._fd: int | None = None
+        self.failed = False
+
+    @property
+    def first_seq(self) -> int | None:
+        """The oldest sequence held on disk, or None when nothing is."""
+        return self._segments[0].first_seq if self._segments else None
+
+    @property
+    def next_seq(self) -> int | None:
+        return self._segments[-1].next_seq if self._segments else None
+
+    def append(self, entries: Iterable[Entry]) -> None:
+        """Write ``entries`` (contiguous, after everything held) and apply the bounds.
+
+        A disk that refuses a write (full, read-only) turns the spool off for this session with one
+        log line: the ring goes on in memory, and readers see the lost span as a lag.
+        """
+        if self.failed:
+            return
+        try:
+            for seq, kind, data in entries:
+                segment = self._writable(seq)
+                fd = self._fd_for(segment)
+                header = _HEADER.pack(seq, kind, len(data))
+                size = len(header) + len(data)
+                written = os.writev(fd, (header, data))
+                if written < size:  # short write: finish it (and hear about a full disk)
+                    rest = memoryview(header + data)[written:]
+                    while rest:
+                        rest = rest[os.write(fd, rest) :]
+                segment.size += size
+                segment.next_seq = seq + 1
+                self.bytes += size
+                self.owner.bytes += size
+        except OSError as exc:
+            log.error(
+                "session %s: cannot spool output to %s (%s); older output is kept in memory only",
+                self.session_id,
+                self.dir,
+                exc,
+            )
+            self.remove()
+            self.failed = True
+            return
+        while self.bytes > self.owner.session_bytes and self.drop_oldest():
+            pass
+        self.owner._enforce_total()
+
+    def _writable(self, seq: int) -> _Segment:
+        last = self._segments[-1] if self._segments else None
+        if last is not None and last.size < self.owner.segment_bytes and last.next_seq == seq:
+            return last
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if last is None:
+            self.dir.mkdir(mode=0o700, exist_ok=True)
+        segment = _Segment(self.dir / f"{seq:020d}.seg", seq)
+        self._segments.append(segment)
+        return segment
+
+    def _fd_for(self, segment: _Segment) -> int:
+        if self._fd is None:
+            self._fd = os.open(segment.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        return self._fd
+
+    def drop_oldest(self) -> bool:
+        """Remove the oldest segment (never the one being written while another exists)."""
+        if not self._segments:
+            return False
+        segment = self._segments.popleft()
+        if not self._segments and self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.bytes -= segment.size
+        self.owner.bytes -= segment.size
+        try:
+            segment.path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("session %s: cannot remove spool segment %s: %s", self.session_id, segment.path, exc)
+        return True
+
+    def remove(self) -> None:
+        """Drop every segment and the directory (the session was deleted, or the disk failed)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.owner.bytes -= self.bytes
+        self.bytes = 0
+        self._segments.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.owner._forget(self)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def plan(self, seq: int) -> list[tuple[Path, int]]:
+        """On the trio thread: the segments (path, complete size) that hold ``seq`` and later."""
+        return [(s.path, s.size) for s in self._segments if s.next_seq > seq]
+
+
+def read_spooled(plan: list[tuple[Path, int]], seq: int, max_items: int) -> list[Entry]:
+    """In a worker thread: up to ``max_items`` entries from ``seq`` on, reading only the bytes each
+    segment of ``plan`` (:meth:`SessionSpool.plan`) had; shorter or ``[]`` when a segment went
+    meanwhile (the caller re-checks what the ring holds)."""
+    found: list[Entry] = []
+    for path, limit in plan:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(limit)
+        except FileNotFoundError:
+            return found
+        view = memoryview(data)
+        pos = 0
+        while pos + _HEADER.size <= len(view) and len(found) < max_items:
+            entry_seq, kind, length = _HEADER.unpack_from(view, pos)
+            start = pos + _HEADER.size
+            pos = start + length
+            if entry_seq >= seq and pos <= len(view):
+                found.append((entry_seq, kind, bytes(view[start:pos])))
+                seq = entry_seq + 1
+        if len(found) >= max_items:
+            break
+    return found
