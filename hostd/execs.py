@@ -51,6 +51,7 @@ KIND_CONTROL = 3
 _STREAM_NAMES: dict[int, str] = {KIND_STDOUT: "stdout", KIND_STDERR: "stderr"}
 _READ_CHUNK = 64 * 1024
 _BATCH = 32
+_BATCH_BYTES = 64 * 1024  # as for sessions: bounded writes keep one connection fair between streams
 #: After the leader exits, how long its pipes may stay open before the rest of the tree is killed.
 _DRAIN_S = 0.5
 #: How long to wait for the pipes to close once the tree was killed.
@@ -315,7 +316,7 @@ class ExecRegistry(ChildRegistry[_Exec]):
         ring = rec.ring
         start = start_seq(ring, from_seq)
         await send(m.StreamOpened(id=stream_id, first_seq=ring.first_seq, next_seq=ring.next_seq))
-        entries = follow(ring, start, max_items=_BATCH, stop=lambda: rec.deleted)
+        entries = follow(ring, start, max_items=_BATCH, max_bytes=_BATCH_BYTES, stop=lambda: rec.deleted)
         async with aclosing(entries):
             async for item in entries:
                 if isinstance(item, Lag):

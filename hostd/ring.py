@@ -187,8 +187,9 @@ class OutputRing:
             self._event.set()
             self._event = None
 
-    def read(self, seq: int, max_items: int = 64) -> list[tuple[int, int, bytes]]:
-        """Up to ``max_items`` chunks from ``seq`` on; ``[]`` if ``seq == next_seq``.
+    def read(self, seq: int, max_items: int = 64, max_bytes: int | None = None) -> list[Entry]:
+        """Up to ``max_items`` chunks from ``seq`` on, and no more once ``max_bytes`` are reached
+        (the first chunk always comes); ``[]`` if ``seq == next_seq``.
 
         Memory only: raises :class:`SeqOutOfRange` if ``seq < memory_first_seq`` (evicted or
         spooled) or ``seq > next_seq``.
@@ -199,9 +200,18 @@ class OutputRing:
         entries = self._entries
         start = seq - first
         stop = min(len(entries), start + max_items)
-        return [entries[i] for i in range(start, stop)]
+        if max_bytes is None:
+            return [entries[i] for i in range(start, stop)]
+        batch: list[Entry] = []
+        size = 0
+        for i in range(start, stop):
+            batch.append(entries[i])
+            size += len(entries[i][2])
+            if size >= max_bytes:
+                break
+        return batch
 
-    async def read_any(self, seq: int, max_items: int = 64) -> list[Entry]:
+    async def read_any(self, seq: int, max_items: int = 64, max_bytes: int | None = None) -> list[Entry]:
         """Like :meth:`read`, from the spool for what memory no longer holds (in a worker thread,
         so the ring's writer and every other reader go on meanwhile). Always checkpoints.
 
@@ -210,11 +220,11 @@ class OutputRing:
         """
         spool = self._spool
         if seq >= self.memory_first_seq or spool is None or spool.first_seq is None or seq < spool.first_seq:
-            batch = self.read(seq, max_items)  # taken before the checkpoint: eviction cannot race it
+            batch = self.read(seq, max_items, max_bytes)  # taken before the checkpoint: eviction cannot race it
             await trio.lowlevel.checkpoint()
             return batch
         plan = spool.plan(seq)
-        found = await trio.to_thread.run_sync(read_spooled, plan, seq, max_items, abandon_on_cancel=True)
+        found = await trio.to_thread.run_sync(read_spooled, plan, seq, max_items, max_bytes, abandon_on_cancel=True)
         if not found or found[0][0] != seq:
             raise SeqOutOfRange(self.first_seq, self.next_seq, seq)
         return found
@@ -285,6 +295,7 @@ async def follow(
     seq: int,
     *,
     max_items: int,
+    max_bytes: int | None = None,
     stop: Callable[[], bool],
     wait: Callable[[int], Awaitable[None]] | None = None,
 ) -> AsyncGenerator[list[Entry] | Lag, None]:
@@ -303,7 +314,7 @@ async def follow(
             seq = ring.first_seq
             continue
         try:
-            batch = await ring.read_any(seq, max_items)
+            batch = await ring.read_any(seq, max_items, max_bytes)
         except SeqOutOfRange:
             # Gone during the read (the spool dropped it, or the disk failed): resume where the
             # ring can still answer, and say what was missed.

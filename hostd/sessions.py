@@ -48,7 +48,10 @@ READ_CHUNK = 64 * 1024
 #: Input a session may hold for a child that is not reading its terminal.
 INPUT_BACKLOG_BYTES = 4 * 1024 * 1024
 #: Ring entries a subscriber takes per read.
-_BATCH = 32  # entries per write to a subscriber: at most 32 x 64 KiB
+_BATCH = 32  # entries per write to a subscriber...
+#: ... and bytes: a busy session's subscriber yields the connection's write lock after this much, so
+#: a keystroke echo of another session on the same connection waits behind a bounded amount.
+_BATCH_BYTES = 64 * 1024
 #: After the leader exits, how long output may still arrive before the session counts as
 #: exited (a background process may hold the slave open; the master is closed after this).
 _DRAIN_AFTER_EXIT_S = 0.5
@@ -385,7 +388,7 @@ class SessionRegistry(ChildRegistry[_Session]):
         s.subscribers += 1
         try:
             await send(m.StreamOpened(id=stream_id, first_seq=ring.first_seq, next_seq=ring.next_seq))
-            entries = follow(ring, start, max_items=_BATCH, stop=lambda: s.deleted, wait=park)
+            entries = follow(ring, start, max_items=_BATCH, max_bytes=_BATCH_BYTES, stop=lambda: s.deleted, wait=park)
             async with aclosing(entries):
                 async for item in entries:
                     if isinstance(item, Lag):

@@ -187,11 +187,13 @@ class SessionSpool:
         return [(s.path, s.size) for s in self._segments if s.next_seq > seq]
 
 
-def read_spooled(plan: list[tuple[Path, int]], seq: int, max_items: int) -> list[Entry]:
-    """In a worker thread: up to ``max_items`` entries from ``seq`` on, reading only the bytes each
+def read_spooled(plan: list[tuple[Path, int]], seq: int, max_items: int, max_bytes: int | None = None) -> list[Entry]:
+    """In a worker thread: up to ``max_items`` entries (and ``max_bytes``, the first entry always) from
+    ``seq`` on, reading only the bytes each
     segment of ``plan`` (:meth:`SessionSpool.plan`) had; shorter or ``[]`` when a segment went
     meanwhile (the caller re-checks what the ring holds)."""
     found: list[Entry] = []
+    size = 0
     for path, limit in plan:
         try:
             with open(path, "rb") as f:
@@ -207,6 +209,9 @@ def read_spooled(plan: list[tuple[Path, int]], seq: int, max_items: int) -> list
             if entry_seq >= seq and pos <= len(view):
                 found.append((entry_seq, kind, bytes(view[start:pos])))
                 seq = entry_seq + 1
+                size += length
+                if max_bytes is not None and size >= max_bytes:
+                    return found
         if len(found) >= max_items:
-            break
+            return found
     return found

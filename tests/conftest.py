@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -8,6 +10,35 @@ import pytest
 
 from tests.hostd_process import HostdProcess
 from tests.processes import alive
+
+_OWN_BASETEMP = pytest.StashKey[str]()
+_FAILED = pytest.StashKey[bool]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this run a temp root of its own unless one was asked for.
+
+    pytest's default root keeps the last three numbered dirs and deletes older ones when a run
+    starts: two suites running at once on one machine (two checkouts, a developer's run beside CI)
+    would delete each other's hostd state dirs and sockets mid-test.
+    """
+    if config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="aiwg-tests-")
+        config.stash[_OWN_BASETEMP] = config.option.basetemp
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[_FAILED] = exitstatus != 0
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    own = config.stash.get(_OWN_BASETEMP, None)
+    if own is None:
+        return
+    if config.stash.get(_FAILED, False):
+        print(f"temp files of this run kept in {own}")  # the failed tests' state dirs and logs
+    else:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 @pytest.fixture

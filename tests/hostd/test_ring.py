@@ -186,3 +186,12 @@ async def test_follow_stops_when_asked_and_start_seq_refuses_what_is_gone() -> N
         assert info.value.details == {"first_seq": 2, "next_seq": 4}
     stopped = [item async for item in follow(ring, 4, max_items=8, stop=lambda: True)]
     assert stopped == []
+
+
+def test_read_stops_at_max_bytes_but_always_gives_one_entry() -> None:
+    ring = OutputRing(max_frames=100, max_bytes=1 << 20)
+    for size in (10, 20, 30, 5000, 1):
+        ring.append(b"x" * size)
+    assert [seq for seq, _, _ in ring.read(1, max_bytes=30)] == [1, 2]  # 10 + 20 reaches 30
+    assert [seq for seq, _, _ in ring.read(4, max_bytes=100)] == [4]  # one entry even when bigger
+    assert [seq for seq, _, _ in ring.read(1, max_bytes=1 << 20)] == [1, 2, 3, 4, 5]
