@@ -5,7 +5,8 @@ Every process started here is the leader of a new tree, marked the three ways
 
 * ``start_new_session=True``: the child calls ``setsid``, so ``pgid == pid``;
 * ``AIWG_TREE=<tree id>`` in its environment, inherited by every descendant;
-* the pre-exec function from :meth:`Cgroups.join_fn` moves it into its own cgroup (when there is one)
+* the pre-exec function restores every signal to its default (see :func:`restore_signal_defaults`)
+  and moves it into its own cgroup (from :meth:`Cgroups.join_fn`, when there is one)
   before ``exec``, so even its first instruction runs inside the cgroup.
 
 File descriptors: ``close_fds=True``; only ``pass_fds`` (the control channel) crosses into the
@@ -22,8 +23,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import trio
@@ -36,6 +38,34 @@ from .proctree import TREE_ENV, Cgroups
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
 STDOUT = subprocess.STDOUT
+
+
+def restore_signal_defaults() -> None:
+    """In a forked child, before exec: every signal to its default action, none blocked.
+
+    Ignored dispositions and the blocked mask survive exec. hostd may have been started with
+    signals ignored (``nohup``, a background job of a non-interactive shell: SIGINT, SIGQUIT,
+    SIGHUP) and Python itself ignores SIGPIPE and SIGXFSZ; without this a session's shell would not
+    stop on Ctrl-C, nor a process on its terminal's hangup.
+    """
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
+def _child_setup(cgroup: Path | None) -> Callable[[], None]:
+    join = Cgroups.join_fn(cgroup)
+
+    def setup() -> None:
+        restore_signal_defaults()
+        if join is not None:
+            join()
+
+    return setup
+
 
 #: Used when hostd itself runs without PATH (e.g. from a bare systemd unit).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -73,7 +103,7 @@ async def spawn(
             cwd=cwd,
             env=child_env,
             start_new_session=True,
-            preexec_fn=Cgroups.join_fn(cgroup),
+            preexec_fn=_child_setup(cgroup),
             close_fds=True,
             pass_fds=tuple(pass_fds),
         )

@@ -35,6 +35,7 @@ import ptyprocess
 import trio
 
 from hostd.errors import RpcError
+from hostd.procspawn import restore_signal_defaults
 from hostd.proctree import Cgroups
 from proto import ErrorCode
 
@@ -79,9 +80,7 @@ def _preexec(cwd: str, join_cgroup: Callable[[], None] | None) -> Callable[[], N
         # ptyprocess would chdir outside its error reporting: an exception there would leave
         # the forked child running hostd's code. Here a failure is reported and the child exits.
         os.chdir(cwd)
-        # Python ignores SIGPIPE and SIGXFSZ; ignored dispositions survive exec.
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        restore_signal_defaults()
         if join_cgroup is not None:
             join_cgroup()
 

@@ -1,4 +1,4 @@
-"""Every admin body we emit, checked against upstream's schemas in ../shared/contracts/."""
+"""Every admin body we emit, checked against upstream's schemas (vendored in contracts/upstream/)."""
 
 from __future__ import annotations
 

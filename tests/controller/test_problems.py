@@ -62,7 +62,7 @@ def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
     assert response.status_code == status, getattr(response, "text", response)
     assert response.headers["content-type"].startswith(PROBLEM_MEDIA_TYPE)
     body = response.json() if callable(response.json) else response.json
-    validate_problem(body)  # upstream's schema, from ../shared/contracts
+    validate_problem(body)  # upstream's schema, vendored in contracts/upstream
     jsonschema.validate(body, ENVELOPE)  # and our stricter reading of it
     assert body["status"] == status
     assert body["code"] == code, body

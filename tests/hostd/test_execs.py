@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import signal
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -463,3 +464,16 @@ async def test_instance_stopped_while_an_exec_spawns(env: Env) -> None:
     assert isinstance(result[0], RpcError) and result[0].code is ErrorCode.INSTANCE_INVALID_STATE
     assert env.execs.list() == []
     assert not tree_procs(env.instance_id)
+
+
+async def test_exec_gets_default_signal_actions_whatever_hostd_inherited(env: Env) -> None:
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup or in a background job
+    try:
+        info = await env.start(["sleep", "60"])
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert info.pid is not None
+    status = Path(f"/proc/{info.pid}/status").read_text()
+    ignored = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigIgn:"))
+    assert ignored == 0
+    await env.execs.kill(info.exec_id, 0.5)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -676,3 +677,27 @@ async def test_output_past_memory_is_replayed_byte_exact_from_the_spool(
     assert got.first_seq == 1
     await h.registry.delete(info.session_id)
     assert not spool_dir.exists()
+
+
+def _sig_mask(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+async def test_children_get_default_signal_actions_whatever_hostd_inherited(harness: Harness) -> None:
+    # As under nohup or as a shell's background job: SIGINT and SIGHUP ignored, SIGUSR1 blocked.
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    try:
+        info = await harness.create("cat")
+    finally:
+        signal.signal(signal.SIGINT, old[0])
+        signal.signal(signal.SIGHUP, old[1])
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+    assert info.pid is not None
+    assert (_sig_mask(info.pid, "SigIgn"), _sig_mask(info.pid, "SigBlk")) == (0, 0)
+    harness.registry.signal(info.session_id, "INT")  # Ctrl-C works
+    w = await collect(harness, info.session_id)
+    assert w.of(m.SessionExited)[0].signal == 2
