@@ -24,7 +24,7 @@ import errno
 import math
 import os
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
@@ -49,6 +49,8 @@ DEFAULT_CALL_TIMEOUT_S = 30.0
 DEFAULT_STREAM_BUFFER = 1024
 READ_CHUNK_BYTES = 256 * 1024
 SEND_STALL_S = 10.0
+#: Posted requests (see :meth:`HostdClient.post`) that may wait for their answers at once.
+MAX_POSTS = 4096
 
 R = TypeVar("R", bound=m.Response)
 
@@ -94,6 +96,7 @@ class HostdClient:
         self._next_id = 1
         self._calls: dict[int, _Call] = {}
         self._streams: dict[int, _Stream] = {}
+        self._posts: dict[int, Callable[[HostdError], None]] = {}
         self._broken: HostdError | None = None
         self._reader_done = trio.Event()
         self.hello: m.HelloResponse | None = None
@@ -131,6 +134,28 @@ class HostdClient:
             self._fail(error)
             raise error
         return reply
+
+    async def post(self, request: m.Request, on_error: Callable[[HostdError], None]) -> None:
+        """Send one request without waiting for its answer: the keystroke path, where an echo must
+        not wait for a reply to the write that caused it.
+
+        A success answer is dropped when it arrives. An error answer is given to ``on_error`` as a
+        ``HostdRemoteError``, in the order hostd sent it (so, for ordered requests such as session
+        writes, in request order); a connection lost before the answer gives ``on_error`` that
+        error. ``on_error`` runs in the client's reader task: it must not block. At most
+        :data:`MAX_POSTS` posts wait for their answers; past that, ``HostdTimeout``.
+        """
+        self._raise_if_broken()
+        if len(self._posts) >= MAX_POSTS:
+            raise HostdTimeout(f"{MAX_POSTS} posted requests are still unanswered")
+        post_id = self._allocate_id()
+        request.id = post_id
+        self._posts[post_id] = on_error
+        try:
+            await self._send(request)
+        except BaseException:
+            self._posts.pop(post_id, None)
+            raise
 
     @asynccontextmanager
     async def stream(
@@ -243,6 +268,9 @@ class HostdClient:
         if self._broken is not None:
             return
         self._broken = error
+        posts, self._posts = self._posts, {}
+        for on_error in posts.values():
+            on_error(error)
         for call in self._calls.values():
             if not call.done.is_set():  # an answer already delivered stands
                 call.reply = error
@@ -259,6 +287,11 @@ class HostdClient:
 
     def _deliver(self, frame: Any) -> None:
         frame_id = frame.id
+        on_error = self._posts.pop(frame_id, None)
+        if on_error is not None:
+            if isinstance(frame, m.ErrorResponse):
+                on_error(HostdRemoteError(frame.code, frame.message, dict(frame.details)))
+            return
         call = self._calls.get(frame_id)
         if call is not None and not call.done.is_set():
             call.reply = frame

@@ -468,3 +468,40 @@ async def test_stream_cancelled_mid_write_never_leaves_half_a_frame(hostd: Hostd
                     seen.append(frame)
         # Every frame decoded whole (next_message raises on half a frame), the stream ended, and
         # the connection still answers.
+
+
+async def test_posted_writes_need_no_reply_and_errors_arrive_in_order(hostd: HostdProcess) -> None:
+    errors: list[BaseException] = []
+    async with open_hostd(hostd.socket_path) as client:
+        await client.call(m.InstanceProvisionRequest(instance_id="typing", name="typing"))
+        sid = (
+            await client.call(
+                m.SessionCreateRequest(instance_id="typing", argv=["sh", "-c", "stty raw -echo; echo READY; exec cat"])
+            )
+        ).session.session_id
+        async with client.stream(m.SessionSubscribeRequest(session_id=sid, from_seq=1)) as events:
+            seen = b""
+
+            async def read_until(needle: bytes) -> None:
+                nonlocal seen
+                with trio.fail_after(10):
+                    while needle not in seen:
+                        event = await anext(events)
+                        if isinstance(event, m.SessionOutput):
+                            seen += event.data
+
+            await read_until(b"READY")
+            for key in b"hello":  # no reply awaited: the echo is what the typist waits for
+                await client.post(m.SessionWriteRequest(session_id=sid, data=bytes([key])), errors.append)
+            await read_until(b"hello")
+        assert seen.replace(b"\r", b"") == b"READY\nhello"
+        # Errors come back to the poster, in order: an unknown session, then a deleted one.
+        await client.post(m.SessionWriteRequest(session_id="nope", data=b"x"), errors.append)
+        await client.call(m.SessionDeleteRequest(session_id=sid))
+        await client.post(m.SessionWriteRequest(session_id=sid, data=b"x"), errors.append)
+        await client.call(m.PingRequest())
+        with trio.fail_after(5):
+            while len(errors) < 2:
+                await trio.sleep(0.01)
+        assert [e.code for e in errors] == ["session.not_found", "session.not_found"]  # type: ignore[attr-defined]
+        await client.call(m.InstanceDestroyRequest(instance_id="typing", grace_s=0.5))
