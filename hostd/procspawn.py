@@ -46,7 +46,8 @@ def restore_signal_defaults() -> None:
     Ignored dispositions and the blocked mask survive exec. hostd may have been started with
     signals ignored (``nohup``, a background job of a non-interactive shell: SIGINT, SIGQUIT,
     SIGHUP) and Python itself ignores SIGPIPE and SIGXFSZ; without this a session's shell would not
-    stop on Ctrl-C, nor a process on its terminal's hangup.
+    stop on Ctrl-C, nor a process on its terminal's hangup. (glibc's own signals 32 and 33 refuse
+    any change and are left as they are.)
     """
     for sig in signal.valid_signals():
         if sig in (signal.SIGKILL, signal.SIGSTOP):
