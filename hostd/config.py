@@ -38,6 +38,11 @@ DEFAULT_SOCKET_MODE = 0o660
 DEFAULT_MAX_SESSIONS = 256
 DEFAULT_MAX_EXECS = 256
 DEFAULT_MAX_CONNECTIONS = 128
+#: Explicit container rlimits: podman's own defaults exceed what runc may set here (DESIGN.md §6).
+DEFAULT_CONTAINER_NOFILE = 4096
+DEFAULT_CONTAINER_NPROC = 4096
+#: podman refuses a run root longer than this.
+MAX_PODMAN_RUNROOT_CHARS = 50
 RETAINED_PER_LIVE = 4
 
 
@@ -86,6 +91,17 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     workspace_root: str = ""
     #: podman API socket (``unix://`` URL) for the image catalog; "" = none. AIWG_PODMAN_SOCKET
     podman_socket: str = ""
+    #: Start ``podman system service`` on ``podman_socket`` when nothing answers there (and stop
+    #: it on exit). AIWG_PODMAN_SERVICE (``1``/``0``)
+    podman_service: bool = False
+    #: Storage of the podman service hostd starts ("" = podman's defaults): graph root, run root
+    #: (at most 50 characters) and storage driver. AIWG_PODMAN_ROOT, AIWG_PODMAN_RUNROOT, AIWG_PODMAN_STORAGE_DRIVER
+    podman_root: str = ""
+    podman_runroot: str = ""
+    podman_storage_driver: str = ""
+    #: nofile / nproc rlimits of every container (soft = hard). AIWG_CONTAINER_NOFILE, AIWG_CONTAINER_NPROC
+    container_nofile: int = DEFAULT_CONTAINER_NOFILE
+    container_nproc: int = DEFAULT_CONTAINER_NPROC
     dev: bool = False
 
     @property
@@ -120,8 +136,12 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         namespace derived from the state dir keep one tree's sweep from ever touching another's.
         Stable across restarts, so a re-adopted instance is still found by its mark.
         """
-        namespace = hashlib.sha256(self.state_dir.encode()).hexdigest()[:12]
-        return f"{namespace}:{kind}:{ident}"
+        return f"{self.namespace}:{kind}:{ident}"
+
+    @property
+    def namespace(self) -> str:
+        """What tells this hostd's things from another's (tree marks, container labels)."""
+        return hashlib.sha256(self.state_dir.encode()).hexdigest()[:12]
 
     def peer_allowed(self, uid: int, gid: int) -> bool:
         return uid == 0 or uid in self.allow_uids or gid in self.allow_gids
@@ -166,6 +186,15 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     if not 0 <= value <= 3600:
         raise ConfigError(f"{name}={value} must be between 0 and 3600")
     return value
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name}={env.get(name)!r} must be 1 or 0")
 
 
 def _ids(env: Mapping[str, str], name: str) -> frozenset[int]:
@@ -225,6 +254,18 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
             podman_socket = podman_socket_url(podman_socket)
         except ValueError as exc:
             raise ConfigError(f"AIWG_PODMAN_SOCKET={podman_socket!r}: {exc}") from None
+    podman_service = _bool(env, "AIWG_PODMAN_SERVICE")
+    if podman_service and not podman_socket:
+        raise ConfigError("AIWG_PODMAN_SERVICE=1 needs AIWG_PODMAN_SOCKET (where the service listens)")
+    podman_root, podman_runroot = env.get("AIWG_PODMAN_ROOT", ""), env.get("AIWG_PODMAN_RUNROOT", "")
+    for name, value in (("AIWG_PODMAN_ROOT", podman_root), ("AIWG_PODMAN_RUNROOT", podman_runroot)):
+        if value and not os.path.isabs(value):
+            raise ConfigError(f"{name}={value!r} must be an absolute path")
+    if len(podman_runroot) > MAX_PODMAN_RUNROOT_CHARS:
+        raise ConfigError(f"AIWG_PODMAN_RUNROOT={podman_runroot!r} is longer than podman allows (50 characters)")
+    storage_driver = env.get("AIWG_PODMAN_STORAGE_DRIVER", "")
+    if storage_driver and not storage_driver.isalnum():
+        raise ConfigError(f"AIWG_PODMAN_STORAGE_DRIVER={storage_driver!r} is not a storage driver name")
 
     return HostdConfig(
         state_dir=state_dir,
@@ -246,5 +287,11 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
         cgroup_root=cgroup_root,
         workspace_root=os.path.abspath(workspace_root) if workspace_root else "",
         podman_socket=podman_socket,
+        podman_service=podman_service,
+        podman_root=podman_root,
+        podman_runroot=podman_runroot,
+        podman_storage_driver=storage_driver,
+        container_nofile=_int(env, "AIWG_CONTAINER_NOFILE", DEFAULT_CONTAINER_NOFILE, minimum=64),
+        container_nproc=_int(env, "AIWG_CONTAINER_NPROC", DEFAULT_CONTAINER_NPROC, minimum=16),
         dev=dev,
     )

@@ -137,6 +137,12 @@ class ExecRegistry(ChildRegistry[_Exec]):
         exec_id, placement = self._admit(req.exec_id, req.instance_id, env)
         parent_sock = child_sock = None
         try:
+            if req.control and "exec.control" not in placement.capabilities:
+                raise RpcError(
+                    ErrorCode.CONTROL_UNAVAILABLE,
+                    f"instance {req.instance_id!r} cannot give an exec a control channel",
+                    instance_id=req.instance_id,
+                )
             env["AIWG_EXEC_ID"] = exec_id
             spec = placement.spawn_spec(req.argv, req.cwd, env, tty=False)
             cgroup = self._make_cgroup(spec.cgroup_parent, exec_id)

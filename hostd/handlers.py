@@ -152,6 +152,7 @@ class Handlers:
             sessions_running=running,
             execs=self.execs.count(),
             connections=self._connections(),
+            providers=self.instances.providers(),
         )
 
     async def provider_list(self, req: m.ProviderListRequest) -> m.ProviderListResponse:

@@ -48,6 +48,10 @@ class Placement:
         self._instance = instance
         self.instance_id = instance.id
 
+    @property
+    def capabilities(self) -> list[str]:
+        return self._instance.info.capabilities
+
     def spawn_spec(self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str], *, tty: bool) -> SpawnSpec:
         return self._instance.provider.spawn_spec(self._instance, argv, cwd, env, tty=tty)
 
@@ -197,9 +201,7 @@ class InstanceRegistry:
         state file when not given)."""
         if records is None:
             records = statefile.read(self._config.state_file)
-        if records is None:
-            return
-        for saved in records:
+        for saved in records or ():
             info = saved.info
             if info.state == "destroyed" or info.instance_id in self._instances:
                 continue
@@ -214,7 +216,10 @@ class InstanceRegistry:
             if was == "provisioning":
                 info.state, info.note = "failed", "hostd went down while provisioning this instance"
             self._instances[info.instance_id] = inst
-        self._save()
+        if records is not None:
+            self._save()
+        for provider in self._providers.values():
+            await provider.startup()
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -295,7 +300,8 @@ class InstanceRegistry:
         info = inst.info
         # A snapshot: the provider goes on changing its own detail of the live record.
         host = msgspec.structs.replace(info.host) if info.host is not None else None
-        return msgspec.structs.replace(info, host=host, sessions=sessions, execs=execs)
+        container = msgspec.structs.replace(info.container) if info.container is not None else None
+        return msgspec.structs.replace(info, host=host, container=container, sessions=sessions, execs=execs)
 
     def commit(self, inst: Instance) -> None:
         """Record a change of ``inst``: its provider's view of it and the state file (failures are logged)."""

@@ -54,6 +54,16 @@ Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 #: Runtime kinds and provider names are opaque tokens (runtime/v1's pattern): new ones may appear.
 RuntimeKind = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 ProviderName = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+#: An OCI image reference: ``[registry/]name[:tag][@sha256:<64 hex>]`` (lower-case repository).
+ImageRef = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=512,
+        pattern=r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+        r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$",
+    ),
+]
 
 
 class Frame(msgspec.Struct, tag_field="t", tag=True, kw_only=True):
@@ -130,6 +140,8 @@ class StatusResponse(Response):
     sessions_running: int
     execs: int
     connections: int
+    #: Every runtime provider and whether it is available now (as ``ProviderListResponse``).
+    providers: list[ProviderInfo] = []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,6 +174,11 @@ class InstanceProvisionRequest(Request):
     command: Argv | None = None
     start: bool = True
     loadout: str | None = None
+    #: The image of a container instance, in OCI form (``name[:tag][@sha256:<hex>]``; a digest is
+    #: preferred). Ignored by runtimes without images.
+    image: ImageRef | None = None
+    #: Resource limits of the instance (containers: cpu, memory, pids); None = the runtime's defaults.
+    limits: ResourceLimits | None = None
 
 
 class InstanceProvisionResponse(Response):
@@ -496,6 +513,32 @@ class ProviderInfo(msgspec.Struct, kw_only=True):
     capabilities: list[str] = []
     #: The provider every instance of this ``runtime`` gets unless the request names another.
     default: bool = False
+    #: What the provider found labelled as this hostd's that no instance claims (container or
+    #: domain names); reported, never touched.
+    strays: list[str] = []
+
+
+class ResourceLimits(msgspec.Struct, kw_only=True):
+    """Limits of one instance; None = no limit of that kind beyond the runtime's defaults."""
+
+    #: CPU time as a number of cores (``0.5`` = half of one).
+    cpus: Annotated[float, msgspec.Meta(gt=0, le=1024)] | None = None
+    memory_bytes: Annotated[int, msgspec.Meta(ge=4 * 1024 * 1024, le=2**50)] | None = None
+    pids: Annotated[int, msgspec.Meta(ge=8, le=4194304)] | None = None
+
+
+class ContainerDetail(msgspec.Struct, kw_only=True):
+    """What only a container instance has: its podman container and image."""
+
+    container_id: str | None = None
+    container_name: str
+    #: The image as requested, and as resolved: ``<repository>@sha256:<digest>`` of what runs.
+    image: str
+    image_ref: str | None = None
+    #: podman's own word for the container's state (``created``, ``running``, ``exited``, ...).
+    status: str | None = None
+    pid: int | None = None
+    limits: ResourceLimits | None = None
 
 
 class HostDetail(msgspec.Struct, kw_only=True):
@@ -521,6 +564,8 @@ class InstanceInfo(msgspec.Struct, kw_only=True):
     loadout: str | None = None
     #: Runtime-specific detail: set for ``runtime == "host"`` only.
     host: HostDetail | None = None
+    #: Runtime-specific detail: set for ``runtime == "container"`` only.
+    container: ContainerDetail | None = None
     created_at: float
     started_at: float | None = None
     stopped_at: float | None = None

@@ -9,6 +9,7 @@ import psutil
 import pytest
 
 from tests.hostd_process import HostdProcess
+from tests.podman_service import PodmanStorage, busybox_storage, podman_available
 from tests.processes import alive
 
 _OWN_BASETEMP = pytest.StashKey[str]()
@@ -67,3 +68,17 @@ def hostd(tmp_path: Path) -> Iterator[HostdProcess]:
                 pass
         proc.cleanup()
         assert not left, f"processes left behind by hostd: {left}"
+
+
+@pytest.fixture(scope="session")
+def podman_storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanStorage]:
+    """podman storage holding the busybox image, built once per run; each container test's hostd
+    starts its own podman service on it (skipped where podman cannot run)."""
+    missing = podman_available()
+    if missing is not None:
+        pytest.skip(missing)
+    storage = busybox_storage(tmp_path_factory.mktemp("podman"))
+    try:
+        yield storage
+    finally:
+        storage.remove()

@@ -1,8 +1,10 @@
-"""A real ``podman system service`` with one image, for the image-catalog tests (hostd and controller).
+"""A real ``podman system service`` with one image, for the image-catalog tests (hostd and controller),
+and podman storage holding a busybox image, for the container tests (where hostd starts the service).
 
 Images cannot be pulled here, so the image is imported from a ``busybox-static`` rootfs. podman
 runs with private storage under the test's directory (vfs, runc, cgroupfs), never touching the
-host's images. The test starts podman; neither hostd nor the controller ever does.
+host's images. :func:`podman_service` is started by the test; with :func:`busybox_storage` the
+container tests let hostd start its own service on that storage (``AIWG_PODMAN_SERVICE``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,72 @@ import pytest
 BUSYBOX = Path("/bin/busybox")
 IMAGE_REF = "localhost/aiwg-test-busybox:1"
 IMAGE_LABEL = ("org.aiwg.test", "yes")
+#: The container tests' image (and dev mode's): busybox with a link per applet, so ``sh`` exists.
+BUSYBOX_IMAGE = "localhost/busybox:latest"
+
+
+def podman_available() -> str | None:
+    """None if the container tests can run here, else why not."""
+    if shutil.which("podman") is None or shutil.which("runc") is None:
+        return "podman or runc is not installed"
+    if not BUSYBOX.exists():
+        return "busybox-static is not installed (/bin/busybox)"
+    return None
+
+
+def busybox_rootfs_tar(path: Path) -> None:
+    """A rootfs tarball: /bin/busybox plus a symlink per applet, and the dirs programs expect."""
+    applets = subprocess.run([str(BUSYBOX), "--list"], capture_output=True, text=True, check=True).stdout.split()
+    with tarfile.open(path, "w") as tar:
+        for name in ("bin", "tmp", "root", "proc", "sys", "dev", "etc"):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if name == "tmp" else 0o755
+            tar.addfile(info)
+        tar.add(BUSYBOX, arcname="bin/busybox")
+        for applet in applets:
+            if applet != "busybox":
+                info = tarfile.TarInfo(f"bin/{applet}")
+                info.type, info.linkname = tarfile.SYMTYPE, "busybox"
+                tar.addfile(info)
+
+
+class PodmanStorage:
+    """podman storage (graph root, run root, driver) that holds :data:`BUSYBOX_IMAGE`."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.root = base / "root"
+        # podman refuses a runroot longer than 50 characters; pytest's tmp_path is longer.
+        self.runroot = Path(tempfile.mkdtemp(prefix="aiwg-pd-", dir="/tmp"))
+
+    def argv(self) -> list[str]:
+        return _podman_argv(self.base, self.runroot)
+
+    def hostd_env(self, socket_path: Path) -> dict[str, str]:
+        """What a hostd needs to start its own podman service on this storage."""
+        return {
+            "AIWG_PODMAN_SOCKET": str(socket_path),
+            "AIWG_PODMAN_SERVICE": "1",
+            "AIWG_PODMAN_ROOT": str(self.root),
+            "AIWG_PODMAN_RUNROOT": str(self.runroot),
+            "AIWG_PODMAN_STORAGE_DRIVER": "vfs",
+        }
+
+    def remove(self) -> None:
+        # Whatever a test left (it should leave nothing) goes with the storage.
+        subprocess.run([*self.argv(), "rm", "-af", "-t", "0"], capture_output=True, timeout=60)
+        shutil.rmtree(self.runroot, ignore_errors=True)
+
+
+def busybox_storage(base: Path) -> PodmanStorage:
+    """Import :data:`BUSYBOX_IMAGE` into fresh storage under ``base`` (about 0.2 s)."""
+    (base / "tmp").mkdir(parents=True)
+    storage = PodmanStorage(base)
+    tarball = base / "rootfs.tar"
+    busybox_rootfs_tar(tarball)
+    imported = subprocess.run([*storage.argv(), "import", str(tarball), BUSYBOX_IMAGE], capture_output=True, timeout=60)
+    assert imported.returncode == 0, imported.stderr.decode(errors="replace")
+    return storage
 
 
 def _podman_argv(base: Path, runroot: Path) -> list[str]:

@@ -1,6 +1,7 @@
 """Runtime providers: one module per runtime kind, each implementing :class:`base.Provider`.
 
-``host`` (a supervised process tree on the host itself) is the first; ``make_providers`` builds
+``host`` (a supervised process tree on the host itself) is the first, ``container`` (podman) the
+second; ``make_providers`` builds
 the ones this hostd offers, keyed by ``(runtime, provider)``, with each runtime's default first.
 """
 
@@ -14,12 +15,22 @@ from ..config import HostdConfig
 from ..proctree import Cgroups
 from .base import AbsentProvider, Instance, Provider, Saved, SpawnSpec
 from .host import HostProvider
+from .podman import PodmanProvider
 
-__all__ = ["AbsentProvider", "HostProvider", "Instance", "Provider", "Saved", "SpawnSpec", "make_providers"]
+__all__ = [
+    "AbsentProvider",
+    "HostProvider",
+    "Instance",
+    "PodmanProvider",
+    "Provider",
+    "Saved",
+    "SpawnSpec",
+    "make_providers",
+]
 
 
 def make_providers(
     config: HostdConfig, cgroups: Cgroups, nursery: trio.Nursery, commit: Callable[[Instance], None]
 ) -> list[Provider]:
     """Every provider of this hostd; the first of each runtime kind is that kind's default."""
-    return [HostProvider(config, cgroups, nursery, commit)]
+    return [HostProvider(config, cgroups, nursery, commit), PodmanProvider(config, nursery, commit)]

@@ -138,6 +138,10 @@ class Provider(abc.ABC):
         """The registry committed a change of ``instance``: update the provider's own record of it
         (e.g. a metadata file). Failures are logged, never raised."""
 
+    async def startup(self) -> None:  # noqa: B027 - optional hook, most providers need nothing
+        """Every instance of the state file was re-adopted: start what the provider runs by itself
+        (watchers) in the nursery it was given. Awaited before hostd says it is ready."""
+
     async def shutdown(self) -> None:  # noqa: B027 - optional hook, most providers need nothing
         """hostd is going away; instances keep running (they are re-adopted by the next hostd)."""
 

@@ -523,14 +523,20 @@ async def test_instance_of_a_provider_not_offered_is_kept_failed(config: HostdCo
 
 
 async def test_providers_and_unavailable_runtimes(registry: InstanceRegistry) -> None:
-    [host] = registry.providers()
+    host, podman = registry.providers()
     assert (host.runtime, host.provider, host.available, host.default) == ("host", "hostd", True, True)
     assert {"instance.start", "session.pty", "exec"} <= set(host.capabilities)
-    for fields in ({"runtime": "vm"}, {"runtime": "container", "provider": "podman"}, {"provider": "nope"}):
+    # Offered, but without a podman socket configured it says why it cannot be used.
+    assert (podman.runtime, podman.provider, podman.available, podman.default) == ("container", "podman", False, True)
+    assert podman.reason is not None and "no podman socket configured" in podman.reason
+    for fields in ({"runtime": "vm"}, {"provider": "nope"}):
         with pytest.raises(RpcError) as excinfo:
             await registry.provision(provision_req(**fields))
         assert rpc_code(excinfo) is ErrorCode.PROVIDER_UNAVAILABLE
-        assert "offered: host/hostd" in excinfo.value.message
+        assert "offered: host/hostd, container/podman" in excinfo.value.message
+    with pytest.raises(RpcError) as excinfo:
+        await registry.provision(provision_req(runtime="container", provider="podman"))
+    assert rpc_code(excinfo) is ErrorCode.PROVIDER_UNAVAILABLE and "no podman socket configured" in excinfo.value.message
     assert registry.list() == []
     info = await registry.provision(provision_req(runtime="host", provider="hostd"))
     assert (info.runtime, info.provider, info.capabilities) == ("host", "hostd", host.capabilities)

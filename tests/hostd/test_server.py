@@ -201,7 +201,10 @@ def test_refuses_to_start_on_a_newer_state_file(tmp_path: Path) -> None:
 async def test_provider_list(hostd: HostdProcess) -> None:
     async with open_hostd(hostd.socket_path) as client:
         providers = (await client.call(m.ProviderListRequest())).providers
-    assert [(p.runtime, p.provider, p.available, p.default) for p in providers] == [("host", "hostd", True, True)]
+    assert [(p.runtime, p.provider, p.available, p.default) for p in providers] == [
+        ("host", "hostd", True, True),
+        ("container", "podman", False, True),  # no podman socket configured
+    ]
 
 
 def test_stale_socket_is_replaced_and_foreign_file_is_not(tmp_path: Path) -> None:

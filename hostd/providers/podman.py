@@ -1,0 +1,484 @@
+"""The container runtime: an instance is a podman container, asked for through podman-py.
+
+What hostd makes is labelled (``org.aiwg.hostd.namespace`` = this hostd's namespace, the same one its
+tree marks carry; ``org.aiwg.instance-id``; ``org.aiwg.instance-name``) and named ``aiwg-<id>``. A
+restarted hostd finds each instance's container again by id (:meth:`PodmanProvider.readopt`);
+containers carrying its namespace that no instance claims are *strays*: logged and reported in
+``ProviderInfo.strays``, never touched.
+
+Lifecycle: provision creates the container (image by OCI reference, resolved to the image id so the
+container runs exactly what was resolved; cpu/memory/pids limits from the request; explicit
+nofile/nproc rlimits, DESIGN.md §6), start starts it, stop ends the instance's sessions and execs,
+then ``podman stop`` (SIGTERM, grace, SIGKILL), destroy removes it. The main process is the
+request's ``command``, else the image's own, else a small idle loop that exits on SIGTERM. A
+watcher (:meth:`PodmanProvider._poll`) notices containers that ended by themselves, notices podman
+going away and coming back (restarting the service hostd started), and re-adopts instances whose
+container it could not see when hostd started.
+
+Processes inside (sessions, execs): hostd owns the PTY (or the pipes) and runs ``podman --url <socket>
+exec -i [-t]`` on it, so ring, replay, lag, exit codes and reattach are the host machinery's. The
+exec'd process gets the caller's env and the tree mark by name (``-e NAME``: values never appear in
+an argv), so a kill finds it by its mark, inside the container, as for a host process (killing the
+podman client alone would leave it running). No control channel: an fd cannot cross into the container.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import posixpath
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from proto import ErrorCode
+from proto import messages as m
+
+from ..config import HostdConfig
+from ..errors import RpcError
+from ..podmanapi import PodmanApi, PodmanBadAnswer, PodmanUnreachable, reason
+from ..proctree import TREE_ENV
+from ..statefile import mkdir_private
+from .base import EndChildren, Instance, Provider, Saved, SpawnSpec
+
+log = logging.getLogger(__name__)
+
+LABEL_NAMESPACE = "org.aiwg.hostd.namespace"
+LABEL_INSTANCE = "org.aiwg.instance-id"
+LABEL_NAME = "org.aiwg.instance-name"
+#: How often the watcher looks at podman and at this hostd's containers.
+POLL_S = 2.0
+#: Extra time a podman call gets beyond the grace of a stop.
+_CALL_SLACK_S = 10.0
+MAX_STRAYS = 64
+CPU_PERIOD_US = 100_000
+#: PID 1 of a container whose request and image name no main process: waits, exits on SIGTERM.
+IDLE_MAIN = ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
+
+CAPABILITIES = [
+    "instance.start",
+    "instance.stop",
+    "instance.restart",
+    "instance.destroy",
+    "session.pty",
+    "exec",
+]
+
+
+class _Container:
+    """The provider's record of one instance: whether hostd still has to find its container again."""
+
+    def __init__(self, *, lost_contact: bool = False) -> None:
+        #: podman could not be asked when hostd re-adopted it: the watcher settles it later.
+        self.lost_contact = lost_contact
+
+
+def _detail(instance: Instance) -> m.ContainerDetail:
+    detail = instance.info.container
+    assert detail is not None, "a container instance always has its detail"
+    return detail
+
+
+def _record(instance: Instance) -> _Container:
+    if not isinstance(instance.state, _Container):
+        instance.state = _Container()
+    return instance.state
+
+
+def _image_ref(attrs: Mapping[str, Any], requested: str) -> str:
+    """``<repository>@sha256:<digest>`` of a resolved image (the digest podman keeps for it)."""
+    digest = attrs.get("Digest") or f"sha256:{attrs.get('Id', '')}"
+    if "@" in requested:
+        return requested
+    tags = [t for t in attrs.get("RepoTags") or [] if t and t != "<none>:<none>"]
+    repo = tags[0] if tags else requested
+    last = repo.rsplit("/", 1)[-1]
+    if ":" in last:
+        repo = repo[: len(repo) - len(last)] + last.split(":", 1)[0]
+    return f"{repo}@{digest}"
+
+
+def _has_own_command(attrs: Mapping[str, Any]) -> bool:
+    config = attrs.get("Config") or {}
+    return bool(config.get("Cmd") or config.get("Entrypoint"))
+
+
+class PodmanProvider(Provider):
+    """Containers on the podman API socket of ``config.podman_socket``. The watcher runs in
+    ``nursery`` (owned by hostd's registry, outliving connections)."""
+
+    runtime = "container"
+    name = "podman"
+
+    def __init__(self, config: HostdConfig, nursery: trio.Nursery, commit: Callable[[Instance], None]) -> None:
+        super().__init__(commit)
+        self._config = config
+        self._nursery = nursery
+        self._api = PodmanApi(config)
+        self._reason: str | None = "podman has not been asked yet"
+        self._contact_checked = False
+        self._known: dict[str, Instance] = {}
+        self._strays: list[str] = []
+
+    # -- what it is -----------------------------------------------------------------------------
+
+    def capabilities(self) -> list[str]:
+        return list(CAPABILITIES)
+
+    def availability(self) -> str | None:
+        if self._api.binary is None:
+            return "podman is not installed (no podman on PATH)"
+        if not self._api.url:
+            return "no podman socket configured (AIWG_PODMAN_SOCKET)"
+        return self._reason
+
+    def describe(self, *, default: bool) -> m.ProviderInfo:
+        info = super().describe(default=default)
+        info.strays = list(self._strays)
+        return info
+
+    async def _check_contact(self) -> None:
+        """Ask podman once (starting the service when configured) before the first readopt."""
+        if not self._contact_checked:
+            self._contact_checked = True
+            self._reason = await self._api.ensure_service()
+            if self._reason is not None:
+                log.warning("podman is not available: %s", self._reason)
+            else:
+                log.info("podman answers on %s", self._api.url)
+
+    async def startup(self) -> None:
+        await self._check_contact()
+        if not self._api.url:
+            return  # nothing to watch: the provider stays unavailable, saying why
+        if self._reason is None:
+            await self._poll()  # strays and settled states before hostd says it is ready
+        self._nursery.start_soon(self._watch)
+
+    async def shutdown(self) -> None:
+        await self._api.close()
+
+    # -- podman calls ---------------------------------------------------------------------------
+
+    async def _call(self, fn: Callable[[Any], Any], *, timeout_s: float | None = None) -> Any:
+        """One podman call; unreachable becomes ``provider.unavailable`` (and is remembered), podman's
+        own refusals ``provider.error``."""
+        import podman.errors
+
+        try:
+            result = await self._api.call(fn, timeout_s=timeout_s)
+        except PodmanUnreachable as exc:
+            self._reason = str(exc)
+            raise RpcError(
+                ErrorCode.PROVIDER_UNAVAILABLE, f"podman is not available: {exc}", runtime=self.runtime
+            ) from exc
+        except podman.errors.ImageNotFound as exc:
+            raise RpcError(ErrorCode.IMAGE_NOT_FOUND, f"podman has no such image: {reason(exc)}") from exc
+        except podman.errors.APIError as exc:
+            raise RpcError(ErrorCode.PROVIDER_ERROR, f"podman refused: {reason(exc)}") from exc
+        except PodmanBadAnswer as exc:
+            raise RpcError(ErrorCode.PROVIDER_ERROR, str(exc)) from exc
+        self._reason = None
+        return result
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def provision(self, instance: Instance, req: m.InstanceProvisionRequest) -> None:
+        info = instance.info
+        instance.state = _Container()
+        if req.image is None:
+            raise RpcError(ErrorCode.REQUEST_INVALID, "a container instance needs an image", field="image")
+        image_name = req.image
+        working_dir = req.working_dir or "/"
+        if not posixpath.isabs(working_dir):
+            raise RpcError(
+                ErrorCode.WORKING_DIR_NOT_FOUND,
+                f"working_dir {working_dir!r} must be an absolute path inside the container",
+                working_dir=working_dir,
+            )
+        info.working_dir = posixpath.normpath(working_dir)
+        info.instance_dir = str(self._config.instances_dir / info.instance_id)
+        mkdir_private(Path(info.instance_dir))
+        name = f"aiwg-{info.instance_id}"
+        info.container = m.ContainerDetail(container_name=name, image=image_name, limits=req.limits)
+        self._known[info.instance_id] = instance
+        env = {"AIWG_INSTANCE_ID": info.instance_id, "AGENT_INSTANCE_ID": info.instance_id}
+        env["AGENT_ID"] = f"container-{info.instance_id}"
+        if info.loadout:
+            env["AGENT_LOADOUT"] = info.loadout
+        env.update(instance.env)
+        labels = {
+            **info.labels,
+            LABEL_NAMESPACE: self._config.namespace,
+            LABEL_INSTANCE: info.instance_id,
+            LABEL_NAME: info.name,
+        }
+        limits = req.limits or m.ResourceLimits()
+        config = self._config
+        command = info.command
+
+        def create(client: Any) -> tuple[str, str]:
+            image = client.images.get(image_name)
+            kwargs: dict[str, Any] = {}
+            if limits.cpus is not None:
+                # podman-py drops nano_cpus; a CFS quota over a 100 ms period is the same limit.
+                kwargs["cpu_period"], kwargs["cpu_quota"] = CPU_PERIOD_US, int(limits.cpus * CPU_PERIOD_US)
+            if limits.memory_bytes is not None:
+                kwargs["mem_limit"] = limits.memory_bytes
+            if limits.pids is not None:
+                kwargs["pids_limit"] = limits.pids
+            argv = command or (None if _has_own_command(image.attrs) else IDLE_MAIN)
+            container = client.containers.create(
+                image.id,
+                command=argv,
+                name=name,
+                labels=labels,
+                environment=env,
+                working_dir=info.working_dir,
+                ulimits=[
+                    {"Name": "nofile", "Soft": config.container_nofile, "Hard": config.container_nofile},
+                    {"Name": "nproc", "Soft": config.container_nproc, "Hard": config.container_nproc},
+                ],
+                **kwargs,
+            )
+            return container.id, _image_ref(image.attrs, image_name)
+
+        container_id, image_ref = await self._call(create)
+        detail = _detail(instance)
+        detail.container_id, detail.image_ref, detail.status = container_id, image_ref, "created"
+
+    async def start(self, instance: Instance) -> None:
+        info, detail = instance.info, _detail(instance)
+        info.state = "starting"
+        name = detail.container_name
+
+        def start(client: Any) -> dict[str, Any]:
+            container = client.containers.get(name)
+            container.start()
+            container.reload()
+            return dict(container.attrs)
+
+        try:
+            attrs = await self._call(start)
+        except RpcError as exc:
+            info.state, info.note, info.stopped_at = "failed", exc.message, time.time()
+            raise
+        state = attrs.get("State") or {}
+        detail.status, detail.pid = state.get("Status"), state.get("Pid") or None
+        now = time.time()
+        if detail.status == "running":
+            info.state, info.started_at, info.stopped_at = "running", now, None
+            info.exit_code = info.adopted = info.note = None
+        else:
+            info.state, info.stopped_at, info.exit_code = "failed", now, state.get("ExitCode")
+            info.note = f"container {name} is {detail.status} right after its start"
+            raise RpcError(ErrorCode.SPAWN_FAILED, info.note)
+
+    async def stop(self, instance: Instance, grace_s: float, end_children: EndChildren) -> None:
+        detail = _detail(instance)
+        await end_children()
+        name = detail.container_name
+        timeout = max(0, math.ceil(grace_s))
+
+        def stop(client: Any) -> dict[str, Any]:
+            import podman.errors
+
+            try:
+                container = client.containers.get(name)
+            except podman.errors.NotFound:
+                return {}
+            if container.status in ("running", "paused"):
+                container.stop(timeout=timeout)
+                container.reload()
+            return dict(container.attrs)
+
+        try:
+            attrs = await self._call(stop, timeout_s=timeout + _CALL_SLACK_S)
+        finally:
+            detail.pid = None
+        state = attrs.get("State") or {}
+        detail.status = state.get("Status", "removed")
+        instance.info.exit_code = state.get("ExitCode")
+
+    async def discard(self, instance: Instance) -> None:
+        info = instance.info
+        self._known.pop(info.instance_id, None)
+        if info.container is not None:
+            name = info.container.container_name
+
+            def remove(client: Any) -> None:
+                import podman.errors
+
+                try:
+                    client.containers.get(name).remove(force=True)
+                except podman.errors.NotFound:
+                    pass
+
+            try:
+                await self._call(remove, timeout_s=_CALL_SLACK_S + self._config.stop_grace_s)
+            except RpcError as exc:
+                # The instance is gone for hostd either way; what podman still holds shows as a stray.
+                log.error("instance %s: container %s not removed: %s", info.instance_id, name, exc.message)
+        if info.instance_dir:
+            await trio.to_thread.run_sync(shutil.rmtree, info.instance_dir, True)
+
+    async def readopt(self, instance: Instance, saved: Saved) -> None:
+        info = instance.info
+        self._known[info.instance_id] = instance
+        record = _record(instance)
+        if info.container is None:  # cut off before its container existed
+            info.state, info.adopted, info.note = "failed", False, "no container was created"
+            return
+        await self._check_contact()
+        if self._reason is not None:
+            if info.state in ("running", "starting", "stopping"):
+                record.lost_contact = True
+                info.state, info.adopted = "failed", False
+                info.note = f"podman was not reachable when hostd started: {self._reason}"
+            return
+        try:
+            attrs = await self._inspect(info.container.container_name)
+        except RpcError as exc:
+            record.lost_contact = True
+            info.state, info.adopted, info.note = "failed", False, exc.message
+            return
+        self._settle(instance, attrs, adopting=True)
+
+    async def _inspect(self, name: str) -> dict[str, Any] | None:
+        def inspect(client: Any) -> dict[str, Any] | None:
+            import podman.errors
+
+            try:
+                return dict(client.containers.get(name).attrs)
+            except podman.errors.NotFound:
+                return None
+
+        result: dict[str, Any] | None = await self._call(inspect)
+        return result
+
+    def _settle(self, instance: Instance, attrs: Mapping[str, Any] | None, *, adopting: bool) -> bool:
+        """Fold podman's view of an instance's container into its info; True if anything changed."""
+        info, detail = instance.info, _detail(instance)
+        before = (info.state, info.note, detail.status, detail.pid)
+        _record(instance).lost_contact = False
+        now = time.time()
+        if attrs is None:
+            detail.status, detail.pid = "removed", None
+            if info.state != "failed" or adopting:
+                info.state, info.adopted, info.stopped_at = "failed", False, now
+                info.note = f"container {detail.container_name} no longer exists"
+            return before != (info.state, info.note, detail.status, detail.pid)
+        state = attrs.get("State") or {}
+        detail.container_id = attrs.get("Id") or detail.container_id
+        detail.status, detail.pid = state.get("Status"), state.get("Pid") or None
+        was_live = info.state in ("running", "starting", "stopping") or (adopting and info.state == "failed")
+        if detail.status == "running":
+            if adopting or info.state == "failed":
+                info.state, info.adopted, info.note = "running", True, None
+        elif was_live and info.state != "stopping":
+            code = state.get("ExitCode")
+            info.exit_code, info.stopped_at, detail.pid = code, now, None
+            info.state = "stopped" if code == 0 else "failed"
+            info.note = f"container {detail.container_name} exited with code {code}" + (
+                " while hostd was down" if adopting else ""
+            )
+            if adopting:
+                info.adopted = False
+        return before != (info.state, info.note, detail.status, detail.pid)
+
+    # -- the watcher ----------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        while True:
+            await trio.sleep(POLL_S)
+            try:
+                await self._poll()
+            except Exception:
+                log.exception("podman watcher: one round failed")
+
+    async def _poll(self) -> None:
+        """One look at podman: reachable? (restarting the service hostd runs), containers that ended
+        by themselves, instances to re-adopt, strays."""
+        was = self._reason
+        self._reason = await self._api.ensure_service()
+        if self._reason is not None:
+            if was is None:
+                log.warning("podman is not available any more: %s", self._reason)
+            return
+        if was is not None:
+            log.info("podman answers again on %s", self._api.url)
+        namespace = self._config.namespace
+
+        def listing(client: Any) -> list[dict[str, Any]]:
+            return [
+                dict(c.attrs)
+                for c in client.containers.list(all=True, filters={"label": f"{LABEL_NAMESPACE}={namespace}"})
+            ]
+
+        try:
+            containers = await self._call(listing)
+        except RpcError:
+            return
+        by_instance: dict[str, dict[str, Any]] = {}
+        strays = []
+        for attrs in containers:
+            iid = (attrs.get("Labels") or {}).get(LABEL_INSTANCE)
+            if isinstance(iid, str) and iid in self._known:
+                by_instance[iid] = attrs
+            else:
+                names = attrs.get("Names") or [str(attrs.get("Id", ""))[:12]]
+                strays.append(str(names[0]))
+        strays.sort()
+        if strays != self._strays:
+            if strays:
+                log.warning("containers labelled as this hostd's that no instance claims: %s", ", ".join(strays))
+            self._strays = strays[:MAX_STRAYS]
+        for iid, instance in list(self._known.items()):
+            if instance.lock.locked() or instance.info.container is None:
+                continue  # a lifecycle call is at work on it and records the outcome itself
+            if instance.info.state not in ("running", "starting") and not _record(instance).lost_contact:
+                continue
+            attrs = by_instance.get(iid)
+            if attrs is not None:
+                # The listing's entry has no exit code: ask for the whole record of an ended one.
+                status = attrs.get("State")
+                if status != "running":
+                    try:
+                        attrs = await self._inspect(instance.info.container.container_name)
+                    except RpcError:
+                        continue
+                else:
+                    attrs = {**attrs, "State": {"Status": "running", "Pid": attrs.get("Pid")}}
+            if instance.lock.locked():
+                continue
+            if self._settle(instance, attrs, adopting=_record(instance).lost_contact):
+                self._commit(instance)
+
+    # -- processes inside -----------------------------------------------------------------------
+
+    def spawn_spec(
+        self, instance: Instance, argv: Sequence[str], cwd: str | None, env: Mapping[str, str], *, tty: bool
+    ) -> SpawnSpec:
+        info, detail = instance.info, _detail(instance)
+        if self._api.binary is None:
+            raise RpcError(ErrorCode.PROVIDER_UNAVAILABLE, "podman is not installed (no podman on PATH)")
+        shown = posixpath.normpath(posixpath.join(info.working_dir, cwd or ""))
+        command = [self._api.binary, "--url", self._api.url, "exec", "-i"]
+        if tty:
+            command.append("-t")
+        command += ["-w", shown, "-e", TREE_ENV]
+        for key in env:
+            command += ["-e", key]
+        command += ["--", detail.container_name, *argv]
+        host_env = {
+            "PATH": os.environ.get("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": info.instance_dir,
+            "LANG": "C.UTF-8",
+            **env,
+        }
+        return SpawnSpec(argv=command, cwd=info.instance_dir, env=host_env, shown_cwd=shown)
