@@ -80,6 +80,14 @@ def _remote_failure(exc: HostdRemoteError) -> ControllerError:
             return ValidationFailed([], exc.message, details=details)
         case ErrorCode.SPAWN_FAILED:
             return OperationFailed("instance.spawn_failed", exc.message, details=details)
+        case ErrorCode.PROVIDER_UNAVAILABLE:
+            # The runtime's provider (podman, libvirt) cannot serve: never another runtime instead.
+            return Unavailable("runtime.unavailable", exc.message, details=details)
+        case ErrorCode.IMAGE_NOT_FOUND:
+            field = {"field": "image", "message": exc.message, "code": exc.code}
+            return ValidationFailed([field], exc.message, details=details)
+        case ErrorCode.PROVIDER_ERROR:
+            return OperationFailed("runtime.provider_error", exc.message, details=details)
         case _:
             return Unavailable(UNAVAILABLE, f"hostd refused the call: {exc.code}: {exc.message}", details=details)
 

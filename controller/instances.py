@@ -10,9 +10,11 @@ transient state that operation set (``starting``, ``stopping``, ``destroying``).
 
 Provisioning and lifecycle verbs are operations (:mod:`controller.operations`); this module checks
 what can be checked before the operation is accepted (ValidationFailed, NotFound, InvalidState,
-Unimplemented, hostd reachable) and gives the operation its work function. Runtimes other than
-``host`` raise Unimplemented ``runtime.not_implemented`` until their providers exist; nothing falls
-back to another runtime.
+Unimplemented, hostd reachable) and gives the operation its work function. Runtimes run on hostd
+by the provider of their kind (:data:`HOSTD_KIND`: ``host``, ``docker`` as hostd's ``container``,
+also accepted as ``container``); others raise Unimplemented ``runtime.not_implemented`` until their
+providers exist. Nothing falls back to another runtime: a provider hostd cannot use now (podman
+down) fails the operation with hostd's reason.
 
 Decommission destroys the instance on hostd and forgets it. Without ``force`` it refuses an
 instance that is running (InvalidState); with ``force`` it kills the tree at once (grace 0). It
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import re
 import time
 from typing import Any
 
@@ -46,15 +49,26 @@ from .errors import (
 )
 from .hostlink import HostdLink
 from .loadouts import LoadoutService
-from .models import INSTANCE_STATES, RUNTIMES, ProvisionRequest
+from .models import INSTANCE_STATES, RUNTIME_ALIASES, RUNTIMES, ProvisionRequest
 from .operations import OperationService
 from .store import InstanceRecord, NameTaken, OperationRecord, Store
 
 log = logging.getLogger(__name__)
 
+#: An OCI image reference (the same rule hostd's protocol checks): name[:tag][@sha256:<64 hex>].
+IMAGE_REF = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$"
+)
+
 LIFECYCLE_VERBS = ("start", "stop", "restart", "destroy")
 TRANSIENT = {"start": "starting", "stop": "stopping", "restart": "stopping", "destroy": "destroying"}
 LIVE_STATES = ("provisioning", "starting", "running", "stopping")
+#: The admin runtimes hostd runs, and the runtime kind (proto) each one is on hostd.
+HOSTD_KIND = {"host": "host", "docker": "container"}
+ADMIN_RUNTIME = {kind: runtime for runtime, kind in HOSTD_KIND.items()}
+#: Whether a runtime's instances start when the request does not say (``docker run`` does).
+DEFAULT_START = {"host": False, "docker": True}
 
 
 def _instance_key(instance_id: str) -> str:
@@ -88,7 +102,7 @@ class InstanceService:
 
     async def _fold(self, rec: InstanceRecord, info: m.InstanceInfo | None) -> InstanceRecord:
         """Apply hostd's view of one instance to its catalog row (and persist a change)."""
-        if rec.runtime != "host" or self._busy(rec.id):
+        if rec.runtime not in HOSTD_KIND or self._busy(rec.id):
             return rec
         state, note, working_dir = rec.state, rec.note, rec.working_dir
         if info is not None:
@@ -106,7 +120,8 @@ class InstanceService:
         rec = InstanceRecord(
             id=info.instance_id,
             name=info.name,
-            runtime="host",
+            runtime=ADMIN_RUNTIME.get(info.runtime, info.runtime),
+            provider=info.provider if info.runtime != "host" else None,
             state=info.state,
             loadout=info.loadout,
             working_dir=info.working_dir,
@@ -146,13 +161,17 @@ class InstanceService:
         return out
 
     async def reconcile_one(self, instance_id: str) -> InstanceRecord | None:
+        return (await self._reconcile_one(instance_id))[0]
+
+    async def _reconcile_one(self, instance_id: str) -> tuple[InstanceRecord | None, m.InstanceInfo | None]:
         rec = await self.store.instances.get(instance_id)
-        if rec is not None and rec.runtime != "host":
-            return rec
+        if rec is not None and rec.runtime not in HOSTD_KIND:
+            return rec, None
         info = await self._hostd_get(instance_id)
         if rec is None:
-            return await self._adopt(info) if info is not None and info.state != "destroyed" else None
-        return await self._fold(rec, info)
+            adopted = await self._adopt(info) if info is not None and info.state != "destroyed" else None
+            return adopted, info
+        return await self._fold(rec, info), info
 
     async def _hostd_get(self, instance_id: str) -> m.InstanceInfo | None:
         """hostd's view of one instance; None if hostd does not know it (or the id cannot be one)."""
@@ -173,6 +192,7 @@ class InstanceService:
             errors.append({"field": "runtime", "message": f"must be one of {', '.join(RUNTIMES)}", "code": "enum"})
         if errors:
             raise ValidationFailed(errors)
+        runtime = RUNTIME_ALIASES.get(runtime, runtime) if runtime is not None else None
         records = await self.reconcile()
         return [
             r
@@ -183,10 +203,15 @@ class InstanceService:
         ]
 
     async def get(self, instance_id: str) -> InstanceRecord:
-        rec = await self.reconcile_one(instance_id)
+        return (await self.get_detail(instance_id))[0]
+
+    async def get_detail(self, instance_id: str) -> tuple[InstanceRecord, m.InstanceInfo | None]:
+        """The catalog's row after reconciling it, and hostd's view of the instance (None if hostd
+        does not run it): its provider state for the detail views."""
+        rec, info = await self._reconcile_one(instance_id)
         if rec is None:
             raise _not_found(instance_id)
-        return rec
+        return rec, info
 
     async def record(self, instance_id: str) -> InstanceRecord:
         """The catalog's row, without asking hostd; NotFound if the catalog has none."""
@@ -218,17 +243,45 @@ class InstanceService:
             raise ValidationFailed([{"field": "loadout", "message": f"unknown loadout {name!r}", "code": "not_found"}])
         return loadout.service
 
+    def _check_runtime(self, req: ProvisionRequest) -> tuple[str, str | None]:
+        """The request's runtime as stored (aliases resolved) and the image it runs (docker)."""
+        runtime = RUNTIME_ALIASES.get(req.runtime, req.runtime)
+        if runtime not in HOSTD_KIND:
+            offered = ", ".join(f"{r!r}" for r in HOSTD_KIND)
+            raise Unimplemented(
+                "runtime.not_implemented", f"runtime {req.runtime!r} is not implemented yet; available: {offered}"
+            )
+        if req.provider is not None and not (runtime == "docker" and req.provider == "podman"):
+            raise ValidationFailed([{"field": "provider", "message": "valid only with runtime qemu (docker: podman)"}])
+        kind = (req.runtime_options or {}).get("kind")
+        if kind is not None and kind != HOSTD_KIND[runtime]:
+            message = f"must match runtime {req.runtime!r} ({HOSTD_KIND[runtime]!r})"
+            raise ValidationFailed([{"field": "runtime_options.kind", "message": message}])
+        if runtime != "docker":
+            for field in ("image", "resources"):
+                if getattr(req, field) is not None:
+                    raise ValidationFailed([{"field": field, "message": "valid only with runtime docker"}])
+            return runtime, None
+        loadout = self.loadouts.get(req.loadout) if req.loadout else None
+        if req.loadout and loadout is None:
+            self._loadout_service(req.loadout)  # raises: unknown loadout
+        if loadout is not None and loadout.runtime != "docker":
+            message = f"loadout {loadout.name!r} is for runtime {loadout.runtime!r}"
+            raise ValidationFailed([{"field": "loadout", "message": message, "code": "runtime_mismatch"}])
+        image = req.image or (loadout.image if loadout is not None else None)
+        if image is None:
+            raise ValidationFailed(
+                [{"field": "image", "message": "runtime docker needs an image (or a loadout naming one)"}]
+            )
+        if not IMAGE_REF.match(image):
+            raise ValidationFailed(
+                [{"field": "image", "message": "must be an OCI reference: name[:tag][@sha256:<hex>]"}]
+            )
+        return runtime, image
+
     async def provision(self, req: ProvisionRequest) -> tuple[OperationRecord, bool]:
         """Start provisioning; returns (operation, created). created is False for a name in flight."""
-        if req.runtime != "host":
-            raise Unimplemented(
-                "runtime.not_implemented", f"runtime {req.runtime!r} is not implemented yet; only 'host' is available"
-            )
-        if req.provider is not None:
-            raise ValidationFailed([{"field": "provider", "message": "valid only with runtime qemu"}])
-        kind = (req.runtime_options or {}).get("kind")
-        if kind is not None and kind != "host":
-            raise ValidationFailed([{"field": "runtime_options.kind", "message": "must match runtime 'host'"}])
+        runtime, image = self._check_runtime(req)
         async with self._provision_lock:
             existing = self.operations.in_flight(_name_key(req.name))
             if existing is not None:
@@ -248,7 +301,8 @@ class InstanceService:
             rec = InstanceRecord(
                 id=new_id(),  # fixed before any work starts; reported in the operation's result
                 name=req.name,
-                runtime=req.runtime,
+                runtime=runtime,
+                provider="podman" if runtime == "docker" else None,
                 state="provisioning",
                 loadout=req.loadout,
                 working_dir=req.working_dir,
@@ -260,7 +314,7 @@ class InstanceService:
             await self.store.instances.insert(rec)
 
             async def work(op: OperationRecord) -> dict[str, Any]:
-                return await self._provision_work(rec, req, service)
+                return await self._provision_work(rec, req, service, image)
 
             op = await self.operations.submit(
                 "instance.provision", work, keys=(_name_key(req.name), _instance_key(rec.id)), instance_id=rec.id
@@ -268,16 +322,22 @@ class InstanceService:
             return op, True
 
     async def _provision_work(
-        self, rec: InstanceRecord, req: ProvisionRequest, service: builtins.list[str] | None
+        self, rec: InstanceRecord, req: ProvisionRequest, service: builtins.list[str] | None, image: str | None
     ) -> dict[str, Any]:
+        resources = req.resources
         call = m.InstanceProvisionRequest(
             instance_id=rec.id,
             name=rec.name,
+            runtime=HOSTD_KIND[rec.runtime],
             working_dir=req.working_dir,
             labels=dict(req.labels),
             command=service,
-            start=req.start,
+            start=DEFAULT_START[rec.runtime] if req.start is None else req.start,
             loadout=req.loadout,
+            image=image,
+            limits=m.ResourceLimits(cpus=resources.cpus, memory_bytes=resources.memory_bytes, pids=resources.pids)
+            if resources is not None
+            else None,
         )
         try:
             info: m.InstanceInfo = (await self.link.call(call)).instance
@@ -304,7 +364,7 @@ class InstanceService:
         rec = await self.store.instances.get(instance_id)
         if rec is None:
             raise _not_found(instance_id)
-        if rec.runtime != "host":
+        if rec.runtime not in HOSTD_KIND:
             raise Unimplemented("runtime.not_implemented", f"runtime {rec.runtime!r} is not implemented yet")
         busy = self._busy(instance_id)
         if busy is not None:

@@ -8,11 +8,12 @@ A manifest (``yaml.safe_load``; aliases refused, at most ``MAX_MANIFEST_BYTES``)
     runtime: host              # host | docker | qemu
     description: ...           # optional
     command: [/bin/cat]        # argv of the agent command: what hostd runs for tasks
+    image: localhost/busybox   # docker only: the image its instances run (OCI reference)
     runtime_options: {...}     # optional, admin-api LoadoutRuntimeOptions
     compatibility: [...]       # optional, admin-api LoadoutCompatibility; derived when absent
 
-Built-in loadouts (``shell``, ``echo``) ship as package data in ``controller/loadouts/``; user
-loadouts are saved as ``<dir>/<name>.yaml`` (the manifest text as uploaded) and loaded at
+Built-in loadouts (``shell``, ``echo``; ``busybox`` for containers) ship as package data in
+``controller/loadouts/``; user loadouts are saved as ``<dir>/<name>.yaml`` (the manifest text as uploaded) and loaded at
 construction. Names are unique across both: creating an existing name (built-in included) raises
 ``LoadoutExists``. A file is published with ``link(2)`` from a temp file, so two creates of one
 name never both win and a crash never leaves half a manifest.
@@ -127,6 +128,8 @@ class LoadoutManifest(_Strict, kw_only=True):
     command: Argv
     #: Optional long-running process hostd supervises as the instance's main process.
     service: Argv | None = None
+    #: The image a docker-runtime instance runs (OCI reference), unless the request names one.
+    image: Annotated[str, msgspec.Meta(min_length=1, max_length=512)] | None = None
     runtime_options: RuntimeOptions | None = None
     compatibility: list[Compatibility] = []
 
@@ -141,6 +144,7 @@ class LoadoutView(msgspec.Struct, kw_only=True, omit_defaults=True):
     command: list[str]
     builtin: bool
     service: list[str] | None = None
+    image: str | None = None
     runtime_options: RuntimeOptions | None = None
     compatibility: list[Compatibility] = []
     manifest: str | None = None
@@ -174,6 +178,10 @@ class Loadout:
     def runtime(self) -> str:
         return self.manifest.runtime
 
+    @property
+    def image(self) -> str | None:
+        return self.manifest.image
+
     def view(self, *, with_manifest: bool = False) -> LoadoutView:
         m = self.manifest
         compatibility = m.compatibility or [
@@ -192,6 +200,7 @@ class Loadout:
             description=m.description,
             command=list(m.command),
             service=list(m.service) if m.service else None,
+            image=m.image,
             builtin=self.builtin,
             runtime_options=m.runtime_options,
             compatibility=compatibility,

@@ -11,8 +11,11 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-RUNTIMES = ("qemu", "docker", "host")
-Runtime = Literal["qemu", "docker", "host"]
+RUNTIMES = ("qemu", "docker", "host", "container")
+#: ``container`` is runtime/v1's kind name for what the contract calls ``docker``: accepted as an
+#: alias on input, stored and shown as ``docker``.
+Runtime = Literal["qemu", "docker", "host", "container"]
+RUNTIME_ALIASES = {"container": "docker"}
 InstanceStateName = Literal[
     "provisioning", "stopped", "starting", "running", "stopping", "failed", "destroying", "destroyed"
 ]
@@ -25,6 +28,14 @@ Labels = Annotated[
     dict[Annotated[str, msgspec.Meta(min_length=1, max_length=256)], Annotated[str, msgspec.Meta(max_length=4096)]],
     msgspec.Meta(max_length=256),
 ]
+
+
+class Resources(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Resource limits of a container instance (an extension of the contract's request)."""
+
+    cpus: Annotated[float, msgspec.Meta(gt=0, le=1024)] | None = None
+    memory_bytes: Annotated[int, msgspec.Meta(ge=4 * 1024 * 1024, le=2**50)] | None = None
+    pids: Annotated[int, msgspec.Meta(ge=8, le=4194304)] | None = None
 
 
 class ProvisionRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -40,10 +51,12 @@ class ProvisionRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     agentshare: bool = False
     mounts: list[Path] = []
     network: Short | None = None
-    start: bool = False
+    #: None: the runtime's default (host: provisioned stopped; docker: started, as ``docker run``).
+    start: bool | None = None
     working_dir: Path | None = None
     ssh_key: Path | None = None
     labels: Labels = {}
+    resources: Resources | None = None
 
 
 class HostDaemon(msgspec.Struct, kw_only=True):
@@ -70,6 +83,10 @@ class InstanceView(msgspec.Struct, omit_defaults=True, kw_only=True):
     transport_posture: str | None = None
     host_daemon: HostDaemon | None = None
     labels: dict[str, str] = {}
+    image: str | None = None
+    image_ref: str | None = None
+    #: What the instance's provider reports about it (hostd's runtime detail), when hostd was asked.
+    provider_state: dict[str, Any] | None = None
 
 
 class InstanceList(msgspec.Struct, kw_only=True):

@@ -44,8 +44,8 @@ async def provision_instance() -> Response:
 @require_role(*READ)
 async def get_instance(instance_id: str) -> Response:
     state = app_state()
-    rec = await state.instances.get(instance_id)
-    return json_response(instance_view(rec, base_url(), hostd_available=state.link.ready))
+    rec, info = await state.instances.get_detail(instance_id)
+    return json_response(instance_view(rec, base_url(), hostd_available=state.link.ready, info=info))
 
 
 @admin.delete("/instances/<instance_id>")

@@ -34,8 +34,13 @@ def agent_card_url(base_url: str, instance_id: str) -> str:
     return f"{base_url.rstrip('/')}/agents/{instance_id}/.well-known/agent-card.json"
 
 
-def instance_view(rec: InstanceRecord, base_url: str, *, hostd_available: bool) -> InstanceView:
+def instance_view(
+    rec: InstanceRecord, base_url: str, *, hostd_available: bool, info: m.InstanceInfo | None = None
+) -> InstanceView:
+    """``info`` (hostd's view, when it was asked) adds the image and the provider's own state."""
     host = rec.runtime == "host"
+    detail = (info.host or info.container) if info is not None else None
+    container = info.container if info is not None else None
     return InstanceView(
         id=rec.id,
         name=rec.name,
@@ -44,7 +49,7 @@ def instance_view(rec: InstanceRecord, base_url: str, *, hostd_available: bool) 
         agent_card_url=agent_card_url(base_url, rec.id),
         created_at=iso(rec.created_at),
         provider=rec.provider,
-        capabilities=list(HOST_CAPABILITIES) if host else [],
+        capabilities=list(HOST_CAPABILITIES) if rec.runtime in ("host", "docker") else [],
         loadout=rec.loadout,
         source=rec.source,
         cwd=rec.working_dir,
@@ -55,6 +60,9 @@ def instance_view(rec: InstanceRecord, base_url: str, *, hostd_available: bool) 
         if host
         else None,
         labels=dict(rec.labels),
+        image=container.image if container is not None else None,
+        image_ref=container.image_ref if container is not None else None,
+        provider_state=msgspec.to_builtins(detail) if detail is not None else None,
     )
 
 

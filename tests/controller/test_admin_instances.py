@@ -5,18 +5,23 @@ from __future__ import annotations
 import os
 import signal
 import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import jsonschema
 import psutil
+import pytest
 import trio
 
+from controller.config import load_config
 from proto import messages as m
 from proto import open_hostd
 from tests.contracts import component, validate
+from tests.podman_service import PodmanStorage
 
-from .conftest import LiveController, LiveHostd, alive, provision, wait_operation
+from .conftest import LiveController, LiveHostd, alive, controller_env, provision, serve_controller, wait_operation
 from .test_problems import assert_problem
 
 #: Our stricter reading of the contract's Instance schema (admin-api.openapi.yaml); bodies are
@@ -124,10 +129,27 @@ async def test_existing_name_is_409(admin: httpx.AsyncClient) -> None:
 
 
 async def test_other_runtimes_are_501(admin: httpx.AsyncClient) -> None:
-    for runtime in ("qemu", "docker"):
-        response = await admin.post("/api/v2/admin/instances", json={"name": f"vm-{runtime}", "runtime": runtime})
-        body = assert_problem(response, 501, "runtime.not_implemented")
-        assert runtime in body["detail"]
+    response = await admin.post("/api/v2/admin/instances", json={"name": "vm-qemu", "runtime": "qemu"})
+    body = assert_problem(response, 501, "runtime.not_implemented")
+    assert "qemu" in body["detail"]
+    assert (await admin.get("/api/v2/admin/instances")).json()["items"] == []
+
+
+async def test_container_requests_are_checked_before_any_work(admin: httpx.AsyncClient) -> None:
+    cases = [
+        ({"runtime": "docker"}, "image"),  # no image, no loadout naming one
+        ({"runtime": "container", "loadout": "echo"}, "loadout"),  # a host loadout
+        ({"runtime": "container", "loadout": "nope"}, "loadout"),
+        ({"runtime": "container", "image": "Not A Ref"}, "image"),
+        ({"runtime": "container", "image": "busybox", "provider": "libvirt"}, "provider"),
+        ({"runtime": "container", "image": "busybox", "runtime_options": {"kind": "vm"}}, "runtime_options.kind"),
+        ({"runtime": "container", "image": "busybox", "resources": {"pids": 1}}, "resources.pids"),
+        ({"runtime": "host", "image": "busybox"}, "image"),
+    ]
+    for fields, field in cases:
+        response = await admin.post("/api/v2/admin/instances", json={"name": "c-bad", **fields})
+        body = assert_problem(response, 422, "validation.failed")
+        assert [e["field"] for e in body["errors"]] == [field], (fields, body)
     assert (await admin.get("/api/v2/admin/instances")).json()["items"] == []
 
 
@@ -304,3 +326,88 @@ async def test_decommission_without_force_rereads_hostd(admin: httpx.AsyncClient
     assert_problem(await admin.delete(f"/api/v2/admin/instances/{iid}"), 409, "instance.invalid_state")
     info = await _hostd_info(hostd, iid)
     assert info is not None and info.state == "running"
+
+
+# -- containers (runtime docker, alias container: podman through hostd) --------------------------
+
+
+@pytest.fixture
+async def podman_admin(
+    short_dir: Path, tmp_path: Path, podman_storage: PodmanStorage
+) -> AsyncIterator[tuple[httpx.AsyncClient, LiveHostd]]:
+    """A hostd that starts its own podman service on the busybox storage, a controller on it."""
+    live = LiveHostd(short_dir, env=podman_storage.hostd_env(short_dir / "podman.sock"))
+    await live.start()
+    try:
+        config = load_config(env=controller_env(tmp_path / "controller", live.socket_path))
+        async with serve_controller(config) as controller, controller.client() as client:
+            yield client, live
+    finally:
+        await live.close()
+
+
+async def _session_answers(hostd: LiveHostd, iid: str) -> bytes:
+    """Type a command into a PTY session in the instance; what came back."""
+    async with open_hostd(hostd.socket_path, client_name="test") as client:
+        session = (await client.call(m.SessionCreateRequest(instance_id=iid, argv=["sh"]))).session
+        await client.call(m.SessionWriteRequest(session_id=session.session_id, data=b"echo $((40+2))-typed\n"))
+        out = b""
+        with trio.fail_after(20):
+            async with client.stream(m.SessionSubscribeRequest(session_id=session.session_id, from_seq=1)) as events:
+                async for ev in events:
+                    if isinstance(ev, m.SessionOutput):
+                        out += ev.data
+                        if b"42-typed" in out:
+                            break
+        await client.call(m.SessionDeleteRequest(session_id=session.session_id))
+        return out
+
+
+@pytest.mark.podman
+async def test_container_instance_through_the_admin_api(podman_admin: tuple[httpx.AsyncClient, LiveHostd]) -> None:
+    admin, hostd = podman_admin
+    response = await admin.post(
+        "/api/v2/admin/instances",
+        json={"name": "c1", "runtime": "container", "loadout": "busybox", "resources": {"cpus": 0.5, "pids": 64}},
+    )
+    assert response.status_code == 202, response.text
+    op = await wait_operation(admin, response.json()["id"], timeout=60)
+    assert op["state"] == "succeeded", op
+    iid = op["result"]["instance_id"]
+
+    body = await _instance(admin, iid)
+    assert (body["runtime"], body["provider"], body["state"]) == ("docker", "podman", "running")
+    assert body["image"] == "localhost/busybox:latest" and body["image_ref"].startswith("localhost/busybox@sha256:")
+    state = body["provider_state"]
+    assert state["status"] == "running" and state["container_name"] == f"aiwg-{iid}"
+    assert state["limits"] == {"cpus": 0.5, "pids": 64, "memory_bytes": None}
+    listed = (await admin.get("/api/v2/admin/instances", params={"runtime": "container"})).json()["items"]
+    assert [i["id"] for i in listed] == [iid]
+    assert b"42-typed" in await _session_answers(hostd, iid)
+
+    assert (await _verb(admin, iid, "stop"))["state"] == "succeeded"
+    stopped = await _instance(admin, iid)
+    assert stopped["state"] == "stopped" and stopped["provider_state"]["status"] == "exited"
+    assert (await _verb(admin, iid, "start"))["state"] == "succeeded"
+    assert (await _instance(admin, iid))["state"] == "running"
+    assert (await _verb(admin, iid, "destroy"))["state"] == "succeeded"
+    assert await _hostd_info(hostd, iid) is None
+
+
+async def test_container_request_when_podman_is_down_fails_with_the_reason(short_dir: Path, tmp_path: Path) -> None:
+    live = LiveHostd(short_dir, env={"AIWG_PODMAN_SOCKET": str(short_dir / "absent.sock")})
+    await live.start()
+    try:
+        config = load_config(env=controller_env(tmp_path / "controller", live.socket_path))
+        async with serve_controller(config) as controller, controller.client() as admin:
+            response = await admin.post(
+                "/api/v2/admin/instances", json={"name": "c1", "runtime": "container", "image": "localhost/busybox"}
+            )
+            assert response.status_code == 202, response.text
+            op = await wait_operation(admin, response.json()["id"])
+            assert op["state"] == "failed" and op["error"]["code"] == "runtime.unavailable", op
+            assert "podman" in op["error"]["detail"] and "does not exist" in op["error"]["detail"]
+            assert (await admin.get("/api/v2/admin/instances")).json()["items"] == []  # nothing else was made
+            assert await live.instances() == []
+    finally:
+        await live.close()

@@ -116,7 +116,8 @@ def test_decode_json_names_the_field(body: bytes, status: int, field: str, code:
 
 def test_decode_json_accepts_a_valid_body() -> None:
     req = decode_json(b'{"name": "agent-01", "runtime": "host", "labels": {"a": "b"}}', ProvisionRequest)
-    assert (req.name, req.runtime, req.labels, req.start) == ("agent-01", "host", {"a": "b"}, False)
+    # start: None is "the runtime's default" (host: provisioned stopped).
+    assert (req.name, req.runtime, req.labels, req.start) == ("agent-01", "host", {"a": "b"}, None)
 
 
 @pytest.mark.parametrize(

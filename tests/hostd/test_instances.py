@@ -536,7 +536,9 @@ async def test_providers_and_unavailable_runtimes(registry: InstanceRegistry) ->
         assert "offered: host/hostd, container/podman" in excinfo.value.message
     with pytest.raises(RpcError) as excinfo:
         await registry.provision(provision_req(runtime="container", provider="podman"))
-    assert rpc_code(excinfo) is ErrorCode.PROVIDER_UNAVAILABLE and "no podman socket configured" in excinfo.value.message
+    assert (
+        rpc_code(excinfo) is ErrorCode.PROVIDER_UNAVAILABLE and "no podman socket configured" in excinfo.value.message
+    )
     assert registry.list() == []
     info = await registry.provision(provision_req(runtime="host", provider="hostd"))
     assert (info.runtime, info.provider, info.capabilities) == ("host", "hostd", host.capabilities)
