@@ -9,6 +9,11 @@ A thin wrapper: both children get the same environment (so the same ``AIWG_*`` s
   after ``STOP_TIMEOUT_S``). SIGTERM to the wrapper does the same.
 * If either child exits on its own, the other is stopped too and the wrapper exits with the
   child's status, so a broken half never keeps running alone.
+* Containers: unless ``AIWG_PODMAN_SOCKET`` is set, hostd gets a podman service of its own on a
+  private socket (:func:`podman_env`: ``<state>/podman/``, vfs storage, started by hostd), and the
+  ``localhost/busybox`` image the built-in ``busybox`` loadout runs is built there first when
+  missing (``scripts/busybox_image.py``). Without podman or busybox-static this is skipped with a
+  note, and hostd says the container provider is unavailable.
 
 Run it with the venv's python (``.venv/bin/python scripts/devrun.py``); the children are started
 with the same interpreter (``-m hostd.main`` / ``-m controller.main``, what the entry points run).
@@ -16,12 +21,16 @@ with the same interpreter (``-m hostd.main`` / ``-m controller.main``, what the 
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import busybox_image  # beside this script
 
 from proto import dev_hostd_socket
 
@@ -54,11 +63,38 @@ def _wait_for_socket(path: str, hostd: subprocess.Popen[bytes]) -> None:
         time.sleep(0.05)
 
 
+def podman_env(state_dir: str) -> dict[str, str]:
+    """hostd's podman settings for dev mode: a service of its own, storage under the state dir."""
+    # podman refuses a run root longer than 50 characters, so it lives in /tmp, named per state dir.
+    runroot = f"/tmp/aiwg-podman-{hashlib.sha256(os.path.abspath(state_dir).encode()).hexdigest()[:12]}"
+    return {
+        "AIWG_PODMAN_SOCKET": os.path.join(os.path.abspath(state_dir), "podman", "podman.sock"),
+        "AIWG_PODMAN_SERVICE": "1",
+        "AIWG_PODMAN_ROOT": os.path.join(os.path.abspath(state_dir), "podman", "root"),
+        "AIWG_PODMAN_RUNROOT": runroot,
+        "AIWG_PODMAN_STORAGE_DRIVER": "vfs",
+    }
+
+
+def _prepare_podman(env: dict[str, str]) -> None:
+    if env.get("AIWG_PODMAN_SOCKET"):
+        return  # configured by hand: used as it is
+    if shutil.which("podman") is None or not busybox_image.BUSYBOX.exists():
+        print("devrun: podman or busybox-static missing: no container runtime in dev mode", file=sys.stderr)
+        return
+    env.update(podman_env(env["AIWG_STATE_DIR"]))
+    try:
+        busybox_image.ensure(env)
+    except (SystemExit, OSError, subprocess.SubprocessError) as exc:
+        print(f"devrun: the busybox image could not be built: {exc}", file=sys.stderr)
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("AIWG_STATE_DIR", str(ROOT / ".run"))
     state_dir = env["AIWG_STATE_DIR"]
     socket_path = env.get("AIWG_HOSTD_SOCKET") or dev_hostd_socket(state_dir)
+    _prepare_podman(env)
 
     stopping = False
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,9 +15,27 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+import trio
 
+from proto import messages as m
+from proto import open_hostd
 from tests.hostd_process import ROOT
+from tests.podman_service import podman_available
 from tests.processes import alive
+
+
+def devrun_podman_env(state_dir: str) -> dict[str, str]:
+    """scripts/devrun.py's podman settings for ``state_dir`` (the script is not a package)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        spec = importlib.util.spec_from_file_location("devrun", ROOT / "scripts" / "devrun.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    result: dict[str, str] = module.podman_env(state_dir)
+    return result
 
 
 def _free_port() -> int:
@@ -80,3 +100,61 @@ def test_stopping_the_wrapper_stops_both_halves(tmp_path: Path, signals: list[in
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@pytest.mark.podman
+def test_make_run_serves_a_busybox_container(tmp_path: Path) -> None:
+    """Dev mode brings podman up by itself: a podman service on a private socket, the busybox image
+    built locally, the built-in busybox loadout; a container reaches running and a session in it
+    answers typed commands."""
+    missing = podman_available()
+    if missing is not None:
+        pytest.skip(missing)
+    proc, url = _start(tmp_path)
+    runroot = devrun_podman_env(str(tmp_path / "run"))["AIWG_PODMAN_RUNROOT"]
+    try:
+        token = (tmp_path / "run" / "admin-token").read_text().strip()
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as admin:
+            response = admin.post(
+                "/api/v2/admin/instances", json={"name": "c1", "runtime": "container", "loadout": "busybox"}
+            )
+            assert response.status_code == 202, response.text
+            op_path = f"/api/v2/admin/operations/{response.json()['id']}"
+            deadline = time.monotonic() + 60
+            while (op := admin.get(op_path).json())["state"] in ("pending", "running"):
+                assert time.monotonic() < deadline, op
+                time.sleep(0.1)
+            assert op["state"] == "succeeded", op
+            iid = op["result"]["instance_id"]
+            assert admin.get(f"/api/v2/admin/instances/{iid}").json()["state"] == "running"
+            out = trio.run(_type_into_a_session, str(tmp_path / "run" / "hostd.sock"), iid)
+            assert b"42-typed" in out
+            assert admin.delete(f"/api/v2/admin/instances/{iid}", params={"force": "true"}).status_code == 202
+            while admin.get(f"/api/v2/admin/instances/{iid}").status_code != 404:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        shutil.rmtree(runroot, ignore_errors=True)
+
+
+async def _type_into_a_session(socket_path: str, instance_id: str) -> bytes:
+    async with open_hostd(socket_path, client_name="test") as client:
+        session = (await client.call(m.SessionCreateRequest(instance_id=instance_id, argv=["sh"]))).session
+        await client.call(m.SessionWriteRequest(session_id=session.session_id, data=b"echo $((40+2))-typed\n"))
+        out = b""
+        with trio.fail_after(20):
+            async with client.stream(m.SessionSubscribeRequest(session_id=session.session_id, from_seq=1)) as events:
+                async for ev in events:
+                    if isinstance(ev, m.SessionOutput):
+                        out += ev.data
+                        if b"42-typed" in out:
+                            break
+        await client.call(m.SessionKillRequest(session_id=session.session_id))
+        return out
