@@ -50,6 +50,13 @@ def test_dev_without_overrides_uses_dot_run(monkeypatch, tmp_path) -> None:
         ({"AIWG_PODMAN_SOCKET": "tcp://127.0.0.1:8888"}, "AIWG_PODMAN_SOCKET"),
         ({"AIWG_PODMAN_SOCKET": "relative.sock"}, "AIWG_PODMAN_SOCKET"),
         ({"AIWG_PODMAN_SOCKET": "unix://relative.sock"}, "AIWG_PODMAN_SOCKET"),
+        ({"AIWG_PODMAN_SERVICE": "1"}, "AIWG_PODMAN_SERVICE"),  # a service needs a socket to listen on
+        ({"AIWG_PODMAN_SOCKET": "/run/p.sock", "AIWG_PODMAN_SERVICE": "maybe"}, "AIWG_PODMAN_SERVICE"),
+        ({"AIWG_PODMAN_ROOT": "relative"}, "AIWG_PODMAN_ROOT"),
+        ({"AIWG_PODMAN_RUNROOT": "/tmp/" + "r" * 60}, "AIWG_PODMAN_RUNROOT"),
+        ({"AIWG_PODMAN_STORAGE_DRIVER": "vfs; rm"}, "AIWG_PODMAN_STORAGE_DRIVER"),
+        ({"AIWG_CONTAINER_NOFILE": "8"}, "AIWG_CONTAINER_NOFILE"),
+        ({"AIWG_CONTAINER_NPROC": "many"}, "AIWG_CONTAINER_NPROC"),
     ],
 )
 def test_bad_values_are_refused_by_name(env: dict[str, str], named: str) -> None:
@@ -75,3 +82,25 @@ def test_podman_socket_is_a_unix_url() -> None:
     assert from_env({}).podman_socket == ""
     assert from_env({"AIWG_PODMAN_SOCKET": "/run/p.sock"}).podman_socket == "unix:///run/p.sock"
     assert from_env({"AIWG_PODMAN_SOCKET": "unix:///run/p.sock"}).podman_socket == "unix:///run/p.sock"
+
+
+def test_podman_service_settings() -> None:
+    cfg = from_env({})
+    assert (cfg.podman_service, cfg.podman_root, cfg.container_nofile, cfg.container_nproc) == (False, "", 4096, 4096)
+    cfg = from_env(
+        {
+            "AIWG_PODMAN_SOCKET": "/run/p.sock",
+            "AIWG_PODMAN_SERVICE": "1",
+            "AIWG_PODMAN_ROOT": "/var/lib/p",
+            "AIWG_PODMAN_RUNROOT": "/run/p",
+            "AIWG_PODMAN_STORAGE_DRIVER": "vfs",
+            "AIWG_CONTAINER_NOFILE": "1024",
+        }
+    )
+    assert (cfg.podman_service, cfg.podman_root, cfg.podman_runroot, cfg.podman_storage_driver) == (
+        True,
+        "/var/lib/p",
+        "/run/p",
+        "vfs",
+    )
+    assert cfg.container_nofile == 1024
