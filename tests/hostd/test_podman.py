@@ -233,3 +233,44 @@ async def test_podman_unreachable_fails_the_provision_with_the_reason(tmp_path: 
             assert (await client.call(m.InstanceListRequest())).instances == []
     finally:
         proc.cleanup()
+
+
+async def test_an_instance_is_readopted_once_podman_answers_again(
+    tmp_path: Path, podman_storage: PodmanStorage
+) -> None:
+    """hostd restarted while podman is away: the instance is failed with the reason, and the watcher
+    re-adopts it once podman answers (here: a service the test starts, hostd starting none)."""
+    state = tmp_path / "state"
+    proc = start_hostd(state, podman_storage)
+    service: subprocess.Popen[bytes] | None = None
+    try:
+        async with open_hostd(str(proc.socket_path), client_name="test") as client:
+            info = await provision(client, "away", image=BUSYBOX_IMAGE)
+        assert proc.stop() == 0  # its podman service goes with it; the container stays
+
+        env = {**podman_storage.hostd_env(tmp_path / "podman.sock"), "AIWG_PODMAN_SERVICE": "0"}
+        proc = HostdProcess(state, env=env).start(timeout=40)
+        async with open_hostd(str(proc.socket_path), client_name="test") as client:
+            got = (await client.call(m.InstanceGetRequest(instance_id=info.instance_id))).instance
+            assert got.state == "failed" and "podman was not reachable" in (got.note or "")
+            providers = (await client.call(m.ProviderListRequest())).providers
+            assert not next(p for p in providers if p.runtime == "container").available
+
+            service = subprocess.Popen(
+                [*podman_storage.argv(), "system", "service", "--time", "0", f"unix://{tmp_path / 'podman.sock'}"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            with trio.fail_after(30):
+                while (
+                    got := (await client.call(m.InstanceGetRequest(instance_id=info.instance_id))).instance
+                ).state != "running":
+                    await trio.sleep(0.2)
+            assert got.adopted is True and got.note is None
+            assert (await run_exec(client, info.instance_id, "echo", "back"))[1] == b"back\n"
+            await client.call(m.InstanceDestroyRequest(instance_id=info.instance_id, grace_s=1), timeout=60)
+    finally:
+        proc.cleanup()
+        if service is not None:
+            service.terminate()
+            service.wait(10)
