@@ -14,6 +14,7 @@ from __future__ import annotations
 import grp
 import hashlib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -39,6 +40,8 @@ DEFAULT_MAX_SESSIONS = 256
 DEFAULT_MAX_EXECS = 256
 DEFAULT_MAX_CONNECTIONS = 128
 RETAINED_PER_LIVE = 4
+DEFAULT_LIBVIRT_URI = "qemu:///system"
+VM_DOMAIN_TYPES = ("kvm", "qemu")
 
 
 class ConfigError(ValueError):
@@ -86,6 +89,13 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     workspace_root: str = ""
     #: podman API socket (``unix://`` URL) for the image catalog; "" = none. AIWG_PODMAN_SOCKET
     podman_socket: str = ""
+    #: libvirt connection of the VM runtime ("" = no VM runtime). AIWG_LIBVIRT_URI
+    libvirt_uri: str = DEFAULT_LIBVIRT_URI
+    #: libvirt domain type of VMs: ``kvm``, or ``qemu`` (software emulation). AIWG_VM_DOMAIN_TYPE
+    vm_domain_type: str = "kvm"
+    #: Default direct-boot guest image (scripts/build-guest-image.py); "" = <state_dir>/guest-image.
+    #: AIWG_VM_IMAGE_DIR
+    vm_image_dir: str = ""
     dev: bool = False
 
     @property
@@ -109,6 +119,10 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         return max(64 * 1024, min(MAX_SPOOL_SEGMENT_BYTES, self.spool_session_bytes // 8))
 
     @property
+    def guest_image_dir(self) -> Path:
+        return Path(self.vm_image_dir) if self.vm_image_dir else Path(self.state_dir) / "guest-image"
+
+    @property
     def state_file(self) -> Path:
         return Path(self.state_dir) / "hostd-state.json"
 
@@ -120,8 +134,12 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         namespace derived from the state dir keep one tree's sweep from ever touching another's.
         Stable across restarts, so a re-adopted instance is still found by its mark.
         """
-        namespace = hashlib.sha256(self.state_dir.encode()).hexdigest()[:12]
-        return f"{namespace}:{kind}:{ident}"
+        return f"{self.namespace}:{kind}:{ident}"
+
+    @property
+    def namespace(self) -> str:
+        """What tells this hostd's trees and domains from another's: a hash of its state dir."""
+        return hashlib.sha256(self.state_dir.encode()).hexdigest()[:12]
 
     def peer_allowed(self, uid: int, gid: int) -> bool:
         return uid == 0 or uid in self.allow_uids or gid in self.allow_gids
@@ -226,6 +244,17 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
         except ValueError as exc:
             raise ConfigError(f"AIWG_PODMAN_SOCKET={podman_socket!r}: {exc}") from None
 
+    libvirt_uri = env.get("AIWG_LIBVIRT_URI", DEFAULT_LIBVIRT_URI)
+    if libvirt_uri and not re.fullmatch(r"(qemu|test)(\+unix)?://[^\s]*", libvirt_uri):
+        raise ConfigError(f"AIWG_LIBVIRT_URI={libvirt_uri!r} must be a qemu:// or test:// libvirt URI, or empty")
+    # KVM in production; dev mode (and the tests, which run it) emulate: KVM guests hang on some hosts.
+    vm_domain_type = env.get("AIWG_VM_DOMAIN_TYPE") or ("qemu" if dev else "kvm")
+    if vm_domain_type not in VM_DOMAIN_TYPES:
+        raise ConfigError(f"AIWG_VM_DOMAIN_TYPE={vm_domain_type!r} must be one of {', '.join(VM_DOMAIN_TYPES)}")
+    vm_image_dir = env.get("AIWG_VM_IMAGE_DIR", "")
+    if vm_image_dir and not os.path.isabs(vm_image_dir):
+        raise ConfigError(f"AIWG_VM_IMAGE_DIR={vm_image_dir!r} must be an absolute path")
+
     return HostdConfig(
         state_dir=state_dir,
         socket_path=socket_path,
@@ -246,5 +275,8 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
         cgroup_root=cgroup_root,
         workspace_root=os.path.abspath(workspace_root) if workspace_root else "",
         podman_socket=podman_socket,
+        libvirt_uri=libvirt_uri,
+        vm_domain_type=vm_domain_type,
+        vm_image_dir=vm_image_dir,
         dev=dev,
     )

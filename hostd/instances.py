@@ -295,7 +295,8 @@ class InstanceRegistry:
         info = inst.info
         # A snapshot: the provider goes on changing its own detail of the live record.
         host = msgspec.structs.replace(info.host) if info.host is not None else None
-        return msgspec.structs.replace(info, host=host, sessions=sessions, execs=execs)
+        vm = msgspec.structs.replace(info.vm) if info.vm is not None else None
+        return msgspec.structs.replace(info, host=host, vm=vm, sessions=sessions, execs=execs)
 
     def commit(self, inst: Instance) -> None:
         """Record a change of ``inst``: its provider's view of it and the state file (failures are logged)."""

@@ -42,6 +42,8 @@ class ErrorCode(enum.Enum):
     INSTANCE_EXISTS = "instance.exists", "instance already exists"
     INSTANCE_INVALID_STATE = "instance.invalid_state", "instance is not in a state that allows this"
     PROVIDER_UNAVAILABLE = "provider.unavailable", "the runtime provider is not available"
+    PROVIDER_FAILED = "provider.failed", "the runtime provider failed the request"
+    UNSUPPORTED = "capability.unsupported", "the instance's provider cannot do this"
     WORKING_DIR_NOT_FOUND = "working_dir.not_found", "working directory does not exist"
     SESSION_NOT_FOUND = "session.not_found", "no such session"
     SESSION_EXITED = "session.exited", "session has exited"

@@ -162,6 +162,11 @@ class InstanceProvisionRequest(Request):
     command: Argv | None = None
     start: bool = True
     loadout: str | None = None
+    #: What the instance boots or runs, in the runtime's form (VMs: ``qcow2://PATH@sha256:HEX`` or
+    #: ``direct://KERNEL@sha256:HEX,INITRD@sha256:HEX``); None = the provider's default image.
+    image_ref: Annotated[str, msgspec.Meta(min_length=1, max_length=8192)] | None = None
+    #: Sizes of a VM (its loadout's); None = the provider's defaults. Ignored by other runtimes.
+    vm: VmSpec | None = None
 
 
 class InstanceProvisionResponse(Response):
@@ -506,6 +511,25 @@ class HostDetail(msgspec.Struct, kw_only=True):
     cgroup: str | None = None
 
 
+class VmSpec(msgspec.Struct, kw_only=True):
+    """What a VM is given: memory and virtual CPUs."""
+
+    memory_mib: Annotated[int, msgspec.Meta(ge=32, le=1048576)] = 192
+    vcpus: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
+
+
+class VmDetail(msgspec.Struct, kw_only=True):
+    """What only a VM instance has: its libvirt domain and what it boots."""
+
+    uri: str
+    domain: str
+    uuid: str | None = None
+    domain_type: str = "kvm"
+    image_ref: str | None = None
+    memory_mib: int = 192
+    vcpus: int = 1
+
+
 class InstanceInfo(msgspec.Struct, kw_only=True):
     instance_id: str
     name: str
@@ -521,6 +545,8 @@ class InstanceInfo(msgspec.Struct, kw_only=True):
     loadout: str | None = None
     #: Runtime-specific detail: set for ``runtime == "host"`` only.
     host: HostDetail | None = None
+    #: Runtime-specific detail: set for ``runtime == "vm"`` only.
+    vm: VmDetail | None = None
     created_at: float
     started_at: float | None = None
     stopped_at: float | None = None

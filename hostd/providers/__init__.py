@@ -1,6 +1,7 @@
 """Runtime providers: one module per runtime kind, each implementing :class:`base.Provider`.
 
-``host`` (a supervised process tree on the host itself) is the first; ``make_providers`` builds
+``host`` (a supervised process tree on the host itself) is the first, ``vm`` (libvirt domains) the
+next; ``make_providers`` builds
 the ones this hostd offers, keyed by ``(runtime, provider)``, with each runtime's default first.
 """
 
@@ -14,12 +15,25 @@ from ..config import HostdConfig
 from ..proctree import Cgroups
 from .base import AbsentProvider, Instance, Provider, Saved, SpawnSpec
 from .host import HostProvider
+from .vm import VmProvider
 
-__all__ = ["AbsentProvider", "HostProvider", "Instance", "Provider", "Saved", "SpawnSpec", "make_providers"]
+__all__ = [
+    "AbsentProvider",
+    "HostProvider",
+    "Instance",
+    "Provider",
+    "Saved",
+    "SpawnSpec",
+    "VmProvider",
+    "make_providers",
+]
 
 
 def make_providers(
     config: HostdConfig, cgroups: Cgroups, nursery: trio.Nursery, commit: Callable[[Instance], None]
 ) -> list[Provider]:
     """Every provider of this hostd; the first of each runtime kind is that kind's default."""
-    return [HostProvider(config, cgroups, nursery, commit)]
+    providers: list[Provider] = [HostProvider(config, cgroups, nursery, commit)]
+    if config.libvirt_uri:
+        providers.append(VmProvider(config, nursery, commit))
+    return providers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,22 @@ def test_podman_socket_is_a_unix_url() -> None:
     assert from_env({}).podman_socket == ""
     assert from_env({"AIWG_PODMAN_SOCKET": "/run/p.sock"}).podman_socket == "unix:///run/p.sock"
     assert from_env({"AIWG_PODMAN_SOCKET": "unix:///run/p.sock"}).podman_socket == "unix:///run/p.sock"
+
+
+def test_vm_settings() -> None:
+    prod = from_env({})
+    assert (prod.libvirt_uri, prod.vm_domain_type) == ("qemu:///system", "kvm")
+    assert prod.guest_image_dir == Path(PROD_STATE_DIR) / "guest-image"
+    # Dev mode (and the tests, which run it) emulate: KVM guests hang on some hosts.
+    assert from_env({}, dev=True).vm_domain_type == "qemu"
+    assert from_env({"AIWG_VM_DOMAIN_TYPE": "kvm"}, dev=True).vm_domain_type == "kvm"
+    assert from_env({"AIWG_LIBVIRT_URI": ""}).libvirt_uri == ""
+    assert from_env({"AIWG_LIBVIRT_URI": "test:///default"}).libvirt_uri == "test:///default"
+    assert from_env({"AIWG_VM_IMAGE_DIR": "/srv/img"}).guest_image_dir == Path("/srv/img")
+    for env, named in (
+        ({"AIWG_LIBVIRT_URI": "xen:///system"}, "AIWG_LIBVIRT_URI"),
+        ({"AIWG_VM_DOMAIN_TYPE": "hvf"}, "AIWG_VM_DOMAIN_TYPE"),
+        ({"AIWG_VM_IMAGE_DIR": "relative"}, "AIWG_VM_IMAGE_DIR"),
+    ):
+        with pytest.raises(ConfigError, match=named):
+            from_env(env)
