@@ -9,6 +9,7 @@ import psutil
 import pytest
 
 from tests.hostd_process import HostdProcess
+from tests.libvirt_service import guest_image, libvirt_system  # noqa: F401 - fixtures of the VM tests
 from tests.processes import alive
 
 _OWN_BASETEMP = pytest.StashKey[str]()

@@ -58,7 +58,9 @@ class LibvirtLink:
         self.uri = uri
         self._conn: Any = None
         self._lock = threading.Lock()
-        self.reason: str | None = "not connected to libvirt yet"
+        # None until a connection attempt failed: the first call connects by itself, so a request
+        # that arrives before the first probe is not refused for want of one.
+        self.reason: str | None = None
 
     def _connect_sync(self) -> Any:
         with self._lock:
