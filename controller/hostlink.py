@@ -48,6 +48,7 @@ from .errors import (
     OperationFailed,
     OutcomeUnknown,
     Unavailable,
+    Unimplemented,
     ValidationFailed,
 )
 
@@ -80,6 +81,10 @@ def _remote_failure(exc: HostdRemoteError) -> ControllerError:
             return ValidationFailed([], exc.message, details=details)
         case ErrorCode.SPAWN_FAILED:
             return OperationFailed("instance.spawn_failed", exc.message, details=details)
+        case ErrorCode.PROVIDER_FAILED:
+            return OperationFailed("instance.provider_failed", exc.message, details=details)
+        case ErrorCode.UNSUPPORTED:
+            return Unimplemented("capability.unsupported", exc.message, details=details)
         case _:
             return Unavailable(UNAVAILABLE, f"hostd refused the call: {exc.code}: {exc.message}", details=details)
 

@@ -10,9 +10,11 @@ transient state that operation set (``starting``, ``stopping``, ``destroying``).
 
 Provisioning and lifecycle verbs are operations (:mod:`controller.operations`); this module checks
 what can be checked before the operation is accepted (ValidationFailed, NotFound, InvalidState,
-Unimplemented, hostd reachable) and gives the operation its work function. Runtimes other than
-``host`` raise Unimplemented ``runtime.not_implemented`` until their providers exist; nothing falls
-back to another runtime.
+Unimplemented, hostd reachable) and gives the operation its work function. Each admin runtime maps
+onto one hostd runtime and provider (:data:`HOSTD_RUNTIMES`: ``host`` → host/hostd, ``qemu`` →
+vm/libvirt); the others raise Unimplemented ``runtime.not_implemented`` until their providers
+exist. Nothing falls back to another runtime: a VM request while libvirt is down fails its
+operation with hostd's reason.
 
 Decommission destroys the instance on hostd and forgets it. Without ``force`` it refuses an
 instance that is running (InvalidState); with ``force`` it kills the tree at once (grace 0). It
@@ -55,6 +57,10 @@ log = logging.getLogger(__name__)
 LIFECYCLE_VERBS = ("start", "stop", "restart", "destroy")
 TRANSIENT = {"start": "starting", "stop": "stopping", "restart": "stopping", "destroy": "destroying"}
 LIVE_STATES = ("provisioning", "starting", "running", "stopping")
+#: Admin runtime -> (hostd runtime, hostd provider), for the runtimes hostd has providers of.
+HOSTD_RUNTIMES = {"host": ("host", "hostd"), "qemu": ("vm", "libvirt")}
+#: hostd runtime -> admin runtime (instances hostd holds that the catalog lacks are adopted as).
+CATALOG_RUNTIMES = {hostd: admin for admin, (hostd, _provider) in HOSTD_RUNTIMES.items()}
 
 
 def _instance_key(instance_id: str) -> str:
@@ -88,7 +94,7 @@ class InstanceService:
 
     async def _fold(self, rec: InstanceRecord, info: m.InstanceInfo | None) -> InstanceRecord:
         """Apply hostd's view of one instance to its catalog row (and persist a change)."""
-        if rec.runtime != "host" or self._busy(rec.id):
+        if rec.runtime not in HOSTD_RUNTIMES or self._busy(rec.id):
             return rec
         state, note, working_dir = rec.state, rec.note, rec.working_dir
         if info is not None:
@@ -106,7 +112,8 @@ class InstanceService:
         rec = InstanceRecord(
             id=info.instance_id,
             name=info.name,
-            runtime="host",
+            runtime=CATALOG_RUNTIMES.get(info.runtime, info.runtime),
+            provider=None if info.runtime == "host" else info.provider,
             state=info.state,
             loadout=info.loadout,
             working_dir=info.working_dir,
@@ -147,7 +154,7 @@ class InstanceService:
 
     async def reconcile_one(self, instance_id: str) -> InstanceRecord | None:
         rec = await self.store.instances.get(instance_id)
-        if rec is not None and rec.runtime != "host":
+        if rec is not None and rec.runtime not in HOSTD_RUNTIMES:
             return rec
         info = await self._hostd_get(instance_id)
         if rec is None:
@@ -220,15 +227,21 @@ class InstanceService:
 
     async def provision(self, req: ProvisionRequest) -> tuple[OperationRecord, bool]:
         """Start provisioning; returns (operation, created). created is False for a name in flight."""
-        if req.runtime != "host":
+        if req.runtime not in HOSTD_RUNTIMES:
+            offered = ", ".join(repr(r) for r in HOSTD_RUNTIMES)
             raise Unimplemented(
-                "runtime.not_implemented", f"runtime {req.runtime!r} is not implemented yet; only 'host' is available"
+                "runtime.not_implemented", f"runtime {req.runtime!r} is not implemented yet; available: {offered}"
             )
-        if req.provider is not None:
+        hostd_runtime, hostd_provider = HOSTD_RUNTIMES[req.runtime]
+        if req.runtime == "host" and req.provider is not None:
             raise ValidationFailed([{"field": "provider", "message": "valid only with runtime qemu"}])
+        if req.provider not in (None, hostd_provider):
+            raise ValidationFailed([{"field": "provider", "message": f"must be {hostd_provider!r}"}])
         kind = (req.runtime_options or {}).get("kind")
-        if kind is not None and kind != "host":
-            raise ValidationFailed([{"field": "runtime_options.kind", "message": "must match runtime 'host'"}])
+        if kind is not None and kind != hostd_runtime:
+            raise ValidationFailed(
+                [{"field": "runtime_options.kind", "message": f"must match runtime {req.runtime!r} ({hostd_runtime})"}]
+            )
         async with self._provision_lock:
             existing = self.operations.in_flight(_name_key(req.name))
             if existing is not None:
@@ -249,6 +262,7 @@ class InstanceService:
                 id=new_id(),  # fixed before any work starts; reported in the operation's result
                 name=req.name,
                 runtime=req.runtime,
+                provider=None if req.runtime == "host" else hostd_provider,
                 state="provisioning",
                 loadout=req.loadout,
                 working_dir=req.working_dir,
@@ -270,9 +284,13 @@ class InstanceService:
     async def _provision_work(
         self, rec: InstanceRecord, req: ProvisionRequest, service: builtins.list[str] | None
     ) -> dict[str, Any]:
+        runtime, provider = HOSTD_RUNTIMES[rec.runtime]
         call = m.InstanceProvisionRequest(
             instance_id=rec.id,
             name=rec.name,
+            runtime=runtime,
+            provider=provider,
+            image_ref=req.image if runtime == "vm" else None,
             working_dir=req.working_dir,
             labels=dict(req.labels),
             command=service,
@@ -304,7 +322,7 @@ class InstanceService:
         rec = await self.store.instances.get(instance_id)
         if rec is None:
             raise _not_found(instance_id)
-        if rec.runtime != "host":
+        if rec.runtime not in HOSTD_RUNTIMES:
             raise Unimplemented("runtime.not_implemented", f"runtime {rec.runtime!r} is not implemented yet")
         busy = self._busy(instance_id)
         if busy is not None:

@@ -13,6 +13,8 @@ temp dirs are 0700.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -61,6 +63,24 @@ def ensure_libvirtd() -> str | None:
             return None
         time.sleep(0.1)
     return f"libvirtd did not answer on {SYSTEM_URI} within {START_WAIT_S:g} s"
+
+
+def fake_guest_image(image_dir: Path) -> Path:
+    """A guest image manifest as scripts/build-guest-image.py writes it, over files that boot
+    nothing: for ``test:///default``, which boots nothing either."""
+    image_dir.mkdir(parents=True, exist_ok=True)
+    kernel, initrd = b"not a kernel", b"not an initrd"
+    (image_dir / "vmlinuz").write_bytes(kernel)
+    (image_dir / "initrd.img").write_bytes(initrd)
+    manifest = {
+        "kernel": "vmlinuz",
+        "kernel_sha256": hashlib.sha256(kernel).hexdigest(),
+        "initrd": "initrd.img",
+        "initrd_sha256": hashlib.sha256(initrd).hexdigest(),
+        "cmdline": "console=ttyS0",
+    }
+    (image_dir / "manifest.json").write_text(json.dumps(manifest))
+    return image_dir
 
 
 def build_guest_image(out: Path) -> Path:

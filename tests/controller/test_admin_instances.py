@@ -5,18 +5,33 @@ from __future__ import annotations
 import os
 import signal
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import jsonschema
 import psutil
+import pytest
 import trio
 
+from controller.config import load_config
 from proto import messages as m
 from proto import open_hostd
 from tests.contracts import component, validate
+from tests.libvirt_service import fake_guest_image
 
-from .conftest import LiveController, LiveHostd, alive, provision, wait_operation
+from .conftest import (
+    ADMIN_TOKEN,
+    LiveController,
+    LiveHostd,
+    alive,
+    controller_env,
+    provision,
+    serve_controller,
+    wait_operation,
+)
 from .test_problems import assert_problem
 
 #: Our stricter reading of the contract's Instance schema (admin-api.openapi.yaml); bodies are
@@ -124,7 +139,7 @@ async def test_existing_name_is_409(admin: httpx.AsyncClient) -> None:
 
 
 async def test_other_runtimes_are_501(admin: httpx.AsyncClient) -> None:
-    for runtime in ("qemu", "docker"):
+    for runtime in ("docker",):
         response = await admin.post("/api/v2/admin/instances", json={"name": f"vm-{runtime}", "runtime": runtime})
         body = assert_problem(response, 501, "runtime.not_implemented")
         assert runtime in body["detail"]
@@ -139,6 +154,8 @@ async def test_provision_validation(admin: httpx.AsyncClient) -> None:
         ({"name": "ok-name", "runtime": "host", "provider": "libvirt"}, "provider"),
         ({"name": "ok-name", "runtime": "host", "runtime_options": {"kind": "vm"}}, "runtime_options.kind"),
         ({"name": "ok-name", "runtime": "host", "loadout": "no-such-loadout"}, "loadout"),
+        ({"name": "ok-name", "runtime": "qemu", "provider": "vmware"}, "provider"),
+        ({"name": "ok-name", "runtime": "qemu", "runtime_options": {"kind": "host"}}, "runtime_options.kind"),
     ]
     for body, field in cases:
         problem = assert_problem(await admin.post("/api/v2/admin/instances", json=body), 422, "validation.failed")
@@ -304,3 +321,60 @@ async def test_decommission_without_force_rereads_hostd(admin: httpx.AsyncClient
     assert_problem(await admin.delete(f"/api/v2/admin/instances/{iid}"), 409, "instance.invalid_state")
     info = await _hostd_info(hostd, iid)
     assert info is not None and info.state == "running"
+
+
+# -- runtime qemu: VM instances (hostd's libvirt provider on libvirt's test hypervisor) -----------
+
+
+@asynccontextmanager
+async def vm_stack(base: Path, tmp_path: Path, libvirt_uri: str) -> AsyncIterator[httpx.AsyncClient]:
+    """hostd with the VM runtime on ``libvirt_uri`` and a controller in front of it."""
+    pytest.importorskip("libvirt")
+    env = {"AIWG_LIBVIRT_URI": libvirt_uri, "AIWG_VM_IMAGE_DIR": str(fake_guest_image(tmp_path / "image"))}
+    live = LiveHostd(base, env=env)
+    await live.start()
+    try:
+        config = load_config(env=controller_env(tmp_path / "controller", live.socket_path))
+        async with serve_controller(config) as controller, controller.client(ADMIN_TOKEN) as client:
+            yield client
+    finally:
+        await live.close()
+
+
+async def test_vm_instances_provision_and_run_their_lifecycle(short_dir: Path, tmp_path: Path) -> None:
+    async with vm_stack(short_dir, tmp_path, "test:///default") as admin:
+        response = await admin.post(
+            "/api/v2/admin/instances", json={"name": "v1", "runtime": "qemu", "loadout": "tiny-vm", "start": True}
+        )
+        assert response.status_code == 202, response.text
+        op = await wait_operation(admin, response.json()["id"])
+        assert op["state"] == "succeeded", op
+        iid = op["result"]["instance_id"]
+        view = (await admin.get(f"/api/v2/admin/instances/{iid}")).json()
+        assert (view["runtime"], view["provider"], view["state"], view["loadout"]) == (
+            "qemu",
+            "libvirt",
+            "running",
+            "tiny-vm",
+        )
+        assert [
+            i["id"] for i in (await admin.get("/api/v2/admin/instances", params={"runtime": "qemu"})).json()["items"]
+        ] == [iid]
+        for verb, state in (("stop", "stopped"), ("start", "running"), ("restart", "running")):
+            op = await wait_operation(admin, (await admin.post(f"/api/v2/admin/instances/{iid}/{verb}")).json()["id"])
+            assert op["state"] == "succeeded", op
+            assert (await admin.get(f"/api/v2/admin/instances/{iid}")).json()["state"] == state
+        op = await wait_operation(admin, (await admin.delete(f"/api/v2/admin/instances/{iid}?force=true")).json()["id"])
+        assert op["state"] == "succeeded", op
+        assert_problem(await admin.get(f"/api/v2/admin/instances/{iid}"), 404, "instance.not_found")
+
+
+async def test_vm_request_while_libvirt_is_down_fails_with_the_reason(short_dir: Path, tmp_path: Path) -> None:
+    uri = f"qemu+unix:///system?socket={tmp_path / 'no-libvirtd.sock'}"
+    async with vm_stack(short_dir, tmp_path, uri) as admin:
+        response = await admin.post("/api/v2/admin/instances", json={"name": "v2", "runtime": "qemu"})
+        assert response.status_code == 202, response.text
+        op = await wait_operation(admin, response.json()["id"])
+        assert op["state"] == "failed"
+        assert "provider.unavailable" in str(op["error"]) and "cannot connect to libvirt" in str(op["error"]), op
+        assert (await admin.get("/api/v2/admin/instances")).json()["items"] == []

@@ -10,7 +10,6 @@ an unreachable libvirt. Real guests are in ``tests/hostd/test_vmguest.py``.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from hostd.providers import domainxml
 from proto import ErrorCode, new_id
 from proto import messages as m
 from tests.hostd.registries import make_config, open_registry
+from tests.libvirt_service import fake_guest_image
 
 libvirt = pytest.importorskip("libvirt")
 
@@ -38,25 +38,9 @@ def _pinned_file(path: Path, data: bytes) -> str:
     return f"{path}@sha256:{hashlib.sha256(data).hexdigest()}"
 
 
-def _fake_guest_image(image_dir: Path) -> None:
-    """A guest image manifest as scripts/build-guest-image.py writes it (the test driver boots nothing)."""
-    image_dir.mkdir(parents=True)
-    kernel, initrd = b"not a kernel", b"not an initrd"
-    (image_dir / "vmlinuz").write_bytes(kernel)
-    (image_dir / "initrd.img").write_bytes(initrd)
-    manifest = {
-        "kernel": "vmlinuz",
-        "kernel_sha256": hashlib.sha256(kernel).hexdigest(),
-        "initrd": "initrd.img",
-        "initrd_sha256": hashlib.sha256(initrd).hexdigest(),
-        "cmdline": "console=ttyS0",
-    }
-    (image_dir / "manifest.json").write_text(json.dumps(manifest))
-
-
 @pytest.fixture
 def config(tmp_path: Path) -> HostdConfig:
-    _fake_guest_image(tmp_path / "image")
+    fake_guest_image(tmp_path / "image")
     return make_config(
         tmp_path, libvirt_uri=TEST_URI, vm_domain_type="qemu", vm_image_dir=str(tmp_path / "image"), stop_grace_s=0.3
     )
@@ -232,7 +216,7 @@ async def test_readopt_after_restart_by_uuid_and_mark(config: HostdConfig, conn:
 async def test_another_hostds_domain_is_not_adopted(tmp_path: Path, conn: Any, leak_check: None) -> None:
     """Same instance id, different state dir (another hostd on the same libvirt): the mark differs."""
     first_config = make_config(tmp_path / "a", libvirt_uri=TEST_URI, vm_image_dir=str(tmp_path / "image"))
-    _fake_guest_image(tmp_path / "image")
+    fake_guest_image(tmp_path / "image")
     async with trio.open_nursery() as nursery:
         first = await _open(first_config, nursery)
         info = await first.provision(vm_req(instance_id="same-id"))
