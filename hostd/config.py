@@ -41,6 +41,9 @@ DEFAULT_MAX_EXECS = 256
 DEFAULT_MAX_CONNECTIONS = 128
 RETAINED_PER_LIVE = 4
 DEFAULT_LIBVIRT_URI = "qemu:///system"
+#: Outside the state dir on purpose: QEMU runs as libvirt's own user, which must reach the image,
+#: and the state dir is 0700.
+DEFAULT_VM_IMAGE_DIR = "/var/cache/agentic-sandbox/guest-image"
 VM_DOMAIN_TYPES = ("kvm", "qemu")
 
 
@@ -93,9 +96,8 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     libvirt_uri: str = DEFAULT_LIBVIRT_URI
     #: libvirt domain type of VMs: ``kvm``, or ``qemu`` (software emulation). AIWG_VM_DOMAIN_TYPE
     vm_domain_type: str = "kvm"
-    #: Default direct-boot guest image (scripts/build-guest-image.py); "" = <state_dir>/guest-image.
-    #: AIWG_VM_IMAGE_DIR
-    vm_image_dir: str = ""
+    #: Default direct-boot guest image (scripts/build-guest-image.py). AIWG_VM_IMAGE_DIR
+    vm_image_dir: str = DEFAULT_VM_IMAGE_DIR
     dev: bool = False
 
     @property
@@ -120,7 +122,7 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
 
     @property
     def guest_image_dir(self) -> Path:
-        return Path(self.vm_image_dir) if self.vm_image_dir else Path(self.state_dir) / "guest-image"
+        return Path(self.vm_image_dir)
 
     @property
     def state_file(self) -> Path:
@@ -251,8 +253,8 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
     vm_domain_type = env.get("AIWG_VM_DOMAIN_TYPE") or ("qemu" if dev else "kvm")
     if vm_domain_type not in VM_DOMAIN_TYPES:
         raise ConfigError(f"AIWG_VM_DOMAIN_TYPE={vm_domain_type!r} must be one of {', '.join(VM_DOMAIN_TYPES)}")
-    vm_image_dir = env.get("AIWG_VM_IMAGE_DIR", "")
-    if vm_image_dir and not os.path.isabs(vm_image_dir):
+    vm_image_dir = env.get("AIWG_VM_IMAGE_DIR") or DEFAULT_VM_IMAGE_DIR
+    if not os.path.isabs(vm_image_dir):
         raise ConfigError(f"AIWG_VM_IMAGE_DIR={vm_image_dir!r} must be an absolute path")
 
     return HostdConfig(

@@ -5,7 +5,8 @@ Inputs (``scripts/install-system-deps.sh`` installs them): the Debian cloud kern
 (``linux-image-cloud-amd64``: ``/boot/vmlinuz-*-cloud-amd64`` and its virtio modules),
 ``busybox-static`` and ``qemu-guest-agent`` with the libraries ``ldd`` lists for it.
 
-Output, in ``--out`` (default ``$AIWG_STATE_DIR/guest-image``, else ``./.run/guest-image``):
+Output, in ``--out`` (default ``$AIWG_VM_IMAGE_DIR``, else ``/var/cache/agentic-sandbox/guest-image``,
+hostd's default; outside hostd's 0700 state dir, since QEMU runs as libvirt's own user):
 ``vmlinuz``, ``initrd.img`` (a gzipped newc cpio written here, no cpio tool needed) and
 ``manifest.json`` naming both with their sha256 digests, the kernel command line and a digest of
 every input. The image is rebuilt only when an input changed (or ``--force``); the manifest is
@@ -174,7 +175,7 @@ def build(out: Path, *, force: bool = False) -> Path:
                 return out
         except (OSError, ValueError):
             pass
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(mode=0o755, parents=True, exist_ok=True)
     manifest_path.unlink(missing_ok=True)
     archive = Cpio()
     for d in ("proc", "sys", "dev", "tmp", "run", "sbin", "usr/bin"):
@@ -207,12 +208,14 @@ def build(out: Path, *, force: bool = False) -> Path:
 
 
 def default_out() -> Path:
-    return Path(os.environ.get("AIWG_STATE_DIR") or ".run").resolve() / "guest-image"
+    return Path(os.environ.get("AIWG_VM_IMAGE_DIR") or "/var/cache/agentic-sandbox/guest-image")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None, help="output directory (default: <state dir>/guest-image)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output directory (default: $AIWG_VM_IMAGE_DIR or hostd's default)"
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if the inputs did not change")
     args = parser.parse_args()
     try:

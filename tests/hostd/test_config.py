@@ -81,7 +81,7 @@ def test_podman_socket_is_a_unix_url() -> None:
 def test_vm_settings() -> None:
     prod = from_env({})
     assert (prod.libvirt_uri, prod.vm_domain_type) == ("qemu:///system", "kvm")
-    assert prod.guest_image_dir == Path(PROD_STATE_DIR) / "guest-image"
+    assert prod.guest_image_dir == Path("/var/cache/agentic-sandbox/guest-image")
     # Dev mode (and the tests, which run it) emulate: KVM guests hang on some hosts.
     assert from_env({}, dev=True).vm_domain_type == "qemu"
     assert from_env({"AIWG_VM_DOMAIN_TYPE": "kvm"}, dev=True).vm_domain_type == "kvm"
