@@ -125,6 +125,10 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         return Path(self.vm_image_dir)
 
     @property
+    def checkpoints_dir(self) -> Path:
+        return Path(self.state_dir) / "checkpoints"
+
+    @property
     def state_file(self) -> Path:
         return Path(self.state_dir) / "hostd-state.json"
 

@@ -44,6 +44,7 @@ class ErrorCode(enum.Enum):
     PROVIDER_UNAVAILABLE = "provider.unavailable", "the runtime provider is not available"
     PROVIDER_FAILED = "provider.failed", "the runtime provider failed the request"
     UNSUPPORTED = "capability.unsupported", "the instance's provider cannot do this"
+    CHECKPOINT_NOT_FOUND = "checkpoint.not_found", "no such checkpoint"
     WORKING_DIR_NOT_FOUND = "working_dir.not_found", "working directory does not exist"
     SESSION_NOT_FOUND = "session.not_found", "no such session"
     SESSION_EXITED = "session.exited", "session has exited"

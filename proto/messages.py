@@ -217,6 +217,46 @@ class InstanceListResponse(Response):
 
 
 # ---------------------------------------------------------------------------------------------
+# Checkpoints: an instance's memory and device state saved to a file (VMs: libvirt save), restored
+# once as a new instance. Only where the provider lists ``instance.snapshot`` / ``instance.restore``.
+
+
+class CheckpointCreateRequest(Request):
+    """Save the running instance's state into checkpoint ``checkpoint_id``. This retires the
+    instance: what ran in it now lives in the checkpoint (libvirt restores a saved domain only under
+    its own name and UUID), and :class:`CheckpointRestoreRequest` brings it back as a new instance."""
+
+    checkpoint_id: ObjectId
+    instance_id: ObjectId
+
+
+class CheckpointCreateResponse(Response):
+    checkpoint: CheckpointInfo
+
+
+class CheckpointRestoreRequest(Request):
+    """Restore checkpoint ``checkpoint_id`` (single use) as the new running instance ``instance_id``."""
+
+    checkpoint_id: ObjectId
+    instance_id: ObjectId
+    name: Name
+    labels: Labels = {}
+    loadout: str | None = None
+
+
+class CheckpointRestoreResponse(Response):
+    instance: InstanceInfo
+
+
+class CheckpointListRequest(Request):
+    pass
+
+
+class CheckpointListResponse(Response):
+    checkpoints: list[CheckpointInfo]
+
+
+# ---------------------------------------------------------------------------------------------
 # PTY sessions.
 
 
@@ -530,6 +570,20 @@ class VmDetail(msgspec.Struct, kw_only=True):
     vcpus: int = 1
 
 
+class CheckpointInfo(msgspec.Struct, kw_only=True):
+    checkpoint_id: str
+    #: The instance it was taken of (retired by it), and what it ran on.
+    source_instance_id: str
+    source_name: str
+    runtime: str
+    provider: str
+    #: VMs: the libvirt domain (name and UUID) the saved state belongs to.
+    domain: str | None = None
+    uuid: str | None = None
+    size_bytes: int = 0
+    created_at: float
+
+
 class InstanceInfo(msgspec.Struct, kw_only=True):
     instance_id: str
     name: str
@@ -621,6 +675,9 @@ ClientFrame = Union[  # noqa: UP007 - one member per line reads as the API index
     InstanceDestroyRequest,
     InstanceGetRequest,
     InstanceListRequest,
+    CheckpointCreateRequest,
+    CheckpointRestoreRequest,
+    CheckpointListRequest,
     SessionCreateRequest,
     SessionWriteRequest,
     SessionResizeRequest,
@@ -652,6 +709,9 @@ ServerFrame = Union[  # noqa: UP007
     InstanceDestroyResponse,
     InstanceGetResponse,
     InstanceListResponse,
+    CheckpointCreateResponse,
+    CheckpointRestoreResponse,
+    CheckpointListResponse,
     SessionCreateResponse,
     SessionWriteResponse,
     SessionResizeResponse,

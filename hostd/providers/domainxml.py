@@ -49,6 +49,11 @@ def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) ->
     return el
 
 
+def mark_element(instance_id: str, namespace: str) -> str:
+    """The mark alone, as ``virDomainSetMetadata`` takes it (libvirt adds the namespace)."""
+    return ET.tostring(ET.Element("instance", {"id": instance_id, "namespace": namespace}), encoding="unicode")
+
+
 def render(spec: DomainSpec) -> str:
     dom = ET.Element("domain", {"type": spec.domain_type})
     _sub(dom, "name", spec.name)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import trio
 
 from proto import ErrorCode
@@ -53,6 +54,9 @@ POLL_S = 2.0
 #: How often stop checks whether the guest has shut down within its grace period.
 _SHUTDOWN_POLL_S = 0.2
 _LIFECYCLE = ["instance.start", "instance.stop", "instance.restart", "instance.destroy"]
+#: libvirt save/restore. No ``instance.fork``: libvirt restores a saved domain only under its own
+#: UUID, so a copy with its own identity cannot be made from one checkpoint.
+_CHECKPOINTS = ["instance.snapshot", "instance.restore"]
 #: The environment variable carrying the guest env of an exec to ``hostd.guestexec``.
 GUEST_ENV = "AIWG_GUEST_ENV"
 
@@ -83,8 +87,8 @@ class VmProvider(Provider):
 
     def capabilities(self) -> list[str]:
         if self._emulated:
-            return list(_LIFECYCLE)
-        return [*_LIFECYCLE, "session.pty", "exec"]
+            return [*_LIFECYCLE, *_CHECKPOINTS]
+        return [*_LIFECYCLE, *_CHECKPOINTS, "session.pty", "exec"]
 
     def availability(self) -> str | None:
         return self._link.reason
@@ -213,6 +217,47 @@ class VmProvider(Provider):
 
     async def shutdown(self) -> None:
         await trio.to_thread.run_sync(self._link.close)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    async def checkpoint(self, instance: Instance, path: Path) -> Saved:
+        """``virDomainSave``: the domain's memory and device state go to ``path`` and it shuts off
+        (still defined, its definition kept for the restore)."""
+        info, vm = instance.info, _detail(instance)
+
+        def save(conn: Any) -> None:
+            self._domain(conn, vm).save(str(path))
+
+        await self._link.call(save)
+        self._instances.pop(info.instance_id, None)
+        if info.instance_dir:
+            await trio.to_thread.run_sync(hostdir.remove, Path(info.instance_dir))
+        return {"vm": msgspec.to_builtins(vm)}
+
+    async def restore(self, instance: Instance, saved: Saved, path: Path) -> None:
+        """``virDomainRestore`` under the saved name and UUID, then the mark names the new instance."""
+        info = instance.info
+        try:
+            vm = msgspec.convert(saved.get("vm"), m.VmDetail)
+        except (msgspec.ValidationError, TypeError) as exc:
+            raise RpcError(ErrorCode.PROVIDER_FAILED, f"the checkpoint's VM detail is unreadable: {exc}") from None
+        info.vm, info.working_dir = vm, "/"
+        info.instance_dir = str(self._config.instances_dir / info.instance_id)
+        mark = domainxml.mark_element(info.instance_id, self._config.namespace)
+
+        def restore(conn: Any) -> None:
+            libvirt = libvirtconn._libvirt()
+            conn.restore(str(path))
+            dom = self._domain(conn, vm)
+            flags = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
+            dom.setMetadata(
+                libvirt.VIR_DOMAIN_METADATA_ELEMENT, mark, domainxml.METADATA_PREFIX, domainxml.METADATA_NS, flags
+            )
+
+        await trio.to_thread.run_sync(_make_dir, Path(info.instance_dir))
+        await self._link.call(restore)
+        self._instances[info.instance_id] = instance
+        info.state, info.started_at, info.stopped_at = "running", time.time(), None
 
     # -- processes inside -----------------------------------------------------------------------
 

@@ -94,11 +94,14 @@ def gone(conn: Any, uuid: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-async def test_provider_is_offered_with_lifecycle_capabilities_only(registry: InstanceRegistry) -> None:
+async def test_provider_publishes_only_what_the_test_driver_can_do(registry: InstanceRegistry) -> None:
     vm = next(p for p in registry.providers() if p.runtime == "vm")
     assert (vm.provider, vm.available, vm.default, vm.reason) == ("libvirt", True, True, None)
     # The test driver has no console and no guest agent: nothing is published that would not work.
-    assert vm.capabilities == ["instance.start", "instance.stop", "instance.restart", "instance.destroy"]
+    assert vm.capabilities == [
+        "instance.start", "instance.stop", "instance.restart", "instance.destroy",
+        "instance.snapshot", "instance.restore",
+    ]  # fmt: skip
 
 
 async def test_provision_defines_and_starts_a_marked_domain(
@@ -270,3 +273,61 @@ async def test_unreachable_libvirt_is_reported_and_provision_fails_with_the_reas
         assert "cannot connect to libvirt" in excinfo.value.message
         assert reg.list() == []
         nursery.cancel_scope.cancel()
+
+
+async def test_checkpoint_retires_the_instance_and_restore_brings_it_back_once(
+    registry: InstanceRegistry, config: HostdConfig, conn: Any
+) -> None:
+    source = await registry.provision(vm_req(name="base"))
+    assert {"instance.snapshot", "instance.restore"} <= set(source.capabilities)
+    assert "instance.fork" not in source.capabilities  # libvirt restores only under the saved UUID
+    saved = await registry.checkpoint(source.instance_id, "cp-1")
+    assert (saved.source_instance_id, saved.source_name, saved.runtime, saved.provider) == (
+        source.instance_id, "base", "vm", "libvirt",
+    )  # fmt: skip
+    assert saved.uuid == source.vm.uuid and saved.size_bytes > 0  # type: ignore[union-attr]
+    assert [c.checkpoint_id for c in registry.checkpoints()] == ["cp-1"]
+    with pytest.raises(RpcError) as excinfo:
+        registry.get(source.instance_id)
+    assert excinfo.value.code is ErrorCode.INSTANCE_NOT_FOUND  # retired into the checkpoint
+    assert not domain(conn, source).isActive()  # shut off, still defined for the restore
+
+    restored = await registry.restore(
+        m.CheckpointRestoreRequest(checkpoint_id="cp-1", instance_id="tenant-1", name="tenant", labels={"t": "1"})
+    )
+    assert (restored.instance_id, restored.name, restored.state, restored.labels) == (
+        "tenant-1", "tenant", "running", {"t": "1"},
+    )  # fmt: skip
+    dom = domain(conn, restored)
+    assert dom.isActive() and dom.UUIDString() == saved.uuid
+    mark = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domainxml.METADATA_NS)
+    assert domainxml.parse_mark(mark) == domainxml.DomainMark("tenant-1", config.namespace)
+    assert registry.checkpoints() == []  # single use
+    with pytest.raises(RpcError) as excinfo:
+        await registry.restore(m.CheckpointRestoreRequest(checkpoint_id="cp-1", instance_id="tenant-2", name="t2"))
+    assert excinfo.value.code is ErrorCode.CHECKPOINT_NOT_FOUND
+
+
+async def test_checkpoint_refusals(registry: InstanceRegistry) -> None:
+    stopped = await registry.provision(vm_req(start=False))
+    with pytest.raises(RpcError) as excinfo:
+        await registry.checkpoint(stopped.instance_id, "cp-stopped")
+    assert excinfo.value.code is ErrorCode.INSTANCE_INVALID_STATE
+    running = await registry.provision(vm_req())
+    await registry.checkpoint(running.instance_id, "cp-taken")
+    other = await registry.provision(vm_req())
+    with pytest.raises(RpcError) as excinfo:
+        await registry.checkpoint(other.instance_id, "cp-taken")
+    assert excinfo.value.code is ErrorCode.REQUEST_INVALID and "already exists" in excinfo.value.message
+    assert registry.get(other.instance_id).state == "running"  # untouched by the refusal
+    with pytest.raises(RpcError) as excinfo:
+        await registry.restore(
+            m.CheckpointRestoreRequest(checkpoint_id="cp-taken", instance_id=other.instance_id, name="x")
+        )
+    assert excinfo.value.code is ErrorCode.INSTANCE_EXISTS
+    host = await registry.provision(m.InstanceProvisionRequest(instance_id=f"h-{new_id()}", name="host"))
+    with pytest.raises(RpcError) as excinfo:
+        await registry.checkpoint(host.instance_id, "cp-host")
+    assert excinfo.value.code is ErrorCode.UNSUPPORTED
+    restored = await registry.restore(m.CheckpointRestoreRequest(checkpoint_id="cp-taken", instance_id="r1", name="r"))
+    assert restored.state == "running"
