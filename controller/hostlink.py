@@ -81,6 +81,8 @@ def _remote_failure(exc: HostdRemoteError) -> ControllerError:
             return ValidationFailed([], exc.message, details=details)
         case ErrorCode.SPAWN_FAILED:
             return OperationFailed("instance.spawn_failed", exc.message, details=details)
+        case ErrorCode.CHECKPOINT_NOT_FOUND:
+            return NotFound("checkpoint.not_found", exc.message, details=details)
         case ErrorCode.PROVIDER_FAILED:
             return OperationFailed("instance.provider_failed", exc.message, details=details)
         case ErrorCode.UNSUPPORTED:

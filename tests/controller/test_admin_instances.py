@@ -378,3 +378,54 @@ async def test_vm_request_while_libvirt_is_down_fails_with_the_reason(short_dir:
         assert op["state"] == "failed"
         assert "provider.unavailable" in str(op["error"]) and "cannot connect to libvirt" in str(op["error"]), op
         assert (await admin.get("/api/v2/admin/instances")).json()["items"] == []
+
+
+async def test_libvirt_checkpoint_and_restore_routes(short_dir: Path, tmp_path: Path) -> None:
+    async with vm_stack(short_dir, tmp_path, "test:///default") as admin:
+        response = await admin.post("/api/v2/admin/instances", json={"name": "base", "runtime": "qemu", "start": True})
+        op = await wait_operation(admin, response.json()["id"])
+        assert op["state"] == "succeeded", op
+        base_id = op["result"]["instance_id"]
+        bad = [
+            ({"vm": "base", "checkpoint_id": "c1", "pre_enrollment": False}, 422, "pre_enrollment"),
+            ({"vm": "base", "checkpoint_id": "c1"}, 422, "pre_enrollment"),
+            ({"vm": "base", "checkpoint_id": "../c1", "pre_enrollment": True}, 422, "checkpoint_id"),
+        ]
+        for body, status, field in bad:
+            problem = assert_problem(
+                await admin.post("/api/v2/admin/libvirt/checkpoints", json=body), status, "validation.failed"
+            )
+            assert problem["errors"][0]["field"] == field, problem
+        missing = {"vm": "nope", "checkpoint_id": "c1", "pre_enrollment": True}
+        assert_problem(await admin.post("/api/v2/admin/libvirt/checkpoints", json=missing), 404, "instance.not_found")
+
+        response = await admin.post(
+            "/api/v2/admin/libvirt/checkpoints", json={"vm": "base", "checkpoint_id": "c1", "pre_enrollment": True}
+        )
+        assert response.status_code == 202, response.text
+        op = await wait_operation(admin, response.json()["id"])
+        assert op["state"] == "succeeded", op
+        assert op["result"]["source_instance_id"] == base_id and op["result"]["size_bytes"] > 0
+        assert (await admin.get("/api/v2/admin/instances")).json()["items"] == []  # retired
+
+        restore = "/api/v2/admin/libvirt/checkpoints/c1/restore"
+        problem = assert_problem(await admin.post(restore, json={"name": "someone-else"}), 422, "validation.failed")
+        assert problem["errors"][0]["field"] == "name"
+        assert_problem(
+            await admin.post("/api/v2/admin/libvirt/checkpoints/nope/restore", json={"name": "base"}),
+            404,
+            "checkpoint.not_found",
+        )
+        new_id = str(uuid.uuid4())
+        op = await wait_operation(
+            admin, (await admin.post(restore, json={"name": "base", "instance_id": new_id})).json()["id"]
+        )
+        assert op["state"] == "succeeded", op
+        assert op["result"] == {"instance_id": new_id, "name": "base", "state": "running", "checkpoint_id": "c1"}
+        view = (await admin.get(f"/api/v2/admin/instances/{new_id}")).json()
+        assert (view["name"], view["runtime"], view["state"]) == ("base", "qemu", "running")
+        assert_problem(await admin.post(restore, json={"name": "base"}), 404, "checkpoint.not_found")  # single use
+        op = await wait_operation(
+            admin, (await admin.delete(f"/api/v2/admin/instances/{new_id}?force=true")).json()["id"]
+        )
+        assert op["state"] == "succeeded", op
