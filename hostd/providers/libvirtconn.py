@@ -1,10 +1,10 @@
 """hostd's one connection to libvirt, and the rule for calling it: always from a worker thread.
 
 libvirt-python is blocking (it releases the GIL while it waits), so every call runs through
-:meth:`LibvirtLink.call` in a trio worker thread and never stalls hostd's event loop. The
-connection is opened on first use and again after it broke; :attr:`LibvirtLink.reason` says why
-libvirt cannot be used right now (None when it can), which is what the VM provider reports as its
-availability. The link never retries a call: a failure is the caller's answer.
+:meth:`LibvirtLink.call` in a trio worker thread and never stalls hostd's event loop; each call is
+bounded (:data:`CALL_TIMEOUT_S`). The connection is opened on first use and again after it broke;
+:attr:`LibvirtLink.reason` says why libvirt cannot be used right now (None when it can), which is
+what the VM provider reports as its availability. The link never retries a call: a failure is the caller's answer.
 
 Errors become :class:`hostd.errors.RpcError` once, here: ``provider.unavailable`` when libvirt
 cannot be reached (not installed, nothing listening, the connection died), ``provider.failed``
@@ -30,6 +30,9 @@ from ..errors import RpcError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+#: Bound of one libvirt call; saving or restoring a guest's memory gets :data:`LONG_CALL_TIMEOUT_S`.
+CALL_TIMEOUT_S = 60.0
+LONG_CALL_TIMEOUT_S = 600.0
 _handler_lock = threading.Lock()
 _handler_registered = False
 
@@ -112,8 +115,19 @@ class LibvirtLink:
                 ) from None
             raise RpcError(ErrorCode.PROVIDER_FAILED, f"libvirt: {libvirt_error(exc)}", uri=self.uri) from None
 
-    async def call(self, fn: Callable[[Any], T]) -> T:
-        return await trio.to_thread.run_sync(self.call_sync, fn)
+    async def call(self, fn: Callable[[Any], T], *, timeout_s: float = CALL_TIMEOUT_S) -> T:
+        """``fn(connection)`` in a worker thread, bounded: past ``timeout_s`` the thread is left
+        to finish alone and the caller gets ``provider.unavailable`` (a wedged libvirtd must not
+        hold a stop, which runs shielded, forever)."""
+        try:
+            with trio.fail_after(timeout_s):
+                return await trio.to_thread.run_sync(self.call_sync, fn, abandon_on_cancel=True)
+        except trio.TooSlowError:
+            raise RpcError(
+                ErrorCode.PROVIDER_UNAVAILABLE,
+                f"libvirt at {self.uri} did not answer within {timeout_s:g} s",
+                uri=self.uri,
+            ) from None
 
     async def probe(self) -> str | None:
         """Connect if needed and check the connection; returns :attr:`reason`."""

@@ -46,7 +46,7 @@ from ..errors import RpcError
 from ..statefile import mkdir_private
 from . import domainxml, hostdir, libvirtconn, vmimage
 from .base import EndChildren, Instance, Provider, Saved, SpawnSpec
-from .libvirtconn import LibvirtLink
+from .libvirtconn import LONG_CALL_TIMEOUT_S, LibvirtLink
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ class VmProvider(Provider):
         def save(conn: Any) -> None:
             self._domain(conn, vm).save(str(path))
 
-        await self._link.call(save)
+        await self._link.call(save, timeout_s=LONG_CALL_TIMEOUT_S)
         self._instances.pop(info.instance_id, None)
         if info.instance_dir:
             await trio.to_thread.run_sync(hostdir.remove, Path(info.instance_dir))
@@ -255,7 +255,7 @@ class VmProvider(Provider):
             )
 
         await trio.to_thread.run_sync(_make_dir, Path(info.instance_dir))
-        await self._link.call(restore)
+        await self._link.call(restore, timeout_s=LONG_CALL_TIMEOUT_S)
         self._instances[info.instance_id] = instance
         info.state, info.started_at, info.stopped_at = "running", time.time(), None
 
