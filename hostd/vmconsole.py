@@ -40,6 +40,8 @@ def _reader(stream: Any, done: threading.Event) -> None:
         os.write(2, f"\r\n[console closed: {libvirt_error(exc)}]\r\n".encode())
     finally:
         done.set()
+        # The main thread is blocked reading the terminal: wake it (the guest shut off, say).
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
 
 
 def main(argv: list[str]) -> int:

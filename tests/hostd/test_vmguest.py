@@ -192,3 +192,27 @@ async def test_vm_is_readopted_after_a_hostd_restart(guest: Guest) -> None:
         assert after.vm is not None and before.vm is not None and after.vm.uuid == before.vm.uuid
         code, out, _err = await run_exec(client, ["/bin/cat", "/proc/sys/kernel/hostname"])
         assert (code, out) == (0, b"aiwg-vm\n")
+
+
+async def test_guest_powering_off_ends_its_console_session_and_stops_the_instance(guest: Guest) -> None:
+    """Last: it turns the shared guest off (behind hostd's back, as a guest's own poweroff would)."""
+    import libvirt
+
+    async with open_hostd(guest.proc.socket_path) as client:
+        info = (await client.call(m.InstanceGetRequest(instance_id=IID))).instance
+        sid = (await client.call(m.SessionCreateRequest(instance_id=IID, argv=["console"]))).session.session_id
+        await console_until(client, sid, b"echo $((6*7))\n", b"42")
+        assert info.vm is not None and info.vm.uuid
+        conn = libvirt.open("qemu:///system")
+        try:
+            conn.lookupByUUIDString(info.vm.uuid).destroy()
+        finally:
+            conn.close()
+        with trio.fail_after(30):
+            while (s := (await client.call(m.SessionGetRequest(session_id=sid))).session).state == "running":
+                await trio.sleep(0.1)
+        assert (s.exit_code, s.end_reason) == (0, "exited")
+        with trio.fail_after(30):
+            while (info := (await client.call(m.InstanceGetRequest(instance_id=IID))).instance).state == "running":
+                await trio.sleep(0.1)
+        assert info.state == "stopped" and "shut off by itself" in (info.note or "")
