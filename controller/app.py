@@ -26,6 +26,7 @@ from proto import bind_log_ids
 
 from .admin.views import operation_path
 from .auth import Authenticator, config_tokens, resolve_admin_token
+from .checkpoints import CheckpointService
 from .config import ControllerConfig
 from .hostlink import HostdLink
 from .httpconnection import HTTPConnection
@@ -98,6 +99,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         loadouts=loadouts,
         storage=StorageService(Path(config.storage_dir), max_object_bytes=config.max_request_bytes),
         images=ImageService(link),
+        checkpoints=CheckpointService(store, link, operations),
     )
 
     from .admin import admin

@@ -48,6 +48,7 @@ from .errors import (
     OperationFailed,
     OutcomeUnknown,
     Unavailable,
+    Unimplemented,
     ValidationFailed,
 )
 
@@ -86,8 +87,12 @@ def _remote_failure(exc: HostdRemoteError) -> ControllerError:
         case ErrorCode.IMAGE_NOT_FOUND:
             field = {"field": "image", "message": exc.message, "code": exc.code}
             return ValidationFailed([field], exc.message, details=details)
-        case ErrorCode.PROVIDER_ERROR:
-            return OperationFailed("runtime.provider_error", exc.message, details=details)
+        case ErrorCode.PROVIDER_FAILED:
+            return OperationFailed("runtime.provider_failed", exc.message, details=details)
+        case ErrorCode.CHECKPOINT_NOT_FOUND:
+            return NotFound("checkpoint.not_found", exc.message, details=details)
+        case ErrorCode.UNSUPPORTED:
+            return Unimplemented("capability.unsupported", exc.message, details=details)
         case _:
             return Unavailable(UNAVAILABLE, f"hostd refused the call: {exc.code}: {exc.message}", details=details)
 

@@ -10,11 +10,12 @@ transient state that operation set (``starting``, ``stopping``, ``destroying``).
 
 Provisioning and lifecycle verbs are operations (:mod:`controller.operations`); this module checks
 what can be checked before the operation is accepted (ValidationFailed, NotFound, InvalidState,
-Unimplemented, hostd reachable) and gives the operation its work function. Runtimes run on hostd
-by the provider of their kind (:data:`HOSTD_KIND`: ``host``, ``docker`` as hostd's ``container``,
-also accepted as ``container``); others raise Unimplemented ``runtime.not_implemented`` until their
-providers exist. Nothing falls back to another runtime: a provider hostd cannot use now (podman
-down) fails the operation with hostd's reason.
+Unimplemented, hostd reachable) and gives the operation its work function. Each admin runtime maps
+onto one hostd runtime and provider (:data:`HOSTD_RUNTIMES`: ``host`` → host/hostd, ``docker``
+(also accepted as ``container``) → container/podman, ``qemu`` → vm/libvirt); the others raise
+Unimplemented ``runtime.not_implemented`` until their providers exist. Nothing falls back to another
+runtime: a provider hostd cannot use now (podman or libvirt down) fails the operation with hostd's
+reason.
 
 Decommission destroys the instance on hostd and forgets it. Without ``force`` it refuses an
 instance that is running (InvalidState); with ``force`` it kills the tree at once (grace 0). It
@@ -64,11 +65,12 @@ IMAGE_REF = re.compile(
 LIFECYCLE_VERBS = ("start", "stop", "restart", "destroy")
 TRANSIENT = {"start": "starting", "stop": "stopping", "restart": "stopping", "destroy": "destroying"}
 LIVE_STATES = ("provisioning", "starting", "running", "stopping")
-#: The admin runtimes hostd runs, and the runtime kind (proto) each one is on hostd.
-HOSTD_KIND = {"host": "host", "docker": "container"}
-ADMIN_RUNTIME = {kind: runtime for runtime, kind in HOSTD_KIND.items()}
+#: Admin runtime -> (hostd runtime, hostd provider), for the runtimes hostd has providers of.
+HOSTD_RUNTIMES = {"host": ("host", "hostd"), "docker": ("container", "podman"), "qemu": ("vm", "libvirt")}
+#: hostd runtime -> admin runtime (instances hostd holds that the catalog lacks are adopted as).
+CATALOG_RUNTIMES = {hostd: admin for admin, (hostd, _provider) in HOSTD_RUNTIMES.items()}
 #: Whether a runtime's instances start when the request does not say (``docker run`` does).
-DEFAULT_START = {"host": False, "docker": True}
+DEFAULT_START = {"host": False, "docker": True, "qemu": False}
 
 
 def _instance_key(instance_id: str) -> str:
@@ -102,7 +104,7 @@ class InstanceService:
 
     async def _fold(self, rec: InstanceRecord, info: m.InstanceInfo | None) -> InstanceRecord:
         """Apply hostd's view of one instance to its catalog row (and persist a change)."""
-        if rec.runtime not in HOSTD_KIND or self._busy(rec.id):
+        if rec.runtime not in HOSTD_RUNTIMES or self._busy(rec.id):
             return rec
         state, note, working_dir = rec.state, rec.note, rec.working_dir
         if info is not None:
@@ -120,8 +122,8 @@ class InstanceService:
         rec = InstanceRecord(
             id=info.instance_id,
             name=info.name,
-            runtime=ADMIN_RUNTIME.get(info.runtime, info.runtime),
-            provider=info.provider if info.runtime != "host" else None,
+            runtime=CATALOG_RUNTIMES.get(info.runtime, info.runtime),
+            provider=None if info.runtime == "host" else info.provider,
             state=info.state,
             loadout=info.loadout,
             working_dir=info.working_dir,
@@ -165,7 +167,7 @@ class InstanceService:
 
     async def _reconcile_one(self, instance_id: str) -> tuple[InstanceRecord | None, m.InstanceInfo | None]:
         rec = await self.store.instances.get(instance_id)
-        if rec is not None and rec.runtime not in HOSTD_KIND:
+        if rec is not None and rec.runtime not in HOSTD_RUNTIMES:
             return rec, None
         info = await self._hostd_get(instance_id)
         if rec is None:
@@ -244,21 +246,26 @@ class InstanceService:
         return loadout.service
 
     def _check_runtime(self, req: ProvisionRequest) -> tuple[str, str | None]:
-        """The request's runtime as stored (aliases resolved) and the image it runs (docker)."""
+        """The request's runtime as stored (aliases resolved) and the container image it runs
+        (docker only; a VM's ``image`` goes to hostd as its ``image_ref``)."""
         runtime = RUNTIME_ALIASES.get(req.runtime, req.runtime)
-        if runtime not in HOSTD_KIND:
-            offered = ", ".join(f"{r!r}" for r in HOSTD_KIND)
+        if runtime not in HOSTD_RUNTIMES:
+            offered = ", ".join(f"{r!r}" for r in HOSTD_RUNTIMES)
             raise Unimplemented(
                 "runtime.not_implemented", f"runtime {req.runtime!r} is not implemented yet; available: {offered}"
             )
-        if req.provider is not None and not (runtime == "docker" and req.provider == "podman"):
-            raise ValidationFailed([{"field": "provider", "message": "valid only with runtime qemu (docker: podman)"}])
+        hostd_runtime, hostd_provider = HOSTD_RUNTIMES[runtime]
+        if runtime == "host" and req.provider is not None:
+            raise ValidationFailed([{"field": "provider", "message": "valid only with runtime qemu or docker"}])
+        if req.provider not in (None, hostd_provider):
+            raise ValidationFailed([{"field": "provider", "message": f"must be {hostd_provider!r}"}])
         kind = (req.runtime_options or {}).get("kind")
-        if kind is not None and kind != HOSTD_KIND[runtime]:
-            message = f"must match runtime {req.runtime!r} ({HOSTD_KIND[runtime]!r})"
+        if kind is not None and kind != hostd_runtime:
+            message = f"must match runtime {req.runtime!r} ({hostd_runtime!r})"
             raise ValidationFailed([{"field": "runtime_options.kind", "message": message}])
         if runtime != "docker":
-            for field in ("image", "resources"):
+            refused = ("image", "resources") if runtime == "host" else ("resources",)
+            for field in refused:
                 if getattr(req, field) is not None:
                     raise ValidationFailed([{"field": field, "message": "valid only with runtime docker"}])
             return runtime, None
@@ -302,7 +309,7 @@ class InstanceService:
                 id=new_id(),  # fixed before any work starts; reported in the operation's result
                 name=req.name,
                 runtime=runtime,
-                provider="podman" if runtime == "docker" else None,
+                provider=None if runtime == "host" else HOSTD_RUNTIMES[runtime][1],
                 state="provisioning",
                 loadout=req.loadout,
                 working_dir=req.working_dir,
@@ -325,10 +332,13 @@ class InstanceService:
         self, rec: InstanceRecord, req: ProvisionRequest, service: builtins.list[str] | None, image: str | None
     ) -> dict[str, Any]:
         resources = req.resources
+        runtime, provider = HOSTD_RUNTIMES[rec.runtime]
         call = m.InstanceProvisionRequest(
             instance_id=rec.id,
             name=rec.name,
-            runtime=HOSTD_KIND[rec.runtime],
+            runtime=runtime,
+            provider=provider,
+            image_ref=req.image if runtime == "vm" else None,
             working_dir=req.working_dir,
             labels=dict(req.labels),
             command=service,
@@ -364,7 +374,7 @@ class InstanceService:
         rec = await self.store.instances.get(instance_id)
         if rec is None:
             raise _not_found(instance_id)
-        if rec.runtime not in HOSTD_KIND:
+        if rec.runtime not in HOSTD_RUNTIMES:
             raise Unimplemented("runtime.not_implemented", f"runtime {rec.runtime!r} is not implemented yet")
         busy = self._busy(instance_id)
         if busy is not None:

@@ -59,6 +59,32 @@ class ProvisionRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     resources: Resources | None = None
 
 
+Uuid = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")]
+CheckpointId = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
+class LibvirtCheckpointRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Upstream's ``LibvirtCheckpointRequest``: ``vm`` names a running qemu instance (id or name)."""
+
+    vm: Short
+    checkpoint_id: CheckpointId
+    #: Must be true: a checkpoint is captured before any secret enters the guest.
+    pre_enrollment: Literal[True]
+
+
+class LibvirtRestoreRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Upstream's ``LibvirtRestoreRequest``: ``name`` is the source domain (or instance) name the
+    checkpoint holds, checked; ``instance_id`` the new instance's id (a UUID; generated if absent)."""
+
+    name: Short
+    instance_id: (
+        Annotated[
+            str, msgspec.Meta(pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+        ]
+        | None
+    ) = None
+
+
 class HostDaemon(msgspec.Struct, kw_only=True):
     status: Literal["available", "unavailable"]
     label: str

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from quart import Quart
 
     from .auth import Authenticator
+    from .checkpoints import CheckpointService
     from .config import ControllerConfig
     from .hostlink import HostdLink
     from .images import ImageService
@@ -42,6 +43,7 @@ class AppState:
     loadouts: LoadoutService
     storage: StorageService
     images: ImageService
+    checkpoints: CheckpointService
     openapi: dict[str, Any] | None = field(default=None)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import grp
 import hashlib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -44,6 +45,11 @@ DEFAULT_CONTAINER_NPROC = 4096
 #: podman refuses a run root longer than this.
 MAX_PODMAN_RUNROOT_CHARS = 50
 RETAINED_PER_LIVE = 4
+DEFAULT_LIBVIRT_URI = "qemu:///system"
+#: Outside the state dir on purpose: QEMU runs as libvirt's own user, which must reach the image,
+#: and the state dir is 0700.
+DEFAULT_VM_IMAGE_DIR = "/var/cache/agentic-sandbox/guest-image"
+VM_DOMAIN_TYPES = ("kvm", "qemu")
 
 
 class ConfigError(ValueError):
@@ -102,6 +108,12 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     #: nofile / nproc rlimits of every container (soft = hard). AIWG_CONTAINER_NOFILE, AIWG_CONTAINER_NPROC
     container_nofile: int = DEFAULT_CONTAINER_NOFILE
     container_nproc: int = DEFAULT_CONTAINER_NPROC
+    #: libvirt connection of the VM runtime ("" = no VM runtime). AIWG_LIBVIRT_URI
+    libvirt_uri: str = DEFAULT_LIBVIRT_URI
+    #: libvirt domain type of VMs: ``kvm``, or ``qemu`` (software emulation). AIWG_VM_DOMAIN_TYPE
+    vm_domain_type: str = "kvm"
+    #: Default direct-boot guest image (scripts/build-guest-image.py). AIWG_VM_IMAGE_DIR
+    vm_image_dir: str = DEFAULT_VM_IMAGE_DIR
     dev: bool = False
 
     @property
@@ -125,6 +137,14 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         return max(64 * 1024, min(MAX_SPOOL_SEGMENT_BYTES, self.spool_session_bytes // 8))
 
     @property
+    def guest_image_dir(self) -> Path:
+        return Path(self.vm_image_dir)
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return Path(self.state_dir) / "checkpoints"
+
+    @property
     def state_file(self) -> Path:
         return Path(self.state_dir) / "hostd-state.json"
 
@@ -140,7 +160,8 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
 
     @property
     def namespace(self) -> str:
-        """What tells this hostd's things from another's (tree marks, container labels)."""
+        """What tells this hostd's things from another's (tree marks, container labels, domain
+        metadata): a hash of its state dir."""
         return hashlib.sha256(self.state_dir.encode()).hexdigest()[:12]
 
     def peer_allowed(self, uid: int, gid: int) -> bool:
@@ -267,6 +288,17 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
     if storage_driver and not storage_driver.isalnum():
         raise ConfigError(f"AIWG_PODMAN_STORAGE_DRIVER={storage_driver!r} is not a storage driver name")
 
+    libvirt_uri = env.get("AIWG_LIBVIRT_URI", DEFAULT_LIBVIRT_URI)
+    if libvirt_uri and not re.fullmatch(r"(qemu|test)(\+unix)?://[^\s]*", libvirt_uri):
+        raise ConfigError(f"AIWG_LIBVIRT_URI={libvirt_uri!r} must be a qemu:// or test:// libvirt URI, or empty")
+    # KVM in production; dev mode (and the tests, which run it) emulate: KVM guests hang on some hosts.
+    vm_domain_type = env.get("AIWG_VM_DOMAIN_TYPE") or ("qemu" if dev else "kvm")
+    if vm_domain_type not in VM_DOMAIN_TYPES:
+        raise ConfigError(f"AIWG_VM_DOMAIN_TYPE={vm_domain_type!r} must be one of {', '.join(VM_DOMAIN_TYPES)}")
+    vm_image_dir = env.get("AIWG_VM_IMAGE_DIR") or DEFAULT_VM_IMAGE_DIR
+    if not os.path.isabs(vm_image_dir):
+        raise ConfigError(f"AIWG_VM_IMAGE_DIR={vm_image_dir!r} must be an absolute path")
+
     return HostdConfig(
         state_dir=state_dir,
         socket_path=socket_path,
@@ -293,5 +325,8 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
         podman_storage_driver=storage_driver,
         container_nofile=_int(env, "AIWG_CONTAINER_NOFILE", DEFAULT_CONTAINER_NOFILE, minimum=64),
         container_nproc=_int(env, "AIWG_CONTAINER_NPROC", DEFAULT_CONTAINER_NPROC, minimum=16),
+        libvirt_uri=libvirt_uri,
+        vm_domain_type=vm_domain_type,
+        vm_image_dir=vm_image_dir,
         dev=dev,
     )

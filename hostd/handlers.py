@@ -90,6 +90,9 @@ class Handlers:
             m.InstanceDestroyRequest: self.instance_destroy,
             m.InstanceGetRequest: self.instance_get,
             m.InstanceListRequest: self.instance_list,
+            m.CheckpointCreateRequest: self.checkpoint_create,
+            m.CheckpointRestoreRequest: self.checkpoint_restore,
+            m.CheckpointListRequest: self.checkpoint_list,
             m.SessionCreateRequest: self.session_create,
             m.SessionWriteRequest: self.session_write,
             m.SessionResizeRequest: self.session_resize,
@@ -168,6 +171,17 @@ class Handlers:
 
     async def instance_stop(self, req: m.InstanceStopRequest) -> m.InstanceStopResponse:
         return m.InstanceStopResponse(instance=await self.instances.stop(req.instance_id, req.grace_s))
+
+    async def checkpoint_create(self, req: m.CheckpointCreateRequest) -> m.CheckpointCreateResponse:
+        return m.CheckpointCreateResponse(
+            checkpoint=await self.instances.checkpoint(req.instance_id, req.checkpoint_id)
+        )
+
+    async def checkpoint_restore(self, req: m.CheckpointRestoreRequest) -> m.CheckpointRestoreResponse:
+        return m.CheckpointRestoreResponse(instance=await self.instances.restore(req))
+
+    async def checkpoint_list(self, req: m.CheckpointListRequest) -> m.CheckpointListResponse:
+        return m.CheckpointListResponse(checkpoints=self.instances.checkpoints())
 
     async def instance_destroy(self, req: m.InstanceDestroyRequest) -> m.InstanceDestroyResponse:
         return m.InstanceDestroyResponse(instance=await self.instances.destroy(req.instance_id, req.grace_s))

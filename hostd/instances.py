@@ -20,6 +20,7 @@ which asks the instance's provider how (:meth:`hostd.providers.Provider.spawn_sp
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ from proto import ErrorCode
 from proto import messages as m
 
 from . import statefile
+from .checkpoints import CheckpointRecord, CheckpointStore
 from .config import HostdConfig
 from .envrules import validate_instance_env
 from .errors import RpcError
@@ -69,6 +71,7 @@ class InstanceRegistry:
         self._providers: dict[tuple[str, str], Provider] = {}
         self._defaults: dict[str, Provider] = {}
         self._instances: dict[str, Instance] = {}
+        self._checkpoints = CheckpointStore(config.checkpoints_dir)
         self._closed = False
         self.on_stop: list[StopHook] = []
         self.count_children: Callable[[str], tuple[int, int]] = lambda _id: (0, 0)
@@ -188,6 +191,87 @@ class InstanceRegistry:
             log.info("instance %s destroyed", instance_id)
             return self._public(inst)
 
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def checkpoints(self) -> builtins.list[m.CheckpointInfo]:
+        return self._checkpoints.list()
+
+    async def checkpoint(self, instance_id: str, checkpoint_id: str) -> m.CheckpointInfo:
+        """Save a running instance into a new checkpoint; the instance is retired (see
+        :class:`proto.messages.CheckpointCreateRequest`). Its sessions and execs end first."""
+        self._check_open()
+        inst = self._find(instance_id)
+        self._check_available(inst)
+        async with inst.lock:
+            self._find(instance_id)
+            if inst.info.state != "running":
+                raise RpcError(
+                    ErrorCode.INSTANCE_INVALID_STATE,
+                    f"instance {instance_id!r} is {inst.info.state}; only a running instance can be checkpointed",
+                    instance_id=instance_id,
+                    state=inst.info.state,
+                )
+            path = self._checkpoints.prepare(checkpoint_id)
+            with trio.CancelScope(shield=True):  # half a save leaves a stopped domain and no record
+                await self._run_hooks(inst.id, self._config.stop_grace_s)
+                try:
+                    detail = await inst.provider.checkpoint(inst, path)
+                except BaseException:
+                    path.unlink(missing_ok=True)
+                    self.commit(inst)
+                    raise
+                info = m.CheckpointInfo(
+                    checkpoint_id=checkpoint_id,
+                    source_instance_id=inst.id,
+                    source_name=inst.info.name,
+                    runtime=inst.info.runtime,
+                    provider=inst.info.provider,
+                    domain=inst.info.vm.domain if inst.info.vm else None,
+                    uuid=inst.info.vm.uuid if inst.info.vm else None,
+                    size_bytes=path.stat().st_size if path.exists() else 0,
+                    created_at=time.time(),
+                )
+                self._checkpoints.write(CheckpointRecord(info=info, detail=detail))
+                inst.info.state, inst.info.note = "destroyed", f"retired into checkpoint {checkpoint_id}"
+                self._instances.pop(instance_id, None)
+                self._save()
+        log.info("instance %s checkpointed as %s (%d bytes)", instance_id, checkpoint_id, info.size_bytes)
+        return info
+
+    async def restore(self, req: m.CheckpointRestoreRequest) -> m.InstanceInfo:
+        """Restore a checkpoint (single use) as a new running instance."""
+        self._check_open()
+        record = self._checkpoints.get(req.checkpoint_id)
+        if req.instance_id in self._instances:
+            raise RpcError(ErrorCode.INSTANCE_EXISTS, f"instance {req.instance_id!r} already exists")
+        provider = self._provider_for(record.info.runtime, record.info.provider)
+        info = m.InstanceInfo(
+            instance_id=req.instance_id,
+            name=req.name,
+            state="provisioning",
+            instance_dir="",
+            working_dir="",
+            runtime=provider.runtime,
+            provider=provider.name,
+            capabilities=provider.capabilities(),
+            labels=dict(req.labels),
+            loadout=req.loadout,
+            created_at=time.time(),
+        )
+        inst = Instance(info, {}, provider)
+        self._instances[req.instance_id] = inst
+        try:
+            async with inst.lock:
+                await provider.restore(inst, record.detail, self._checkpoints.data_path(req.checkpoint_id))
+                self._checkpoints.remove(req.checkpoint_id)  # single use: its domain runs again
+                self.commit(inst)
+        except BaseException:
+            self._instances.pop(req.instance_id, None)
+            self._save()
+            raise
+        log.info("checkpoint %s restored as instance %s (%s)", req.checkpoint_id, req.instance_id, req.name)
+        return self._public(inst)
+
     async def shutdown(self) -> None:
         """Persist and leave every instance running: hostd's unit uses ``KillMode=process``, and a
         restart of hostd must not take the agents down with it. The next hostd re-adopts them."""
@@ -301,7 +385,8 @@ class InstanceRegistry:
         # A snapshot: the provider goes on changing its own detail of the live record.
         host = msgspec.structs.replace(info.host) if info.host is not None else None
         container = msgspec.structs.replace(info.container) if info.container is not None else None
-        return msgspec.structs.replace(info, host=host, container=container, sessions=sessions, execs=execs)
+        vm = msgspec.structs.replace(info.vm) if info.vm is not None else None
+        return msgspec.structs.replace(info, host=host, container=container, vm=vm, sessions=sessions, execs=execs)
 
     def commit(self, inst: Instance) -> None:
         """Record a change of ``inst``: its provider's view of it and the state file (failures are logged)."""

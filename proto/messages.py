@@ -179,6 +179,11 @@ class InstanceProvisionRequest(Request):
     image: ImageRef | None = None
     #: Resource limits of the instance (containers: cpu, memory, pids); None = the runtime's defaults.
     limits: ResourceLimits | None = None
+    #: What the instance boots or runs, in the runtime's form (VMs: ``qcow2://PATH@sha256:HEX`` or
+    #: ``direct://KERNEL@sha256:HEX,INITRD@sha256:HEX``); None = the provider's default image.
+    image_ref: Annotated[str, msgspec.Meta(min_length=1, max_length=8192)] | None = None
+    #: Sizes of a VM (its loadout's); None = the provider's defaults. Ignored by other runtimes.
+    vm: VmSpec | None = None
 
 
 class InstanceProvisionResponse(Response):
@@ -226,6 +231,46 @@ class InstanceListRequest(Request):
 
 class InstanceListResponse(Response):
     instances: list[InstanceInfo]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: an instance's memory and device state saved to a file (VMs: libvirt save), restored
+# once as a new instance. Only where the provider lists ``instance.snapshot`` / ``instance.restore``.
+
+
+class CheckpointCreateRequest(Request):
+    """Save the running instance's state into checkpoint ``checkpoint_id``. This retires the
+    instance: what ran in it now lives in the checkpoint (libvirt restores a saved domain only under
+    its own name and UUID), and :class:`CheckpointRestoreRequest` brings it back as a new instance."""
+
+    checkpoint_id: ObjectId
+    instance_id: ObjectId
+
+
+class CheckpointCreateResponse(Response):
+    checkpoint: CheckpointInfo
+
+
+class CheckpointRestoreRequest(Request):
+    """Restore checkpoint ``checkpoint_id`` (single use) as the new running instance ``instance_id``."""
+
+    checkpoint_id: ObjectId
+    instance_id: ObjectId
+    name: Name
+    labels: Labels = {}
+    loadout: str | None = None
+
+
+class CheckpointRestoreResponse(Response):
+    instance: InstanceInfo
+
+
+class CheckpointListRequest(Request):
+    pass
+
+
+class CheckpointListResponse(Response):
+    checkpoints: list[CheckpointInfo]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -549,6 +594,39 @@ class HostDetail(msgspec.Struct, kw_only=True):
     cgroup: str | None = None
 
 
+class VmSpec(msgspec.Struct, kw_only=True):
+    """What a VM is given: memory and virtual CPUs."""
+
+    memory_mib: Annotated[int, msgspec.Meta(ge=32, le=1048576)] = 192
+    vcpus: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
+
+
+class VmDetail(msgspec.Struct, kw_only=True):
+    """What only a VM instance has: its libvirt domain and what it boots."""
+
+    uri: str
+    domain: str
+    uuid: str | None = None
+    domain_type: str = "kvm"
+    image_ref: str | None = None
+    memory_mib: int = 192
+    vcpus: int = 1
+
+
+class CheckpointInfo(msgspec.Struct, kw_only=True):
+    checkpoint_id: str
+    #: The instance it was taken of (retired by it), and what it ran on.
+    source_instance_id: str
+    source_name: str
+    runtime: str
+    provider: str
+    #: VMs: the libvirt domain (name and UUID) the saved state belongs to.
+    domain: str | None = None
+    uuid: str | None = None
+    size_bytes: int = 0
+    created_at: float
+
+
 class InstanceInfo(msgspec.Struct, kw_only=True):
     instance_id: str
     name: str
@@ -566,6 +644,8 @@ class InstanceInfo(msgspec.Struct, kw_only=True):
     host: HostDetail | None = None
     #: Runtime-specific detail: set for ``runtime == "container"`` only.
     container: ContainerDetail | None = None
+    #: Runtime-specific detail: set for ``runtime == "vm"`` only.
+    vm: VmDetail | None = None
     created_at: float
     started_at: float | None = None
     stopped_at: float | None = None
@@ -640,6 +720,9 @@ ClientFrame = Union[  # noqa: UP007 - one member per line reads as the API index
     InstanceDestroyRequest,
     InstanceGetRequest,
     InstanceListRequest,
+    CheckpointCreateRequest,
+    CheckpointRestoreRequest,
+    CheckpointListRequest,
     SessionCreateRequest,
     SessionWriteRequest,
     SessionResizeRequest,
@@ -671,6 +754,9 @@ ServerFrame = Union[  # noqa: UP007
     InstanceDestroyResponse,
     InstanceGetResponse,
     InstanceListResponse,
+    CheckpointCreateResponse,
+    CheckpointRestoreResponse,
+    CheckpointListResponse,
     SessionCreateResponse,
     SessionWriteResponse,
     SessionResizeResponse,

@@ -15,6 +15,12 @@ A thin wrapper: both children get the same environment (so the same ``AIWG_*`` s
   missing (``scripts/busybox_image.py``). Without podman or busybox-static this is skipped with a
   note, and hostd says the container provider is unavailable.
 
+* VMs (``AIWG_LIBVIRT_URI``, default ``qemu:///system``): as root it starts ``virtlogd`` and
+  ``libvirtd`` when nothing answers (systemd is not PID 1 everywhere), and builds the tiny guest
+  image (``scripts/build-guest-image.py``) when it is missing or outdated; the controller's
+  built-in ``tiny-vm`` loadout boots it. A step that fails is reported and the rest still runs
+  (hostd then lists the VM runtime as unavailable, with the reason).
+
 Run it with the venv's python (``.venv/bin/python scripts/devrun.py``); the children are started
 with the same interpreter (``-m hostd.main`` / ``-m controller.main``, what the entry points run).
 """
@@ -37,6 +43,7 @@ from proto import dev_hostd_socket
 ROOT = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 15.0
 HOSTD_WAIT_S = 10.0
+LIBVIRT_WAIT_S = 20.0
 
 
 def _start(module: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -89,6 +96,41 @@ def _prepare_podman(env: dict[str, str]) -> None:
         print(f"devrun: the busybox image could not be built: {exc}", file=sys.stderr)
 
 
+def _libvirt_answers(uri: str) -> bool:
+    try:
+        import libvirt
+    except ImportError:
+        return False
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+    try:
+        libvirt.open(uri).close()
+    except libvirt.libvirtError:
+        return False
+    return True
+
+
+def _vm_setup(env: dict[str, str]) -> None:
+    """Bring libvirt up and build the guest image (see the module docstring); never raises."""
+    uri = env.get("AIWG_LIBVIRT_URI", "qemu:///system")
+    if not uri.startswith("qemu"):
+        return
+    if os.geteuid() != 0:
+        print("devrun: VMs need root (qemu:///system); skipping libvirt and the guest image", file=sys.stderr)
+        return
+    if not _libvirt_answers(uri):
+        for daemon in ("virtlogd", "libvirtd"):
+            try:
+                subprocess.run([daemon, "-d"], check=False, stdin=subprocess.DEVNULL)
+            except OSError as exc:
+                print(f"devrun: cannot start {daemon}: {exc}", file=sys.stderr)
+        deadline = time.monotonic() + LIBVIRT_WAIT_S
+        while time.monotonic() < deadline and not _libvirt_answers(uri):
+            time.sleep(0.1)
+    build = [sys.executable, str(ROOT / "scripts" / "build-guest-image.py")]
+    if subprocess.run(build, env=env, check=False, stdout=subprocess.DEVNULL).returncode != 0:
+        print("devrun: the guest image could not be built; VM provisions will fail", file=sys.stderr)
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("AIWG_STATE_DIR", str(ROOT / ".run"))
@@ -109,6 +151,7 @@ def main() -> int:
     hostd = controller = None
     status = 0
     try:
+        _vm_setup(env)
         hostd = _start("hostd.main", env)
         _wait_for_socket(socket_path, hostd)
         controller = _start("controller.main", env)

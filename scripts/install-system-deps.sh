@@ -8,6 +8,8 @@ PACKAGES=(
   podman runc            # container runtime tests (DESIGN.md §6: runc, not crun)
   busybox-static         # rootfs for locally built container images (no pulls here)
   libvirt-dev pkg-config # building libvirt-python; test:///default needs no daemon
+  libvirt-daemon-system qemu-system-x86  # real VMs (libvirtd + virtlogd, QEMU; DESIGN.md §6)
+  linux-image-cloud-amd64 qemu-guest-agent  # the tiny guest image (scripts/build-guest-image.py)
   systemd                # systemd-analyze verify for the unit files
   procps util-linux      # ps, setpriv (tests run a client under another uid)
 )

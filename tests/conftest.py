@@ -9,6 +9,7 @@ import psutil
 import pytest
 
 from tests.hostd_process import HostdProcess
+from tests.libvirt_service import guest_image, libvirt_system  # noqa: F401 - fixtures of the VM tests
 from tests.podman_service import PodmanStorage, busybox_storage, podman_available
 from tests.processes import alive
 

@@ -59,6 +59,7 @@ class HostdProcess:
             "AIWG_STATE_DIR": str(state_dir),
             "AIWG_HOSTD_SOCKET": str(self.socket_path),
             "AIWG_STOP_GRACE_S": "1",
+            "AIWG_LIBVIRT_URI": "",  # no VM runtime unless a test asks for one
             "PYTHONPATH": str(ROOT),
             **(env or {}),
         }

@@ -51,6 +51,7 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
         "AIWG_STATE_DIR": str(tmp_path / "run"),
         "AIWG_LISTEN": f"127.0.0.1:{port}",
         "AIWG_CGROUP_ROOT": "off",
+        "AIWG_LIBVIRT_URI": "",  # no VM setup (libvirt daemons, guest image) for the wrapper's tests
         "PYTHONPATH": str(ROOT),
     }
     proc = subprocess.Popen(

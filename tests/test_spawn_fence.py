@@ -100,6 +100,18 @@ def test_only_hostd_talks_to_podman() -> None:
     assert all(name.startswith("hostd/") for name in importers), importers
 
 
+def test_only_hostd_talks_to_libvirt() -> None:
+    """DESIGN.md §2: only hostd talks to libvirt (the VM provider and its console/exec helpers)."""
+    importers = sorted(
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if imports_of(path) & {"libvirt", "libvirt_qemu"}
+    )
+    assert "hostd/providers/libvirtconn.py" in importers, importers
+    assert all(name.startswith("hostd/") for name in importers), importers
+
+
 def test_proto_exports_are_pinned() -> None:
     assert sorted(proto.__all__) == sorted(
         [

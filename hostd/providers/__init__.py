@@ -1,7 +1,7 @@
 """Runtime providers: one module per runtime kind, each implementing :class:`base.Provider`.
 
-``host`` (a supervised process tree on the host itself) is the first, ``container`` (podman) the
-second; ``make_providers`` builds
+``host`` (a supervised process tree on the host itself) is the first, ``container`` (podman) and
+``vm`` (libvirt domains) the next; ``make_providers`` builds
 the ones this hostd offers, keyed by ``(runtime, provider)``, with each runtime's default first.
 """
 
@@ -16,6 +16,7 @@ from ..proctree import Cgroups
 from .base import AbsentProvider, Instance, Provider, Saved, SpawnSpec
 from .host import HostProvider
 from .podman import PodmanProvider
+from .vm import VmProvider
 
 __all__ = [
     "AbsentProvider",
@@ -25,6 +26,7 @@ __all__ = [
     "Provider",
     "Saved",
     "SpawnSpec",
+    "VmProvider",
     "make_providers",
 ]
 
@@ -33,4 +35,10 @@ def make_providers(
     config: HostdConfig, cgroups: Cgroups, nursery: trio.Nursery, commit: Callable[[Instance], None]
 ) -> list[Provider]:
     """Every provider of this hostd; the first of each runtime kind is that kind's default."""
-    return [HostProvider(config, cgroups, nursery, commit), PodmanProvider(config, nursery, commit)]
+    providers: list[Provider] = [
+        HostProvider(config, cgroups, nursery, commit),
+        PodmanProvider(config, nursery, commit),
+    ]
+    if config.libvirt_uri:
+        providers.append(VmProvider(config, nursery, commit))
+    return providers

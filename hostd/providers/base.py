@@ -145,6 +145,17 @@ class Provider(abc.ABC):
     async def shutdown(self) -> None:  # noqa: B027 - optional hook, most providers need nothing
         """hostd is going away; instances keep running (they are re-adopted by the next hostd)."""
 
+    # -- checkpoints (lock held; only with ``instance.snapshot`` / ``instance.restore``) ---------
+
+    async def checkpoint(self, instance: Instance, path: Path) -> Saved:
+        """Save the running instance's state to ``path`` and let go of the instance (the registry
+        forgets it: what ran in it lives in the checkpoint now). Returns what :meth:`restore` needs."""
+        raise RpcError(ErrorCode.UNSUPPORTED, f"{self.runtime}/{self.name} instances cannot be checkpointed")
+
+    async def restore(self, instance: Instance, saved: Saved, path: Path) -> None:
+        """Bring the state saved at ``path`` back as ``instance`` (new id, name), running."""
+        raise RpcError(ErrorCode.UNSUPPORTED, f"{self.runtime}/{self.name} cannot restore checkpoints")
+
     # -- processes inside an instance -----------------------------------------------------------
 
     @abc.abstractmethod

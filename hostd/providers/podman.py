@@ -167,7 +167,7 @@ class PodmanProvider(Provider):
 
     async def _call(self, fn: Callable[[Any], Any], *, timeout_s: float | None = None) -> Any:
         """One podman call; unreachable becomes ``provider.unavailable`` (and is remembered), podman's
-        own refusals ``provider.error``."""
+        own refusals ``provider.failed``."""
         import podman.errors
 
         try:
@@ -180,9 +180,9 @@ class PodmanProvider(Provider):
         except podman.errors.ImageNotFound as exc:
             raise RpcError(ErrorCode.IMAGE_NOT_FOUND, f"podman has no such image: {reason(exc)}") from exc
         except podman.errors.APIError as exc:
-            raise RpcError(ErrorCode.PROVIDER_ERROR, f"podman refused: {reason(exc)}") from exc
+            raise RpcError(ErrorCode.PROVIDER_FAILED, f"podman refused: {reason(exc)}") from exc
         except PodmanBadAnswer as exc:
-            raise RpcError(ErrorCode.PROVIDER_ERROR, str(exc)) from exc
+            raise RpcError(ErrorCode.PROVIDER_FAILED, str(exc)) from exc
         self._reason = None
         return result
 

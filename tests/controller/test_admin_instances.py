@@ -6,6 +6,7 @@ import os
 import signal
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,19 @@ from controller.config import load_config
 from proto import messages as m
 from proto import open_hostd
 from tests.contracts import component, validate
+from tests.libvirt_service import fake_guest_image
 from tests.podman_service import PodmanStorage
 
-from .conftest import LiveController, LiveHostd, alive, controller_env, provision, serve_controller, wait_operation
+from .conftest import (
+    ADMIN_TOKEN,
+    LiveController,
+    LiveHostd,
+    alive,
+    controller_env,
+    provision,
+    serve_controller,
+    wait_operation,
+)
 from .test_problems import assert_problem
 
 #: Our stricter reading of the contract's Instance schema (admin-api.openapi.yaml); bodies are
@@ -128,13 +139,6 @@ async def test_existing_name_is_409(admin: httpx.AsyncClient) -> None:
     assert_problem(response, 409, "instance.already_exists")
 
 
-async def test_other_runtimes_are_501(admin: httpx.AsyncClient) -> None:
-    response = await admin.post("/api/v2/admin/instances", json={"name": "vm-qemu", "runtime": "qemu"})
-    body = assert_problem(response, 501, "runtime.not_implemented")
-    assert "qemu" in body["detail"]
-    assert (await admin.get("/api/v2/admin/instances")).json()["items"] == []
-
-
 async def test_container_requests_are_checked_before_any_work(admin: httpx.AsyncClient) -> None:
     cases = [
         ({"runtime": "docker"}, "image"),  # no image, no loadout naming one
@@ -161,6 +165,8 @@ async def test_provision_validation(admin: httpx.AsyncClient) -> None:
         ({"name": "ok-name", "runtime": "host", "provider": "libvirt"}, "provider"),
         ({"name": "ok-name", "runtime": "host", "runtime_options": {"kind": "vm"}}, "runtime_options.kind"),
         ({"name": "ok-name", "runtime": "host", "loadout": "no-such-loadout"}, "loadout"),
+        ({"name": "ok-name", "runtime": "qemu", "provider": "vmware"}, "provider"),
+        ({"name": "ok-name", "runtime": "qemu", "runtime_options": {"kind": "host"}}, "runtime_options.kind"),
     ]
     for body, field in cases:
         problem = assert_problem(await admin.post("/api/v2/admin/instances", json=body), 422, "validation.failed")
@@ -411,3 +417,111 @@ async def test_container_request_when_podman_is_down_fails_with_the_reason(short
             assert await live.instances() == []
     finally:
         await live.close()
+
+
+# -- runtime qemu: VM instances (hostd's libvirt provider on libvirt's test hypervisor) -----------
+
+
+@asynccontextmanager
+async def vm_stack(base: Path, tmp_path: Path, libvirt_uri: str) -> AsyncIterator[httpx.AsyncClient]:
+    """hostd with the VM runtime on ``libvirt_uri`` and a controller in front of it."""
+    pytest.importorskip("libvirt")
+    env = {"AIWG_LIBVIRT_URI": libvirt_uri, "AIWG_VM_IMAGE_DIR": str(fake_guest_image(tmp_path / "image"))}
+    live = LiveHostd(base, env=env)
+    await live.start()
+    try:
+        config = load_config(env=controller_env(tmp_path / "controller", live.socket_path))
+        async with serve_controller(config) as controller, controller.client(ADMIN_TOKEN) as client:
+            yield client
+    finally:
+        await live.close()
+
+
+async def test_vm_instances_provision_and_run_their_lifecycle(short_dir: Path, tmp_path: Path) -> None:
+    async with vm_stack(short_dir, tmp_path, "test:///default") as admin:
+        response = await admin.post(
+            "/api/v2/admin/instances", json={"name": "v1", "runtime": "qemu", "loadout": "tiny-vm", "start": True}
+        )
+        assert response.status_code == 202, response.text
+        op = await wait_operation(admin, response.json()["id"])
+        assert op["state"] == "succeeded", op
+        iid = op["result"]["instance_id"]
+        view = (await admin.get(f"/api/v2/admin/instances/{iid}")).json()
+        assert (view["runtime"], view["provider"], view["state"], view["loadout"]) == (
+            "qemu",
+            "libvirt",
+            "running",
+            "tiny-vm",
+        )
+        assert [
+            i["id"] for i in (await admin.get("/api/v2/admin/instances", params={"runtime": "qemu"})).json()["items"]
+        ] == [iid]
+        for verb, state in (("stop", "stopped"), ("start", "running"), ("restart", "running")):
+            op = await wait_operation(admin, (await admin.post(f"/api/v2/admin/instances/{iid}/{verb}")).json()["id"])
+            assert op["state"] == "succeeded", op
+            assert (await admin.get(f"/api/v2/admin/instances/{iid}")).json()["state"] == state
+        op = await wait_operation(admin, (await admin.delete(f"/api/v2/admin/instances/{iid}?force=true")).json()["id"])
+        assert op["state"] == "succeeded", op
+        assert_problem(await admin.get(f"/api/v2/admin/instances/{iid}"), 404, "instance.not_found")
+
+
+async def test_vm_request_while_libvirt_is_down_fails_with_the_reason(short_dir: Path, tmp_path: Path) -> None:
+    uri = f"qemu+unix:///system?socket={tmp_path / 'no-libvirtd.sock'}"
+    async with vm_stack(short_dir, tmp_path, uri) as admin:
+        response = await admin.post("/api/v2/admin/instances", json={"name": "v2", "runtime": "qemu"})
+        assert response.status_code == 202, response.text
+        op = await wait_operation(admin, response.json()["id"])
+        assert op["state"] == "failed"
+        assert op["error"]["code"] == "runtime.unavailable" and "cannot connect to libvirt" in str(op["error"]), op
+        assert (await admin.get("/api/v2/admin/instances")).json()["items"] == []
+
+
+async def test_libvirt_checkpoint_and_restore_routes(short_dir: Path, tmp_path: Path) -> None:
+    async with vm_stack(short_dir, tmp_path, "test:///default") as admin:
+        response = await admin.post("/api/v2/admin/instances", json={"name": "base", "runtime": "qemu", "start": True})
+        op = await wait_operation(admin, response.json()["id"])
+        assert op["state"] == "succeeded", op
+        base_id = op["result"]["instance_id"]
+        bad = [
+            ({"vm": "base", "checkpoint_id": "c1", "pre_enrollment": False}, 422, "pre_enrollment"),
+            ({"vm": "base", "checkpoint_id": "c1"}, 422, "pre_enrollment"),
+            ({"vm": "base", "checkpoint_id": "../c1", "pre_enrollment": True}, 422, "checkpoint_id"),
+        ]
+        for body, status, field in bad:
+            problem = assert_problem(
+                await admin.post("/api/v2/admin/libvirt/checkpoints", json=body), status, "validation.failed"
+            )
+            assert problem["errors"][0]["field"] == field, problem
+        missing = {"vm": "nope", "checkpoint_id": "c1", "pre_enrollment": True}
+        assert_problem(await admin.post("/api/v2/admin/libvirt/checkpoints", json=missing), 404, "instance.not_found")
+
+        response = await admin.post(
+            "/api/v2/admin/libvirt/checkpoints", json={"vm": "base", "checkpoint_id": "c1", "pre_enrollment": True}
+        )
+        assert response.status_code == 202, response.text
+        op = await wait_operation(admin, response.json()["id"])
+        assert op["state"] == "succeeded", op
+        assert op["result"]["source_instance_id"] == base_id and op["result"]["size_bytes"] > 0
+        assert (await admin.get("/api/v2/admin/instances")).json()["items"] == []  # retired
+
+        restore = "/api/v2/admin/libvirt/checkpoints/c1/restore"
+        problem = assert_problem(await admin.post(restore, json={"name": "someone-else"}), 422, "validation.failed")
+        assert problem["errors"][0]["field"] == "name"
+        assert_problem(
+            await admin.post("/api/v2/admin/libvirt/checkpoints/nope/restore", json={"name": "base"}),
+            404,
+            "checkpoint.not_found",
+        )
+        new_id = str(uuid.uuid4())
+        op = await wait_operation(
+            admin, (await admin.post(restore, json={"name": "base", "instance_id": new_id})).json()["id"]
+        )
+        assert op["state"] == "succeeded", op
+        assert op["result"] == {"instance_id": new_id, "name": "base", "state": "running", "checkpoint_id": "c1"}
+        view = (await admin.get(f"/api/v2/admin/instances/{new_id}")).json()
+        assert (view["name"], view["runtime"], view["state"]) == ("base", "qemu", "running")
+        assert_problem(await admin.post(restore, json={"name": "base"}), 404, "checkpoint.not_found")  # single use
+        op = await wait_operation(
+            admin, (await admin.delete(f"/api/v2/admin/instances/{new_id}?force=true")).json()["id"]
+        )
+        assert op["state"] == "succeeded", op

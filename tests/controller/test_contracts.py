@@ -73,7 +73,7 @@ async def test_problems_match_the_contract(admin: httpx.AsyncClient, anon: httpx
         await admin.get(f"{ADMIN}/instances/01234567-89ab-7def-8123-456789abcdef"),
         await admin.get(f"{ADMIN}/operations/op_nope"),
         await admin.post(f"{ADMIN}/instances", json={"name": "Bad Name", "runtime": "host"}),
-        await admin.post(f"{ADMIN}/instances", json={"name": "vm-one", "runtime": "qemu"}),
+        await admin.post(f"{ADMIN}/instances", json={"name": "vm-one", "runtime": "qemu", "provider": "nope"}),
         await admin.put(f"{ADMIN}/storage/global/x.txt", json={"content": "no"}),
         await admin.get(f"{ADMIN}/storage/inbox/..%2F..%2Fetc%2Fpasswd"),
     ):

@@ -177,7 +177,7 @@ async def test_routes(controller: LiveController, admin: httpx.AsyncClient, host
         assert (await anon.get("/api/v2/admin/loadouts")).status_code == 401
 
     names = [item["name"] for item in (await admin.get("/api/v2/admin/loadouts")).json()["items"]]
-    assert names == ["busybox", "echo", "shell", "reviewer", "yaml-one"]
+    assert names == ["busybox", "echo", "shell", "tiny-vm", "reviewer", "yaml-one"]
 
 
 async def test_provisioning_supervises_the_loadout_service_not_its_command(

@@ -20,6 +20,7 @@ def make_config(tmp_path: Path, **overrides: object) -> HostdConfig:
         "stop_grace_s": 2.0,
         "max_sessions": 16,
         "cgroup_root": "off",
+        "libvirt_uri": "",  # no VM runtime unless a test asks for one
     }
     settings.update(overrides)
     return HostdConfig(**settings)

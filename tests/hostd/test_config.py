@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,22 @@ def test_podman_service_settings() -> None:
         "vfs",
     )
     assert cfg.container_nofile == 1024
+
+
+def test_vm_settings() -> None:
+    prod = from_env({})
+    assert (prod.libvirt_uri, prod.vm_domain_type) == ("qemu:///system", "kvm")
+    assert prod.guest_image_dir == Path("/var/cache/agentic-sandbox/guest-image")
+    # Dev mode (and the tests, which run it) emulate: KVM guests hang on some hosts.
+    assert from_env({}, dev=True).vm_domain_type == "qemu"
+    assert from_env({"AIWG_VM_DOMAIN_TYPE": "kvm"}, dev=True).vm_domain_type == "kvm"
+    assert from_env({"AIWG_LIBVIRT_URI": ""}).libvirt_uri == ""
+    assert from_env({"AIWG_LIBVIRT_URI": "test:///default"}).libvirt_uri == "test:///default"
+    assert from_env({"AIWG_VM_IMAGE_DIR": "/srv/img"}).guest_image_dir == Path("/srv/img")
+    for env, named in (
+        ({"AIWG_LIBVIRT_URI": "xen:///system"}, "AIWG_LIBVIRT_URI"),
+        ({"AIWG_VM_DOMAIN_TYPE": "hvf"}, "AIWG_VM_DOMAIN_TYPE"),
+        ({"AIWG_VM_IMAGE_DIR": "relative"}, "AIWG_VM_IMAGE_DIR"),
+    ):
+        with pytest.raises(ConfigError, match=named):
+            from_env(env)

@@ -1,0 +1,55 @@
+"""The domain template and its metadata mark, in memory."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from hostd.providers import domainxml
+
+SPEC = domainxml.DomainSpec(
+    name="aiwg-ns-i1",
+    domain_type="qemu",
+    memory_mib=192,
+    vcpus=1,
+    instance_id="i1",
+    namespace="ns",
+    kernel="/img/vmlinuz",
+    initrd="/img/initrd <&>.img",
+    cmdline="console=ttyS0",
+)
+
+
+def test_direct_boot_domain_has_what_this_machine_needs() -> None:
+    root = ET.fromstring(domainxml.render(SPEC))
+    assert root.get("type") == "qemu" and root.findtext("name") == "aiwg-ns-i1"
+    assert root.findtext("os/kernel") == "/img/vmlinuz"
+    assert root.findtext("os/initrd") == "/img/initrd <&>.img"  # escaped, not pasted into the markup
+    assert root.find("devices/graphics") is None
+    assert root.find("devices/serial[@type='pty']") is not None
+    assert root.find("devices/console[@type='pty']") is not None
+    channel = root.find("devices/channel[@type='unix']/target")
+    assert channel is not None and channel.get("name") == domainxml.GUEST_AGENT_CHANNEL
+    assert root.find("devices/disk") is None
+
+
+def test_disk_boot_uses_a_transient_overlay() -> None:
+    spec = domainxml.DomainSpec(
+        name="d", domain_type="kvm", memory_mib=512, vcpus=2, instance_id="i", namespace="n", disk="/img/a.qcow2"
+    )
+    root = ET.fromstring(domainxml.render(spec))
+    assert root.find("os/kernel") is None and root.find("os/boot").get("dev") == "hd"
+    assert root.find("devices/disk/source").get("file") == "/img/a.qcow2"
+    assert root.find("devices/disk/transient") is not None
+    assert root.findtext("vcpu") == "2" and root.find("memory").text == "512"
+
+
+def test_mark_round_trip() -> None:
+    root = ET.fromstring(domainxml.render(SPEC))
+    [mark] = list(root.find("metadata"))
+    assert domainxml.parse_mark(ET.tostring(mark, encoding="unicode")) == domainxml.DomainMark("i1", "ns")
+    assert domainxml.parse_mark(f'<instance xmlns="{domainxml.METADATA_NS}" id="i2" namespace="n2"/>') == (
+        domainxml.DomainMark("i2", "n2")
+    )
+    assert domainxml.parse_mark("<other id='x' namespace='y'/>") is None
+    assert domainxml.parse_mark("<instance id='x'/>") is None
+    assert domainxml.parse_mark("not xml <") is None
