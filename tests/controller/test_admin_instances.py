@@ -144,6 +144,13 @@ async def test_other_runtimes_are_501(admin: httpx.AsyncClient) -> None:
         body = assert_problem(response, 501, "runtime.not_implemented")
         assert runtime in body["detail"]
     assert (await admin.get("/api/v2/admin/instances")).json()["items"] == []
+    # This hostd offers no VM runtime, so no checkpoints either.
+    await provision(admin, "no-vm")
+    body = {"vm": "no-vm", "checkpoint_id": "c1", "pre_enrollment": True}
+    r = await admin.post("/api/v2/admin/libvirt/checkpoints", json=body)
+    assert_problem(r, 409, "instance.invalid_state")  # a host instance is no qemu instance
+    r = await admin.post("/api/v2/admin/libvirt/checkpoints/c1/restore", json={"name": "x"})
+    assert_problem(r, 501, "capability.unsupported")
 
 
 async def test_provision_validation(admin: httpx.AsyncClient) -> None:
