@@ -18,7 +18,7 @@ from typing import Any
 from proto import messages as m
 from proto import new_id
 
-from .errors import InvalidState, NotFound, Unavailable, ValidationFailed
+from .errors import InvalidState, NotFound, Unavailable, Unimplemented, ValidationFailed
 from .hostlink import HostdLink
 from .models import LibvirtCheckpointRequest, LibvirtRestoreRequest
 from .operations import OperationService
@@ -39,6 +39,13 @@ class CheckpointService:
         if not self.link.ready:
             raise Unavailable("internal.unavailable", f"hostd is not reachable: {self.link.reason}")
 
+    async def _require_capability(self, capability: str) -> None:
+        """hostd's VM provider must publish it: checkpoints exist only where they work, and an older
+        hostd would not know the checkpoint requests at all (proto/README.md)."""
+        providers = (await self.link.call(m.ProviderListRequest())).providers
+        if not any(p.runtime == "vm" and capability in p.capabilities for p in providers):
+            raise Unimplemented("capability.unsupported", f"hostd's VM runtime does not offer {capability}")
+
     async def _source(self, vm: str) -> InstanceRecord:
         rec = await self.store.instances.get(vm) or await self.store.instances.get_by_name(vm)
         if rec is None:
@@ -54,6 +61,7 @@ class CheckpointService:
             if self.operations.in_flight(held) is not None:
                 raise InvalidState("instance.invalid_state", f"an operation on {held} is in progress")
         self._require_hostd()
+        await self._require_capability("instance.snapshot")
 
         async def work(op: OperationRecord) -> dict[str, Any]:
             call = m.CheckpointCreateRequest(checkpoint_id=req.checkpoint_id, instance_id=rec.id)
@@ -77,6 +85,7 @@ class CheckpointService:
         if self.operations.in_flight(_checkpoint_key(checkpoint_id)) is not None:
             raise InvalidState("instance.invalid_state", f"an operation on checkpoint {checkpoint_id!r} is in progress")
         self._require_hostd()
+        await self._require_capability("instance.restore")
         listed = (await self.link.call(m.CheckpointListRequest())).checkpoints
         saved = next((c for c in listed if c.checkpoint_id == checkpoint_id), None)
         if saved is None:

@@ -155,6 +155,13 @@ async def test_container_requests_are_checked_before_any_work(admin: httpx.Async
         body = assert_problem(response, 422, "validation.failed")
         assert [e["field"] for e in body["errors"]] == [field], (fields, body)
     assert (await admin.get("/api/v2/admin/instances")).json()["items"] == []
+    # This hostd offers no VM runtime, so no checkpoints either.
+    await provision(admin, "no-vm")
+    body = {"vm": "no-vm", "checkpoint_id": "c1", "pre_enrollment": True}
+    r = await admin.post("/api/v2/admin/libvirt/checkpoints", json=body)
+    assert_problem(r, 409, "instance.invalid_state")  # a host instance is no qemu instance
+    r = await admin.post("/api/v2/admin/libvirt/checkpoints/c1/restore", json={"name": "x"})
+    assert_problem(r, 501, "capability.unsupported")
 
 
 async def test_provision_validation(admin: httpx.AsyncClient) -> None:
