@@ -39,6 +39,8 @@ async def test_a_reused_group_id_held_by_another_tree_is_not_signalled() -> None
     mine = f"test:exec:mine-{os.getpid()}"
     other = _spawn(f"test:session:other-{os.getpid()}", "sleep", "300")
     try:
+        # Until the child has exec'd, /proc shows the parent's environment: no mark yet.
+        await _wait_for(1, f"other-{os.getpid()}")
         assert own_group(other.pid, mine) is None
         assert own_group(other.pid, f"test:session:other-{os.getpid()}") == other.pid
         # As if our leader had had this pid: the stale group id must not reach the other tree.
