@@ -46,6 +46,12 @@ class ProvisionRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     labels: Labels = {}
 
 
+class ReprovisionRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The ``reprovision`` body: the loadout to apply (omitted: the current one)."""
+
+    loadout: Short | None = None
+
+
 class HostDaemon(msgspec.Struct, kw_only=True):
     status: Literal["available", "unavailable"]
     label: str
