@@ -88,6 +88,7 @@ class InstanceService:
         self.operations = operations
         self.loadouts = loadouts
         self._provision_lock = trio.Lock()
+        self._fold_lock = trio.Lock()
 
     # -- reconciliation -----------------------------------------------------------------------
 
@@ -168,11 +169,14 @@ class InstanceService:
         infos = (await self.link.call(m.InstanceListRequest())).instances
         by_id = {info.instance_id: info for info in infos}
         out = []
-        for rec in await self.store.instances.list():
-            out.append(await self._fold(rec, by_id.pop(rec.id, None)))
-        for info in by_id.values():
-            if info.state != "destroyed":
-                out.append(await self._adopt(info))
+        # Folds are serialized and read the rows afresh: two reconciles at once (the watch, a GET)
+        # would otherwise both fold the same stale row and announce one change twice.
+        async with self._fold_lock:
+            for rec in await self.store.instances.list():
+                out.append(await self._fold(rec, by_id.pop(rec.id, None)))
+            for info in by_id.values():
+                if info.state != "destroyed":
+                    out.append(await self._adopt(info))
         return out
 
     async def reconcile_one(self, instance_id: str) -> InstanceRecord | None:
@@ -180,9 +184,11 @@ class InstanceService:
         if rec is not None and rec.runtime != "host":
             return rec
         info = await self._hostd_get(instance_id)
-        if rec is None:
-            return await self._adopt(info) if info is not None and info.state != "destroyed" else None
-        return await self._fold(rec, info)
+        async with self._fold_lock:
+            rec = await self.store.instances.get(instance_id)
+            if rec is None:
+                return await self._adopt(info) if info is not None and info.state != "destroyed" else None
+            return await self._fold(rec, info)
 
     async def _hostd_get(self, instance_id: str) -> m.InstanceInfo | None:
         """hostd's view of one instance; None if hostd does not know it (or the id cannot be one)."""
