@@ -12,8 +12,8 @@ Publishing API (for every surface; this is what the A2A and PTY surfaces call to
     seq = bus.publish(kind, subject, data)     # never blocks, never awaits, any thread
 
 ``kind`` is dotted lower-case (``<domain>.<what>``), ``subject`` is ``"<domain>/<id>"`` (or None),
-``data`` a small JSON-able dict (encoded once, at publish; above :data:`MAX_DATA_BYTES` it is
-replaced by ``{"truncated": true}``). Never put a token, an env value or file content in it:
+``data`` a small JSON-able dict (encoded once, at publish; an event above :data:`MAX_DATA_BYTES`
+encoded has its data replaced by ``{"truncated": true}``). Never put a token, an env value or file content in it:
 events are readable by the operator role. The typed helpers below are the kinds in use; a new
 surface adds its own helper here beside them, in its own domain:
 
@@ -61,7 +61,7 @@ from .ring import Ring
 from .ulid import new_ulid
 
 DEFAULT_CAPACITY = 4096
-#: Largest encoded ``data`` an event carries.
+#: Largest encoded event; past it the event's ``data`` is replaced by ``{"truncated": true}``.
 MAX_DATA_BYTES = 16 * 1024
 KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 
@@ -103,11 +103,14 @@ class EventBus:
         (a programming error: kinds are constants)."""
         if not KIND_RE.match(kind):
             raise ValueError(f"event kind {kind!r} is not dotted lower-case")
-        payload = dict(data or {})
-        if len(msgspec.json.encode(payload)) > MAX_DATA_BYTES:
-            payload = {"truncated": True}
-        event = Event(id="ev_" + new_ulid(), kind=kind, timestamp=iso(time.time()), subject=subject, data=payload)
-        return self.ring.append(event)
+        event = Event(
+            id="ev_" + new_ulid(), kind=kind, timestamp=iso(time.time()), subject=subject, data=dict(data or {})
+        )
+        encoded = msgspec.json.encode(event)  # once: the ring keeps these bytes in the SSE frame
+        if len(encoded) > MAX_DATA_BYTES:
+            event.data = {"truncated": True}
+            encoded = msgspec.json.encode(event)
+        return self.ring.append(event, encoded)
 
     # -- the kinds in use (see the table above) --------------------------------------------------
 

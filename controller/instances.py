@@ -14,6 +14,15 @@ Unimplemented, hostd reachable) and gives the operation its work function. Runti
 ``host`` raise Unimplemented ``runtime.not_implemented`` until their providers exist; nothing falls
 back to another runtime.
 
+Events: every change of a row's state is published on the event bus once it is stored
+(``instance.state_changed``, with cause ``operation`` inside an operation's work, else
+``reconcile``), and so is a row forgotten (``instance.removed``). Reconciles fold under one lock
+and re-read the rows, so two at once (the hostd watch, a GET) cannot announce one change twice.
+
+Reprovision (an operation, ``instance.reprovision``) destroys the instance on hostd and provisions
+it again under the same id, with the given or current loadout; the controller's storage for the
+id is not touched.
+
 Decommission destroys the instance on hostd and forgets it. Without ``force`` it refuses an
 instance that is running (InvalidState); with ``force`` it kills the tree at once (grace 0). It
 never forgets an instance whose hostd side it could not check (Unavailable instead).

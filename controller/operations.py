@@ -5,6 +5,9 @@ with :meth:`OperationService.attach`), never in the request's, so a client that 
 cancel the work. Every state change is written to the store before it is visible, so operations are
 durable across controller restarts.
 
+Events: each transition is published on the event bus after it is stored (``operation.created``,
+``operation.started``, ``operation.completed`` with the state and, when failed, the error code).
+
 Keys: an operation holds one or more keys (``name:<instance name>``, ``instance:<id>``) while it is
 not terminal; callers ask :meth:`in_flight` to return the existing operation for a second provision
 of the same name, or to refuse a second lifecycle verb on a busy instance.

@@ -96,9 +96,10 @@ class Ring(Generic[T]):
         self._token = None
         self._trio_thread = None
 
-    def append(self, value: T) -> int:
-        """Store ``value`` under the next id and return the id. Never blocks (see the module docstring)."""
-        data = msgspec.json.encode(value)
+    def append(self, value: T, encoded: bytes | None = None) -> int:
+        """Store ``value`` under the next id and return the id. Never blocks (see the module docstring).
+        ``encoded`` is its JSON when the caller has it already."""
+        data = msgspec.json.encode(value) if encoded is None else encoded
         event = self._event_name(value)
         with self._lock:
             seq = self._next
