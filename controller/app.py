@@ -6,8 +6,10 @@ the A2A surface under ``/agents/{id}``; the surfaces never share a prefix.
 
 Resource handling: ``create_app`` opens the SQLite store and resolves the tokens (so configuration
 errors surface before serving). Background services live in the app's nursery (quart-trio's
-``app.nursery``, which exists while the app is served): the hostd link, the operation purge timer and
-every operation's work. ``after_serving`` closes the store; at shutdown the nursery is cancelled at
+``app.nursery``, which exists while the app is served): the hostd link, the operation purge timer,
+the hostd watch (instance exits and sessions, :mod:`controller.watch`) and every operation's work.
+The event bus and the log ring are attached to the run while serving, and the log ring's handler
+sits on the root logger only then. ``after_serving`` closes the store; at shutdown the nursery is cancelled at
 once (``BACKGROUND_TASK_SHUTDOWN_TIMEOUT = None``): operations are durable and a restart marks the
 interrupted ones failed.
 """
@@ -28,18 +30,22 @@ from .admin.views import operation_path
 from .auth import Authenticator, config_tokens, resolve_admin_token
 from .checkpoints import CheckpointService
 from .config import ControllerConfig
+from .events import EventBus
 from .hostlink import HostdLink
 from .httpconnection import HTTPConnection
 from .httpedge import install_http_edge
 from .images import ImageService
 from .instances import InstanceService
 from .loadouts import LoadoutService
+from .logring import LogRing
 from .metrics import Metrics
 from .operations import OperationService
 from .problems import error_body, from_http_exception, problem_response, trace_id
+from .runtimes import RuntimeService
 from .state import EXTENSION_KEY, AppState
 from .storage import StorageService
 from .store import Store
+from .watch import HostdWatch
 
 API_PREFIX = "/api/"
 #: Methods that get their own metric label; any other token (clients may send anything) is "other".
@@ -66,8 +72,12 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     app.config["BACKGROUND_TASK_SHUTDOWN_TIMEOUT"] = None
 
     metrics = Metrics()
+    events = EventBus(config.event_ring_size)
     store = Store.open(config.database_path)
-    store.tokens.replace("config", config_tokens(config, resolve_admin_token(config)))
+    admin_token = resolve_admin_token(config)
+    store.tokens.replace("config", config_tokens(config, admin_token))
+    # The log ring never shows a configured token, whatever a line says.
+    logs = LogRing(config.log_ring_size, secrets=[admin_token, config.operator_token or ""])
     auth = Authenticator(store.tokens.list())
     link = HostdLink(
         config.hostd_socket,
@@ -80,13 +90,15 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     operations = OperationService(
         store,
         metrics,
+        events,
         retention_s=config.operation_retention_s,
         # An operation's stored error is the admin envelope, its ``instance`` the operation's URL.
         error_body=lambda exc, op_id: error_body(exc, operation_path(op_id)),
     )
     loadouts = LoadoutService(Path(config.loadouts_dir))
-    instances = InstanceService(store, link, operations, loadouts=loadouts)
+    instances = InstanceService(store, link, operations, loadouts=loadouts, events=events)
     link.on_connected.append(instances.reconcile)
+    watch = HostdWatch(link, instances, events, interval_s=config.watch_interval_s)
 
     app.extensions[EXTENSION_KEY] = AppState(
         config=config,
@@ -97,9 +109,13 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         operations=operations,
         instances=instances,
         loadouts=loadouts,
-        storage=StorageService(Path(config.storage_dir), max_object_bytes=config.max_request_bytes),
+        storage=StorageService(Path(config.storage_dir), events, max_object_bytes=config.max_request_bytes),
         images=ImageService(link),
         checkpoints=CheckpointService(store, link, operations),
+        runtimes=RuntimeService(link),
+        events=events,
+        logs=logs,
+        watch=watch,
     )
 
     from .admin import admin
@@ -112,13 +128,20 @@ def create_app(config: ControllerConfig) -> QuartTrio:
 
     @app.before_serving
     async def _start_services() -> None:
+        events.ring.attach()
+        logs.ring.attach()
+        logs.install()
         operations.attach(app.nursery)
         await operations.recover()
         await app.nursery.start(link.run)
         await app.nursery.start(operations.run_purger)
+        await app.nursery.start(watch.run)
 
     @app.after_serving
     async def _close_store() -> None:
+        logs.uninstall()
+        logs.ring.detach()
+        events.ring.detach()
         store.close()
 
     @app.before_request

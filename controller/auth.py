@@ -5,10 +5,13 @@ Roles and what they may do (``require_role`` on each route says which applies):
 =============================================================  =====  ========
 verb                                                           admin  operator
 =============================================================  =====  ========
-read anything under ``/api/v2/admin`` (GET)                      yes    yes
+read anything under ``/api/v2/admin`` (GET) but logs           yes    yes
+events (``GET /events``, snapshot and stream)                    yes    yes
+logs (``GET /logs``: module names, paths and errors in detail)   yes    no
 lifecycle ``start`` / ``stop`` / ``restart``                     yes    yes
 storage writes and deletes (inbox/outbox)                        yes    yes
 provision, ``destroy``, decommission (DELETE), reprovision       yes    no
+Cloud Hypervisor verbs (answered 501 after the role check)       yes    no
 create loadouts (``POST /loadouts``)                             yes    no
 =============================================================  =====  ========
 

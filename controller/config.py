@@ -44,6 +44,11 @@ DEFAULT_HOSTD_RECONNECT_MAX_S = 1 * SECONDS
 DEFAULT_MAX_REQUEST_BYTES = 16 * MIB
 DEFAULT_OPERATION_RETENTION_S = 24 * 3600 * SECONDS
 DEFAULT_KEEP_ALIVE_TIMEOUT_S = 5 * SECONDS
+DEFAULT_EVENT_RING_SIZE = 4096
+DEFAULT_LOG_RING_SIZE = 4096
+DEFAULT_WATCH_INTERVAL_S = 2 * SECONDS
+DEFAULT_SSE_KEEPALIVE_S = 15 * SECONDS
+DEFAULT_MAX_STREAM_FOLLOWERS = 64
 
 
 class ConfigError(ValueError):
@@ -88,6 +93,16 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     storage_dir: str
     #: Operator-added loadout manifests. AIWG_LOADOUTS_DIR
     loadouts_dir: str
+    #: Events held for /events (snapshot and resume). AIWG_EVENT_RING_SIZE
+    event_ring_size: int = DEFAULT_EVENT_RING_SIZE
+    #: Log records held for /logs. AIWG_LOG_RING_SIZE
+    log_ring_size: int = DEFAULT_LOG_RING_SIZE
+    #: How often hostd is polled for instance exits and sessions. AIWG_WATCH_INTERVAL_S
+    watch_interval_s: float = DEFAULT_WATCH_INTERVAL_S
+    #: Keep-alive comment interval of the SSE streams. AIWG_SSE_KEEPALIVE_S
+    sse_keepalive_s: float = DEFAULT_SSE_KEEPALIVE_S
+    #: Concurrent followers of /events and of /logs, each (429 above). AIWG_MAX_STREAM_FOLLOWERS
+    max_stream_followers: int = DEFAULT_MAX_STREAM_FOLLOWERS
     #: Base URL clients reach the controller at (AgentCard URLs); None = the request's host. AIWG_PUBLIC_URL
     public_url: str | None = None
     dev: bool = False
@@ -170,6 +185,11 @@ _ENV = {
     "storage_dir": "AIWG_STORAGE_DIR",
     "loadouts_dir": "AIWG_LOADOUTS_DIR",
     "public_url": "AIWG_PUBLIC_URL",
+    "event_ring_size": "AIWG_EVENT_RING_SIZE",
+    "log_ring_size": "AIWG_LOG_RING_SIZE",
+    "watch_interval_s": "AIWG_WATCH_INTERVAL_S",
+    "sse_keepalive_s": "AIWG_SSE_KEEPALIVE_S",
+    "max_stream_followers": "AIWG_MAX_STREAM_FOLLOWERS",
 }
 _FLOATS = {
     "hostd_call_timeout_s": (0.01, 3600.0),
@@ -178,6 +198,13 @@ _FLOATS = {
     "hostd_reconnect_max_s": (0.01, 3600.0),
     "operation_retention_s": (0.0, 365 * 24 * 3600.0),
     "keep_alive_timeout_s": (0.05, 3600.0),
+    "watch_interval_s": (0.05, 3600.0),
+    "sse_keepalive_s": (0.05, 3600.0),
+}
+_INTS = {
+    "event_ring_size": (16, 1_000_000),
+    "log_ring_size": (16, 1_000_000),
+    "max_stream_followers": (1, 10_000),
 }
 
 
@@ -213,6 +240,15 @@ def _coerce(key: str, raw: Any, source: str) -> Any:
         if not low <= value <= high:
             raise ConfigError(f"{source}={value} must be between {low} and {high}")
         return value
+    if key in _INTS:
+        low_i, high_i = _INTS[key]
+        try:
+            number = int(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source}={raw!r} is not an integer") from None
+        if not low_i <= number <= high_i:
+            raise ConfigError(f"{source}={number} must be between {low_i} and {high_i}")
+        return number
     if key == "max_request_bytes":
         try:
             value = int(raw)

@@ -18,6 +18,7 @@ service failure reads the same on every surface, and no service picks a status c
     │   └── UnsupportedMedia        input in a form this call does not take
     ├── TooLarge                    input over a configured bound
     │   └── storage.ObjectTooLarge  (storage.too_large)
+    ├── LimitReached                a bound on concurrent use is full (rate_limit.exceeded)
     ├── Unauthenticated             no credential, or an unknown one (auth.unauthorized)
     ├── Forbidden                   the caller may not do this (auth.forbidden)
     │   └── storage.ScopeReadOnly   (storage.scope_disabled)
@@ -115,6 +116,10 @@ class UnsupportedMedia(MalformedInput):
 
 class TooLarge(ControllerError):
     """Input above a configured bound."""
+
+
+class LimitReached(ControllerError):
+    """A bound on concurrent use is full (e.g. stream followers); the caller may retry later."""
 
 
 class Unauthenticated(ControllerError):

@@ -17,6 +17,15 @@ Unimplemented ``runtime.not_implemented`` until their providers exist. Nothing f
 runtime: a provider hostd cannot use now (podman or libvirt down) fails the operation with hostd's
 reason.
 
+Events: every change of a row's state is published on the event bus once it is stored
+(``instance.state_changed``, with cause ``operation`` inside an operation's work, else
+``reconcile``), and so is a row forgotten (``instance.removed``). Reconciles fold under one lock
+and re-read the rows, so two at once (the hostd watch, a GET) cannot announce one change twice.
+
+Reprovision (an operation, ``instance.reprovision``) destroys the instance on hostd and provisions
+it again under the same id, with the given or current loadout; the controller's storage for the
+id is not touched.
+
 Decommission destroys the instance on hostd and forgets it. Without ``force`` it refuses an
 instance that is running (InvalidState); with ``force`` it kills the tree at once (grace 0). It
 never forgets an instance whose hostd side it could not check (Unavailable instead).
@@ -34,8 +43,8 @@ from typing import Any
 
 import trio
 
+from proto import current_log_ids, new_id
 from proto import messages as m
-from proto import new_id
 
 from .errors import (
     Conflict,
@@ -48,6 +57,7 @@ from .errors import (
     Unimplemented,
     ValidationFailed,
 )
+from .events import EventBus
 from .hostlink import HostdLink
 from .loadouts import LoadoutService
 from .models import INSTANCE_STATES, RUNTIME_ALIASES, RUNTIMES, ProvisionRequest
@@ -89,13 +99,21 @@ class InstanceService:
     """See the module docstring. Returns catalog records; the surfaces make their own views."""
 
     def __init__(
-        self, store: Store, link: HostdLink, operations: OperationService, *, loadouts: LoadoutService
+        self,
+        store: Store,
+        link: HostdLink,
+        operations: OperationService,
+        *,
+        loadouts: LoadoutService,
+        events: EventBus,
     ) -> None:
         self.store = store
+        self.events = events
         self.link = link
         self.operations = operations
         self.loadouts = loadouts
         self._provision_lock = trio.Lock()
+        self._fold_lock = trio.Lock()
 
     # -- reconciliation -----------------------------------------------------------------------
 
@@ -112,10 +130,31 @@ class InstanceService:
         elif rec.state not in ("destroyed", "failed"):
             state, note = "failed", "hostd does not know this instance"
         if (state, note, working_dir) != (rec.state, rec.note, rec.working_dir):
+            before = rec.state
             rec.state, rec.note, rec.working_dir = state, note, working_dir
             rec.updated_at = time.time()
-            await self.store.instances.update(rec)
+            await self._save(rec, before)
         return rec
+
+    async def _save(self, rec: InstanceRecord, before: str | None) -> None:
+        """Store the row, then say on the event bus if its state changed (after the store, so an
+        event never names a state a GET could not show). The cause is the operation whose work
+        this is, else reconciliation with hostd (an exit hostd saw, a restart, an adoption)."""
+        await self.store.instances.update(rec)
+        self._announce(rec, before)
+
+    def _announce(self, rec: InstanceRecord, before: str | None) -> None:
+        if before == rec.state:
+            return
+        op_id = current_log_ids().get("operation_id")
+        self.events.instance_state_changed(
+            rec.id,
+            before=before,
+            after=rec.state,
+            cause="operation" if op_id else "reconcile",
+            operation_id=op_id,
+            note=rec.note,
+        )
 
     async def _adopt(self, info: m.InstanceInfo) -> InstanceRecord:
         now = time.time()
@@ -144,6 +183,7 @@ class InstanceService:
                     return existing
                 continue
             log.info("adopted hostd instance %s (%s) into the catalog", rec.id, rec.name)
+            self._announce(rec, None)
             return rec
         raise Conflict(
             "instance.already_exists",
@@ -155,11 +195,14 @@ class InstanceService:
         infos = (await self.link.call(m.InstanceListRequest())).instances
         by_id = {info.instance_id: info for info in infos}
         out = []
-        for rec in await self.store.instances.list():
-            out.append(await self._fold(rec, by_id.pop(rec.id, None)))
-        for info in by_id.values():
-            if info.state != "destroyed":
-                out.append(await self._adopt(info))
+        # Folds are serialized and read the rows afresh: two reconciles at once (the watch, a GET)
+        # would otherwise both fold the same stale row and announce one change twice.
+        async with self._fold_lock:
+            for rec in await self.store.instances.list():
+                out.append(await self._fold(rec, by_id.pop(rec.id, None)))
+            for info in by_id.values():
+                if info.state != "destroyed":
+                    out.append(await self._adopt(info))
         return out
 
     async def reconcile_one(self, instance_id: str) -> InstanceRecord | None:
@@ -170,10 +213,12 @@ class InstanceService:
         if rec is not None and rec.runtime not in HOSTD_RUNTIMES:
             return rec, None
         info = await self._hostd_get(instance_id)
-        if rec is None:
-            adopted = await self._adopt(info) if info is not None and info.state != "destroyed" else None
-            return adopted, info
-        return await self._fold(rec, info), info
+        async with self._fold_lock:
+            rec = await self.store.instances.get(instance_id)
+            if rec is None:
+                adopted = await self._adopt(info) if info is not None and info.state != "destroyed" else None
+                return adopted, info
+            return await self._fold(rec, info), info
 
     async def _hostd_get(self, instance_id: str) -> m.InstanceInfo | None:
         """hostd's view of one instance; None if hostd does not know it (or the id cannot be one)."""
@@ -326,6 +371,9 @@ class InstanceService:
             op = await self.operations.submit(
                 "instance.provision", work, keys=(_name_key(req.name), _instance_key(rec.id)), instance_id=rec.id
             )
+            self.events.instance_state_changed(
+                rec.id, before=None, after=rec.state, cause="operation", operation_id=op.id
+            )
             return op, True
 
     async def _provision_work(
@@ -354,14 +402,17 @@ class InstanceService:
         except OutcomeUnknown as exc:
             # hostd went away mid-call: keep the row; reconciliation settles it.
             rec.state, rec.note, rec.updated_at = "failed", f"provisioning outcome unknown: {exc.message}", time.time()
-            await self.store.instances.update(rec)
+            await self._save(rec, "provisioning")
             raise
         except ControllerError:
             # hostd refused (or was never asked): nothing was made, so the name is free again.
             await self.store.instances.delete(rec.id)
+            self.events.instance_removed(
+                rec.id, name=rec.name, operation_id=current_log_ids().get("operation_id"), reason="provision_refused"
+            )
             raise
         rec.state, rec.note, rec.working_dir, rec.updated_at = info.state, info.note, info.working_dir, time.time()
-        await self.store.instances.update(rec)
+        await self._save(rec, "provisioning")
         if info.state == "failed":
             raise OperationFailed("instance.start_failed", info.note or "the agent command failed")
         return {"instance_id": rec.id, "name": rec.name, "state": info.state}
@@ -402,8 +453,9 @@ class InstanceService:
         return await self.operations.submit(kind, work, keys=(_instance_key(rec.id),), instance_id=rec.id)
 
     async def _set_state(self, rec: InstanceRecord, state: str, note: str | None = None) -> None:
+        before = rec.state
         rec.state, rec.note, rec.updated_at = state, note, time.time()
-        await self.store.instances.update(rec)
+        await self._save(rec, before)
 
     async def _lifecycle_work(self, rec: InstanceRecord, verb: str) -> dict[str, Any]:
         try:
@@ -438,6 +490,64 @@ class InstanceService:
         except Exception as exc:  # best effort; the next reconcile fixes the row
             log.info("could not re-read instance %s after a failed verb: %s", rec.id, exc)
 
+    async def reprovision(self, instance_id: str, loadout: str | None) -> OperationRecord:
+        """Re-run provisioning for the same id: hostd destroys the instance and provisions it again
+        with the given loadout (else its current one), its name, labels and a working dir the
+        caller chose (the default one, inside the instance's directory, is made afresh). The
+        controller's inbox and outbox for the id are untouched. It is started again if it ran."""
+        kind = "instance.reprovision"
+        rec, existing = await self._record_for_verb(instance_id, kind)
+        if existing is not None:
+            return existing
+        assert rec is not None
+        if rec.state == "destroyed":
+            raise InvalidState("instance.invalid_state", "the instance was destroyed")
+        chosen = loadout if loadout is not None else rec.loadout
+        service = self._loadout_service(chosen) if chosen else None
+
+        async def work(op: OperationRecord) -> dict[str, Any]:
+            return await self._reprovision_work(rec, chosen, service)
+
+        return await self.operations.submit(kind, work, keys=(_instance_key(rec.id),), instance_id=rec.id)
+
+    async def _reprovision_work(
+        self, rec: InstanceRecord, loadout: str | None, service: builtins.list[str] | None
+    ) -> dict[str, Any]:
+        info = await self._hostd_get(rec.id)
+        if info is None:
+            raise NotFound("instance.not_found", "hostd does not know this instance")
+        own_dir = info.instance_dir.rstrip("/") + "/"
+        working_dir = None if (info.working_dir + "/").startswith(own_dir) else info.working_dir
+        was_running = info.state in ("running", "starting")
+        await self._set_state(rec, "provisioning", "reprovisioning")
+        try:
+            await self.link.call(m.InstanceDestroyRequest(instance_id=rec.id))
+        except NotFound:
+            pass  # already gone on hostd: provisioning it again is all that is left
+        except Exception:
+            await self._restore_state(rec)
+            raise
+        call = m.InstanceProvisionRequest(
+            instance_id=rec.id,
+            name=rec.name,
+            working_dir=working_dir,
+            labels=dict(info.labels),
+            command=service,
+            start=was_running,
+            loadout=loadout,
+        )
+        try:
+            info = (await self.link.call(call)).instance
+        except Exception as exc:
+            message = exc.message if isinstance(exc, ControllerError) else "unexpected error"
+            await self._set_state(rec, "failed", f"reprovision failed after the old instance was destroyed: {message}")
+            raise
+        rec.loadout, rec.working_dir = loadout, info.working_dir
+        await self._set_state(rec, info.state, info.note)
+        if info.state == "failed":
+            raise OperationFailed("instance.start_failed", info.note or "the agent command failed")
+        return {"instance_id": rec.id, "state": info.state, "loadout": loadout}
+
     async def decommission(self, instance_id: str, *, force: bool) -> OperationRecord:
         kind = "instance.decommission"
         if not force and self.link.ready:
@@ -463,6 +573,7 @@ class InstanceService:
                 await self._restore_state(rec)
                 raise
             await self.store.instances.delete(rec.id)
+            self.events.instance_removed(rec.id, name=rec.name, operation_id=op.id, reason="decommissioned")
             return {"instance_id": rec.id, "name": rec.name, "decommissioned": True}
 
         return await self.operations.submit(

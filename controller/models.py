@@ -85,6 +85,12 @@ class LibvirtRestoreRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=
     ) = None
 
 
+class ReprovisionRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The ``reprovision`` body: the loadout to apply (omitted: the current one)."""
+
+    loadout: Short | None = None
+
+
 class HostDaemon(msgspec.Struct, kw_only=True):
     status: Literal["available", "unavailable"]
     label: str

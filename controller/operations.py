@@ -5,6 +5,9 @@ with :meth:`OperationService.attach`), never in the request's, so a client that 
 cancel the work. Every state change is written to the store before it is visible, so operations are
 durable across controller restarts.
 
+Events: each transition is published on the event bus after it is stored (``operation.created``,
+``operation.started``, ``operation.completed`` with the state and, when failed, the error code).
+
 Keys: an operation holds one or more keys (``name:<instance name>``, ``instance:<id>``) while it is
 not terminal; callers ask :meth:`in_flight` to return the existing operation for a second provision
 of the same name, or to refuse a second lifecycle verb on a busy instance.
@@ -29,7 +32,6 @@ readable for ``retention_s`` (24 h by default), then a timer purges them.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -39,8 +41,10 @@ import trio
 from proto import bind_log_ids
 
 from .errors import ControllerError, InternalError, NotFound
+from .events import EventBus
 from .metrics import Metrics
 from .store import TERMINAL_STATES, OperationRecord, Store, StoreClosed
+from .ulid import new_ulid
 
 log = logging.getLogger(__name__)
 
@@ -48,27 +52,18 @@ Work = Callable[[OperationRecord], Awaitable[dict[str, Any]]]
 #: Renders a failure as the operation's stored ``error``: ``(exception, operation id) -> body``.
 ErrorBody = Callable[[BaseException, str], dict[str, Any]]
 
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-
-def new_ulid() -> str:
-    """A ULID: 48-bit Unix milliseconds then 80 random bits, 26 Crockford base32 characters."""
-    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
-    chars = []
-    for _ in range(26):
-        chars.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
-
 
 def new_operation_id() -> str:
     return "op_" + new_ulid()
 
 
 class OperationService:
-    def __init__(self, store: Store, metrics: Metrics, *, retention_s: float, error_body: ErrorBody) -> None:
+    def __init__(
+        self, store: Store, metrics: Metrics, events: EventBus, *, retention_s: float, error_body: ErrorBody
+    ) -> None:
         self.store = store
         self.metrics = metrics
+        self.events = events
         self.retention_s = retention_s
         self.error_body = error_body
         self._nursery: trio.Nursery | None = None
@@ -131,8 +126,15 @@ class OperationService:
         except BaseException:
             self._release(op.id, keys)
             raise
+        self._publish(op)
         self._nursery.start_soon(self._run, op, keys, work, name=f"operation {op.id} {kind}")
         return OperationRecord(**{f: getattr(op, f) for f in op.__struct_fields__})
+
+    def _publish(self, op: OperationRecord) -> None:
+        """The transition just stored, on the event bus (after the store: an event never names a
+        state a reader could not then GET)."""
+        code = op.error.get("code") if op.error else None
+        self.events.operation_changed(op.id, kind=op.kind, state=op.state, instance_id=op.instance_id, error_code=code)
 
     def _release(self, op_id: str, keys: tuple[str, ...]) -> None:
         for key in keys:
@@ -148,6 +150,7 @@ class OperationService:
             op.state = "running"
             op.started_at = time.time()
             await self.store.operations.save(op)
+            self._publish(op)
             try:
                 op.result = await work(op)
                 op.state = "succeeded"
@@ -160,6 +163,7 @@ class OperationService:
                 op.state = "failed"
             op.completed_at = time.time()
             await self.store.operations.save(op)
+            self._publish(op)
             self.metrics.operations.labels(kind=op.kind, state=op.state).inc()
             log.info("operation %s %s %s", op.id, op.kind, op.state)
         except StoreClosed:
@@ -184,6 +188,7 @@ class OperationService:
             )
             op.error = self.error_body(interrupted, op.id)
             await self.store.operations.save(op)
+            self._publish(op)
             count += 1
         if count:
             log.warning("marked %d interrupted operation(s) as failed", count)

@@ -37,6 +37,7 @@ from .errors import (
     Gone,
     InternalError,
     InvalidState,
+    LimitReached,
     MalformedInput,
     NotFound,
     OperationFailed,
@@ -66,6 +67,7 @@ STATUS: dict[type[ControllerError], tuple[int, str]] = {
     MalformedInput: (400, "Validation failed"),
     UnsupportedMedia: (415, "Unsupported media type"),
     TooLarge: (413, "Request too large"),
+    LimitReached: (429, "Too many requests"),
     Unauthenticated: (401, "Unauthorized"),
     Forbidden: (403, "Forbidden"),
     Gone: (410, "Gone"),
@@ -88,11 +90,14 @@ TITLES: dict[str, str] = {
     "storage.unavailable": "Storage unavailable",
     "legacy_agent_secret.retired": "Legacy agent shared-secret retired",
     "operation.interrupted": "Operation interrupted",
+    "provider.unavailable": "Provider not available",
+    "rate_limit.exceeded": "Too many requests",
 }
 
 #: Headers a problem carries, by code (a client may retry hostd soon; a storage fault is not so brief).
 HEADERS: dict[str, dict[str, str]] = {
     "internal.unavailable": {"Retry-After": "1"},
+    "rate_limit.exceeded": {"Retry-After": "1"},
     "auth.unauthorized": {"WWW-Authenticate": "Bearer"},
 }
 

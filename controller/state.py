@@ -19,14 +19,18 @@ if TYPE_CHECKING:
     from .auth import Authenticator
     from .checkpoints import CheckpointService
     from .config import ControllerConfig
+    from .events import EventBus
     from .hostlink import HostdLink
     from .images import ImageService
     from .instances import InstanceService
     from .loadouts import LoadoutService
+    from .logring import LogRing
     from .metrics import Metrics
     from .operations import OperationService
+    from .runtimes import RuntimeService
     from .storage import StorageService
     from .store import Store
+    from .watch import HostdWatch
 
 EXTENSION_KEY = "aiwg"
 
@@ -44,7 +48,13 @@ class AppState:
     storage: StorageService
     images: ImageService
     checkpoints: CheckpointService
+    runtimes: RuntimeService
+    events: EventBus
+    logs: LogRing
+    watch: HostdWatch
     openapi: dict[str, Any] | None = field(default=None)
+    #: Open SSE followers per stream ("events", "logs"), bounded by ``max_stream_followers``.
+    followers: dict[str, int] = field(default_factory=dict)
 
 
 def state_of(app: Quart) -> AppState:

@@ -60,6 +60,7 @@ import msgspec
 import trio
 
 from .errors import Forbidden, NotFound, TooLarge, Unavailable, ValidationFailed
+from .events import EventBus
 
 Scope = Literal["global", "inbox", "outbox"]
 SCOPES: tuple[Scope, ...] = ("global", "inbox", "outbox")
@@ -230,8 +231,9 @@ class StorageService:
     listed in the module docstring; any other OSError from the root becomes ``StorageUnavailable``.
     """
 
-    def __init__(self, root: Path, *, max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES) -> None:
+    def __init__(self, root: Path, events: EventBus, *, max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES) -> None:
         self.root = Path(root)
+        self.events = events
         self.max_object_bytes = max_object_bytes
         self._prepared = False
 
@@ -255,13 +257,16 @@ class StorageService:
         target = validate_path(scope, path)
         if len(data) > self.max_object_bytes:
             raise ObjectTooLarge(len(data), self.max_object_bytes)
-        return await trio.to_thread.run_sync(self._write_sync, target, data, media_type)
+        obj, created = await trio.to_thread.run_sync(self._write_sync, target, data, media_type)
+        self.events.storage_written(scope, path, size_bytes=obj.size_bytes, sha256=obj.sha256, created=created)
+        return obj, created
 
     async def delete(self, scope: str, path: str) -> None:
         if scope in SCOPES and scope not in WRITABLE_SCOPES:
             raise ScopeReadOnly(scope)
         target = validate_path(scope, path)
         await trio.to_thread.run_sync(self._delete_sync, target)
+        self.events.storage_deleted(scope, path)
 
     # -- directory walking (no symlinks, ever) ------------------------------------------------
 

@@ -2,8 +2,9 @@
 
 The blueprint and its error handlers live here; route modules register on it and are imported at the
 bottom: ``instances``, ``operations``, ``deprecation`` (instances and their lifecycle, operation
-polling, v1 counters) and ``storage``, ``catalog`` (agentshare storage, container images, loadouts);
-``libvirt`` (VM checkpoints);
+polling, v1 counters), ``storage``, ``catalog`` (agentshare storage, container images, loadouts),
+``libvirt`` (VM checkpoints), ``streams`` (events and logs), ``discovery`` (runtime providers,
+bootstrap readiness, MCP discovery) and ``cloudhypervisor`` (upstream's CH verbs, answered 501);
 ``views`` turns the services' records into the contract's shapes. Handlers decode into a typed
 object, call one service method, and return its view.
 
@@ -23,4 +24,14 @@ from ..problems import install_problem_handlers
 admin = Blueprint("admin", __name__, url_prefix="/api/v2/admin")
 install_problem_handlers(admin)
 
-from . import catalog, deprecation, instances, libvirt, operations, storage  # noqa: E402,F401  (routes register on import)
+from . import (  # noqa: E402,F401  (routes register on import)
+    catalog,
+    cloudhypervisor,
+    deprecation,
+    discovery,
+    instances,
+    libvirt,
+    operations,
+    storage,
+    streams,
+)

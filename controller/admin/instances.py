@@ -10,9 +10,9 @@ from quart import Response, request
 
 from ..auth import ADMIN_ONLY, OPERATE, READ, require_role
 from ..decoding import decode_json
-from ..errors import Gone, Unimplemented, ValidationFailed
+from ..errors import Gone, ValidationFailed
 from ..http import base_url, json_response, request_body
-from ..models import InstanceList, ProvisionRequest
+from ..models import InstanceList, ProvisionRequest, ReprovisionRequest
 from ..state import app_state
 from . import admin
 from .views import accepted, instance_view
@@ -73,8 +73,9 @@ async def destroy_instance(instance_id: str) -> Response:
 @admin.post("/instances/<instance_id>/reprovision")
 @require_role(*ADMIN_ONLY)
 async def reprovision_instance(instance_id: str) -> Response:
-    await app_state().instances.get(instance_id)  # 404 first
-    raise Unimplemented("runtime.not_implemented", "reprovision is not implemented yet for the host runtime")
+    body = await request_body()
+    req = decode_json(body, ReprovisionRequest) if body.strip() else ReprovisionRequest()
+    return accepted(await app_state().instances.reprovision(instance_id, req.loadout))
 
 
 @admin.post("/instances/<instance_id>/rotate-secret")

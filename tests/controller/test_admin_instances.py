@@ -231,10 +231,56 @@ async def test_unknown_instance_is_404(admin: httpx.AsyncClient) -> None:
     assert_problem(await admin.delete(f"/api/v2/admin/instances/{missing}"), 404, "instance.not_found")
 
 
-async def test_reprovision_501_and_rotate_secret_410(admin: httpx.AsyncClient) -> None:
-    iid = (await provision(admin, "legacy"))["result"]["instance_id"]
-    assert_problem(await admin.post(f"/api/v2/admin/instances/{iid}/reprovision"), 501, "runtime.not_implemented")
+async def test_reprovision_is_an_operation_that_keeps_the_id_and_the_boxes(
+    admin: httpx.AsyncClient, hostd: LiveHostd
+) -> None:
+    created = await admin.post("/api/v2/admin/loadouts", json={"name": "sleeper", "manifest": SLEEPER})
+    assert created.status_code == 201, created.text
+    iid = (await provision(admin, "legacy", start=True, loadout="sleeper"))["result"]["instance_id"]
+    before = await _hostd_info(hostd, iid)
+    assert before is not None and before.host is not None and before.host.pid is not None
+    put = await admin.put(
+        f"/api/v2/admin/storage/inbox/{iid}/mission.txt", content=b"m-1", headers={"Content-Type": "text/plain"}
+    )
+    assert put.status_code == 201, put.text
+
+    # Bad bodies are refused before anything happens.
+    r = await admin.post(f"/api/v2/admin/instances/{iid}/reprovision", json={"loadout": "no-such"})
+    assert_problem(r, 422, "validation.failed")
+    assert r.json()["errors"][0]["field"] == "loadout"
+    r = await admin.post(f"/api/v2/admin/instances/{iid}/reprovision", json={"image": "x"})
+    assert_problem(r, 422, "validation.failed")
+
+    accepted = await admin.post(f"/api/v2/admin/instances/{iid}/reprovision")
+    assert accepted.status_code == 202, accepted.text
+    assert accepted.json()["kind"] == "instance.reprovision"
+    op = await wait_operation(admin, accepted.json()["id"])
+    assert op["state"] == "succeeded", op
+    assert op["result"] == {"instance_id": iid, "state": "running", "loadout": "sleeper"}
+    after = await _hostd_info(hostd, iid)
+    assert after is not None and after.host is not None
+    assert (after.instance_id, after.name, after.state, after.loadout) == (iid, "legacy", "running", "sleeper")
+    assert after.host.pid != before.host.pid  # provisioned again: a new main process
+    with trio.fail_after(10):
+        while alive({before.host.pid}):  # the old tree was destroyed
+            await trio.sleep(0.02)
+    kept = await admin.get(f"/api/v2/admin/storage/inbox/{iid}/mission.txt", headers={"Accept": "text/plain"})
+    assert (kept.status_code, kept.content) == (200, b"m-1")
+
+    # A loadout given in the body replaces the current one (echo has no main process).
+    r = await admin.post(f"/api/v2/admin/instances/{iid}/reprovision", json={"loadout": "echo"})
+    op = await wait_operation(admin, r.json()["id"])
+    assert op["state"] == "succeeded", op
+    assert (await _instance(admin, iid))["loadout"] == "echo"
+    info = await _hostd_info(hostd, iid)
+    assert info is not None and (info.loadout, info.command) == ("echo", None)
+
     assert_problem(await admin.post(f"/api/v2/admin/instances/{iid}/rotate-secret"), 410, "legacy_agent_secret.retired")
+
+
+async def test_reprovision_needs_the_admin_role(admin: httpx.AsyncClient, operator: httpx.AsyncClient) -> None:
+    iid = (await provision(admin, "guarded"))["result"]["instance_id"]
+    assert_problem(await operator.post(f"/api/v2/admin/instances/{iid}/reprovision"), 403, "auth.forbidden")
 
 
 async def test_loadout_service_goes_to_hostd_and_decommission_leaves_nothing(

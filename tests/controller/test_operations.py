@@ -16,6 +16,7 @@ import trio
 
 from controller.admin.views import operation_path
 from controller.errors import InvalidState
+from controller.events import EventBus
 from controller.hostlink import hostd_failure
 from controller.metrics import Metrics
 from controller.operations import OperationService, new_operation_id, new_ulid
@@ -44,6 +45,7 @@ def _service(store: Store, retention_s: float) -> OperationService:
     return OperationService(
         store,
         Metrics(),
+        EventBus(),
         retention_s=retention_s,
         error_body=lambda exc, op_id: error_body(exc, operation_path(op_id)),
     )

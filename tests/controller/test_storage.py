@@ -13,6 +13,7 @@ import httpx
 import pytest
 import trio
 
+from controller.events import EventBus
 from controller.storage import (
     MAX_PATH_BYTES,
     InvalidPath,
@@ -35,7 +36,7 @@ OTHER = new_id()
 
 @pytest.fixture
 def service(tmp_path: Path) -> StorageService:
-    return StorageService(tmp_path / "storage", max_object_bytes=1024)
+    return StorageService(tmp_path / "storage", EventBus(), max_object_bytes=1024)
 
 
 # -- the path rule ------------------------------------------------------------------------------

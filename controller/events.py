@@ -1,0 +1,167 @@
+"""The controller's event bus: what happened to instances, operations, storage and sessions.
+
+Served by ``GET /api/v2/admin/events`` (a JSON snapshot, or SSE with ``follow=true``; see
+:mod:`controller.admin.streams`). An event is the contract's ``Event``: ``id`` (``ev_<ULID>``),
+``kind`` (dotted), ``timestamp`` (RFC 3339 UTC), ``subject`` (``<kind>/<id>``) and ``data``.
+The bus is a :class:`~controller.ring.Ring` (bounded, ``AIWG_EVENT_RING_SIZE``): every event gets
+a monotonic sequence number (the SSE ``id:``), followers read by cursor, a slow one is told what it
+lost (a ``stream.lagged`` notice) and never slows a publisher or another follower.
+
+Publishing API (for every surface; this is what the A2A and PTY surfaces call too)::
+
+    seq = bus.publish(kind, subject, data)     # never blocks, never awaits, any thread
+
+``kind`` is dotted lower-case (``<domain>.<what>``), ``subject`` is ``"<domain>/<id>"`` (or None),
+``data`` a small JSON-able dict (encoded once, at publish; an event above :data:`MAX_DATA_BYTES`
+encoded has its data replaced by ``{"truncated": true}``). Never put a token, an env value or file content in it:
+events are readable by the operator role. The typed helpers below are the kinds in use; a new
+surface adds its own helper here beside them, in its own domain:
+
+==========================  ==============================  =========================================
+kind                        subject                         data
+==========================  ==============================  =========================================
+instance.state_changed      ``instance/<id>``               ``from`` (None when created), ``to``,
+                                                            ``cause`` (``operation``: an operation's
+                                                            work; ``reconcile``: hostd's view folded
+                                                            in, e.g. a main process that exited, or
+                                                            the catalog re-read after a restart),
+                                                            ``operation_id``, ``note``
+instance.removed            ``instance/<id>``               ``name``, ``operation_id``, ``reason``
+                                                            (``decommissioned``, or
+                                                            ``provision_refused``: hostd made nothing)
+operation.created           ``operation/<id>``              ``kind``, ``state``, ``instance_id``
+operation.started           ``operation/<id>``              same
+operation.completed         ``operation/<id>``              same, plus ``error_code`` when failed
+storage.object_written      ``storage/<scope>/<path>``      ``scope``, ``path``, ``size_bytes``,
+                                                            ``sha256``, ``created``
+storage.object_deleted      ``storage/<scope>/<path>``      ``scope``, ``path``
+session.created             ``session/<id>``                ``instance_id``
+session.exited              ``session/<id>``                ``instance_id``, ``exit_code``, ``signal``,
+                                                            ``end_reason``
+==========================  ==============================  =========================================
+
+Sessions are seen by :mod:`controller.watch`, which polls hostd (so a session made by any client,
+``agentic-hostctl`` included, is reported once, within a poll interval); a surface that creates
+sessions need not publish ``session.created`` itself. Reserved domains for the surfaces coming
+next: ``task.*`` (A2A tasks: ``task.created``, ``task.status_changed``, ... with subject
+``task/<id>`` and ``instance_id`` in data) and ``session.*`` for further PTY facts
+(``session.attached``, ``session.detached``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import msgspec
+
+from .models import iso
+from .ring import Ring
+from .ulid import new_ulid
+
+DEFAULT_CAPACITY = 4096
+#: Largest encoded event; past it the event's ``data`` is replaced by ``{"truncated": true}``.
+MAX_DATA_BYTES = 16 * 1024
+KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+
+INSTANCE_STATE_CHANGED = "instance.state_changed"
+INSTANCE_REMOVED = "instance.removed"
+OPERATION_CREATED = "operation.created"
+OPERATION_STARTED = "operation.started"
+OPERATION_COMPLETED = "operation.completed"
+STORAGE_OBJECT_WRITTEN = "storage.object_written"
+STORAGE_OBJECT_DELETED = "storage.object_deleted"
+SESSION_CREATED = "session.created"
+SESSION_EXITED = "session.exited"
+#: The notice a follower gets in place of events it lost (never stored in the ring).
+STREAM_LAGGED = "stream.lagged"
+
+
+class Event(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """admin-api ``Event``."""
+
+    id: str
+    kind: str
+    timestamp: str
+    subject: str | None = None
+    data: dict[str, Any] = {}
+
+
+def _kind_of(event: Event) -> str:
+    return event.kind
+
+
+class EventBus:
+    """See the module docstring. One per app (``AppState.events``)."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.ring: Ring[Event] = Ring(capacity, _kind_of)
+
+    def publish(self, kind: str, subject: str | None = None, data: dict[str, Any] | None = None) -> int:
+        """Publish one event; returns its sequence number. ValueError for a malformed ``kind``
+        (a programming error: kinds are constants)."""
+        if not KIND_RE.match(kind):
+            raise ValueError(f"event kind {kind!r} is not dotted lower-case")
+        event = Event(
+            id="ev_" + new_ulid(), kind=kind, timestamp=iso(time.time()), subject=subject, data=dict(data or {})
+        )
+        encoded = msgspec.json.encode(event)  # once: the ring keeps these bytes in the SSE frame
+        if len(encoded) > MAX_DATA_BYTES:
+            event.data = {"truncated": True}
+            encoded = msgspec.json.encode(event)
+        return self.ring.append(event, encoded)
+
+    # -- the kinds in use (see the table above) --------------------------------------------------
+
+    def instance_state_changed(
+        self,
+        instance_id: str,
+        *,
+        before: str | None,
+        after: str,
+        cause: str,
+        operation_id: str | None = None,
+        note: str | None = None,
+    ) -> int:
+        data: dict[str, Any] = {"from": before, "to": after, "cause": cause}
+        if operation_id:
+            data["operation_id"] = operation_id
+        if note:
+            data["note"] = note
+        return self.publish(INSTANCE_STATE_CHANGED, f"instance/{instance_id}", data)
+
+    def instance_removed(self, instance_id: str, *, name: str, operation_id: str | None, reason: str) -> int:
+        data = {"name": name, "operation_id": operation_id, "reason": reason}
+        return self.publish(INSTANCE_REMOVED, f"instance/{instance_id}", data)
+
+    def operation_changed(
+        self, op_id: str, *, kind: str, state: str, instance_id: str | None, error_code: str | None = None
+    ) -> int:
+        event = {"pending": OPERATION_CREATED, "running": OPERATION_STARTED}.get(state, OPERATION_COMPLETED)
+        data: dict[str, Any] = {"kind": kind, "state": state, "instance_id": instance_id}
+        if error_code:
+            data["error_code"] = error_code
+        return self.publish(event, f"operation/{op_id}", data)
+
+    def storage_written(self, scope: str, path: str, *, size_bytes: int, sha256: str, created: bool) -> int:
+        data = {"scope": scope, "path": path, "size_bytes": size_bytes, "sha256": sha256, "created": created}
+        return self.publish(STORAGE_OBJECT_WRITTEN, f"storage/{scope}/{path}", data)
+
+    def storage_deleted(self, scope: str, path: str) -> int:
+        return self.publish(STORAGE_OBJECT_DELETED, f"storage/{scope}/{path}", {"scope": scope, "path": path})
+
+    def session_created(self, session_id: str, *, instance_id: str) -> int:
+        return self.publish(SESSION_CREATED, f"session/{session_id}", {"instance_id": instance_id})
+
+    def session_exited(
+        self,
+        session_id: str,
+        *,
+        instance_id: str,
+        exit_code: int | None,
+        signal: int | None,
+        end_reason: str | None,
+    ) -> int:
+        data = {"instance_id": instance_id, "exit_code": exit_code, "signal": signal, "end_reason": end_reason}
+        return self.publish(SESSION_EXITED, f"session/{session_id}", data)
