@@ -36,6 +36,8 @@ from .loadouts import LoadoutService
 from .metrics import Metrics
 from .operations import OperationService
 from .problems import error_body, from_http_exception, problem_response, trace_id
+from .pty.rooms import Rooms
+from .sessions import SessionService
 from .state import EXTENSION_KEY, AppState
 from .storage import StorageService
 from .store import Store
@@ -98,19 +100,24 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         loadouts=loadouts,
         storage=StorageService(Path(config.storage_dir), max_object_bytes=config.max_request_bytes),
         images=ImageService(link),
+        sessions=SessionService(instances, link),
+        rooms=Rooms(link),
     )
 
     from .admin import admin
     from .observability import observability
+    from .pty import pty
     from .v1 import v1
 
     app.register_blueprint(observability)
     app.register_blueprint(admin)
     app.register_blueprint(v1)
+    app.register_blueprint(pty)
 
     @app.before_serving
     async def _start_services() -> None:
         operations.attach(app.nursery)
+        app.extensions[EXTENSION_KEY].rooms.attach(app.nursery)
         await operations.recover()
         await app.nursery.start(link.run)
         await app.nursery.start(operations.run_purger)

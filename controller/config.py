@@ -90,6 +90,11 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     loadouts_dir: str
     #: Base URL clients reach the controller at (AgentCard URLs); None = the request's host. AIWG_PUBLIC_URL
     public_url: str | None = None
+    #: A PTY attach socket is sent an app-level ``ping`` this often. AIWG_PTY_PING_INTERVAL_S
+    pty_ping_interval_s: float = 30.0
+    #: A PTY attach socket silent this long (no frame, no ``pong``) is closed (1011) and its role
+    #: freed. AIWG_PTY_PING_TIMEOUT_S
+    pty_ping_timeout_s: float = 90.0
     dev: bool = False
 
     def __repr__(self) -> str:
@@ -170,6 +175,8 @@ _ENV = {
     "storage_dir": "AIWG_STORAGE_DIR",
     "loadouts_dir": "AIWG_LOADOUTS_DIR",
     "public_url": "AIWG_PUBLIC_URL",
+    "pty_ping_interval_s": "AIWG_PTY_PING_INTERVAL_S",
+    "pty_ping_timeout_s": "AIWG_PTY_PING_TIMEOUT_S",
 }
 _FLOATS = {
     "hostd_call_timeout_s": (0.01, 3600.0),
@@ -178,6 +185,8 @@ _FLOATS = {
     "hostd_reconnect_max_s": (0.01, 3600.0),
     "operation_retention_s": (0.0, 365 * 24 * 3600.0),
     "keep_alive_timeout_s": (0.05, 3600.0),
+    "pty_ping_interval_s": (0.05, 3600.0),
+    "pty_ping_timeout_s": (0.1, 3600.0),
 }
 
 

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from .loadouts import LoadoutService
     from .metrics import Metrics
     from .operations import OperationService
+    from .pty.rooms import Rooms
+    from .sessions import SessionService
     from .storage import StorageService
     from .store import Store
 
@@ -42,6 +44,8 @@ class AppState:
     loadouts: LoadoutService
     storage: StorageService
     images: ImageService
+    sessions: SessionService
+    rooms: Rooms
     openapi: dict[str, Any] | None = field(default=None)
 
 

@@ -22,4 +22,4 @@ from ..problems import install_problem_handlers
 admin = Blueprint("admin", __name__, url_prefix="/api/v2/admin")
 install_problem_handlers(admin)
 
-from . import catalog, deprecation, instances, operations, storage  # noqa: E402,F401  (routes register on import)
+from . import catalog, deprecation, instances, operations, sessions, storage  # noqa: E402,F401  (routes register on import)
