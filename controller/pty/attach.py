@@ -34,6 +34,7 @@ import base64
 import binascii
 import logging
 from contextlib import AsyncExitStack
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -155,9 +156,12 @@ class AttachSocket:
         finally:
             self._leave()
 
-    async def _ending(self, pump: Any) -> None:
+    async def _ending(self, pump: Any, *, queues_close: bool = False) -> None:
+        """Run one pump; its end ends the socket, unless it ``queues_close`` (the sender closes then)."""
         try:
             await pump()
+            if queues_close:
+                return
         except (ControllerError, HostdError) as exc:
             log.info("attach socket on session %s ended: %s", self.session_id, exc)
         assert self._nursery is not None
@@ -187,7 +191,7 @@ class AttachSocket:
                 self.outbox.put_control(f.error_frame(exc.code, exc.message, exc.request_id))
                 if self.bad_frames >= MAX_BAD_FRAMES:
                     self.outbox.put_control(Close(f.CLOSE_PROTOCOL, "too many bad frames"))
-                    return
+                    await trio.sleep_forever()  # the sender closes the socket once the errors are out
 
     async def _heartbeat(self) -> None:
         config = self.state.config
@@ -307,7 +311,7 @@ class AttachSocket:
             await self._resize(payload.cols, payload.rows, frame.id)
         replay_from = frame.replay_from if frame.replay_from is not None else self.query_replay_from
         assert self._nursery is not None
-        self._nursery.start_soon(self._ending, lambda: self._feed(room, replay_from))
+        self._nursery.start_soon(partial(self._ending, partial(self._feed, room, replay_from), queues_close=True))
 
     def _require_control(self, what: str, request_id: str | None) -> None:
         if PTY_CONTROL not in self.scopes:

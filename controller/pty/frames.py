@@ -93,7 +93,8 @@ class ClientFrame(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     replay_from: Annotated[int, msgspec.Meta(ge=0)] | None = None
     service_parameters: dict[str, Any] | None = None
     extensions: list[Annotated[str, msgspec.Meta(max_length=1024)]] | None = None
-    payload: msgspec.Raw | None = None
+    #: Decoded by op once the envelope is read (JSON ``null`` reads as ``{}``).
+    payload: msgspec.Raw = msgspec.Raw(b"null")
 
 
 class _Payload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -136,7 +137,7 @@ class Anything(msgspec.Struct, kw_only=True):
     """A payload whose fields this side does not use (``pong``, a client's ``binding_hello``)."""
 
 
-class Goodbye(msgspec.Struct, kw_only=True):
+class Goodbye(msgspec.Struct, kw_only=True, omit_defaults=True):
     reason: str = "other"
     detail: str | None = None
 
@@ -178,7 +179,7 @@ def decode_client(text: str | bytes) -> tuple[ClientFrame, Any]:
     decoder = _PAYLOAD_DECODERS.get(frame.op)
     if decoder is None:
         raise FrameError("UNSUPPORTED_OPERATION", f"operation {frame.op!r} is not supported here", frame.id)
-    raw = frame.payload if frame.payload is not None else b"{}"
+    raw = b"{}" if bytes(frame.payload) == b"null" else frame.payload
     try:
         return frame, decoder.decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -199,7 +200,7 @@ class SessionFrame(msgspec.Struct, tag_field="kind", kw_only=True, omit_defaults
 
 class Output(SessionFrame, tag="Output"):
     data: bytes
-    stream: str = "stdout"
+    stream: str
 
 
 class Resize(SessionFrame, tag="Resize"):
@@ -224,7 +225,7 @@ class Keyframe(SessionFrame, tag="Keyframe"):
     snapshot_cols: int
     snapshot_rows: int
     anchor_sequence: int
-    snapshot_format: str = SNAPSHOT_FORMAT
+    snapshot_format: str
 
 
 class Closed(SessionFrame, tag="Closed"):
@@ -294,7 +295,7 @@ def error_frame(code: ErrorCode, message: str, request_id: str | None = None, *,
 
 
 def output_json(seq: int, data: bytes) -> str:
-    return session_frame(Output(data=data), sequence=seq)
+    return session_frame(Output(data=data, stream="stdout"), sequence=seq)
 
 
 def output_binary(seq: int, data: bytes) -> bytes:

@@ -133,7 +133,11 @@ class Room:
         self._last_keyframe = trio.current_time()
         cols, rows = self.screen.size
         return f.Keyframe(
-            snapshot=self.screen.snapshot(), snapshot_cols=cols, snapshot_rows=rows, anchor_sequence=self.screen.anchor
+            snapshot=self.screen.snapshot(),
+            snapshot_format=f.SNAPSHOT_FORMAT,
+            snapshot_cols=cols,
+            snapshot_rows=rows,
+            anchor_sequence=self.screen.anchor,
         )
 
     def resized(self, cols: int, rows: int) -> None:
