@@ -10,6 +10,7 @@ PACKAGES=(
   libvirt-dev pkg-config # building libvirt-python; test:///default needs no daemon
   systemd                # systemd-analyze verify for the unit files
   procps util-linux      # ps, setpriv (tests run a client under another uid)
+  tmux                   # the terminal clients are tested inside a real tmux
 )
 
 missing=()
