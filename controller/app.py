@@ -41,7 +41,9 @@ from .logring import LogRing
 from .metrics import Metrics
 from .operations import OperationService
 from .problems import error_body, from_http_exception, problem_response, trace_id
+from .pty.rooms import Rooms
 from .runtimes import RuntimeService
+from .sessions import SessionService
 from .state import EXTENSION_KEY, AppState
 from .storage import StorageService
 from .store import Store
@@ -116,15 +118,19 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         events=events,
         logs=logs,
         watch=watch,
+        sessions=SessionService(instances, link),
+        rooms=Rooms(link),
     )
 
     from .admin import admin
     from .observability import observability
+    from .pty import pty
     from .v1 import v1
 
     app.register_blueprint(observability)
     app.register_blueprint(admin)
     app.register_blueprint(v1)
+    app.register_blueprint(pty)
 
     @app.before_serving
     async def _start_services() -> None:
@@ -132,6 +138,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         logs.ring.attach()
         logs.install()
         operations.attach(app.nursery)
+        app.extensions[EXTENSION_KEY].rooms.attach(app.nursery)
         await operations.recover()
         await app.nursery.start(link.run)
         await app.nursery.start(operations.run_purger)

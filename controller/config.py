@@ -105,6 +105,11 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     max_stream_followers: int = DEFAULT_MAX_STREAM_FOLLOWERS
     #: Base URL clients reach the controller at (AgentCard URLs); None = the request's host. AIWG_PUBLIC_URL
     public_url: str | None = None
+    #: A PTY attach socket is sent an app-level ``ping`` this often. AIWG_PTY_PING_INTERVAL_S
+    pty_ping_interval_s: float = 30.0
+    #: A PTY attach socket silent this long (no frame, no ``pong``) is closed (1011) and its role
+    #: freed. AIWG_PTY_PING_TIMEOUT_S
+    pty_ping_timeout_s: float = 90.0
     dev: bool = False
 
     def __repr__(self) -> str:
@@ -190,6 +195,8 @@ _ENV = {
     "watch_interval_s": "AIWG_WATCH_INTERVAL_S",
     "sse_keepalive_s": "AIWG_SSE_KEEPALIVE_S",
     "max_stream_followers": "AIWG_MAX_STREAM_FOLLOWERS",
+    "pty_ping_interval_s": "AIWG_PTY_PING_INTERVAL_S",
+    "pty_ping_timeout_s": "AIWG_PTY_PING_TIMEOUT_S",
 }
 _FLOATS = {
     "hostd_call_timeout_s": (0.01, 3600.0),
@@ -198,6 +205,8 @@ _FLOATS = {
     "hostd_reconnect_max_s": (0.01, 3600.0),
     "operation_retention_s": (0.0, 365 * 24 * 3600.0),
     "keep_alive_timeout_s": (0.05, 3600.0),
+    "pty_ping_interval_s": (0.05, 3600.0),
+    "pty_ping_timeout_s": (0.1, 3600.0),
     "watch_interval_s": (0.05, 3600.0),
     "sse_keepalive_s": (0.05, 3600.0),
 }

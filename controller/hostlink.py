@@ -93,6 +93,12 @@ def _remote_failure(exc: HostdRemoteError) -> ControllerError:
             return NotFound("checkpoint.not_found", exc.message, details=details)
         case ErrorCode.UNSUPPORTED:
             return Unimplemented("capability.unsupported", exc.message, details=details)
+        case ErrorCode.SESSION_NOT_FOUND:
+            return NotFound("session.not_found", exc.message, details=details)
+        case ErrorCode.SESSION_EXITED:
+            return InvalidState("session.exited", exc.message, details=details)
+        case ErrorCode.LIMIT_REACHED:
+            return Conflict("limit.reached", exc.message, details=details)
         case _:
             return Unavailable(UNAVAILABLE, f"hostd refused the call: {exc.code}: {exc.message}", details=details)
 
@@ -174,6 +180,14 @@ class HostdLink:
             return await self._call(request, timeout=timeout)
         except HostdError as exc:
             raise hostd_failure(exc) from exc
+
+    def client(self) -> HostdClient:
+        """The connected client, for streams and posts (callers translate its ``HostdError`` with
+        :func:`hostd_failure`); ``Unavailable`` at once when the link is down."""
+        client = self._client
+        if client is None or client.broken is not None:
+            raise Unavailable(UNAVAILABLE, f"hostd is not connected ({self.reason})")
+        return client
 
     async def _call(self, request: m.Request, *, timeout: float | None = None) -> Any:
         """The call with proto errors (the link's own ping tells a timeout from the rest)."""

@@ -28,6 +28,7 @@ from proto import LogConfigError, configure_logging, logs_as_json
 from .app import create_app
 from .config import ConfigError, ControllerConfig, load_config
 from .guard import install_process_guard
+from .pty.frames import MAX_CLIENT_FRAME_BYTES
 from .state import AppState, state_of
 from .store import SchemaTooNew
 
@@ -49,6 +50,11 @@ def hypercorn_config(config: ControllerConfig, *, graceful_timeout_s: float = GR
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.include_server_header = False
+    # PTY attach sockets: a protocol-level ping keeps proxies from cutting idle terminals; frames
+    # above the binding's own bound (controller.pty.frames) are refused by the socket with an Error
+    # frame, so hypercorn's limit (close 1009) only stops what is far beyond it.
+    hc.websocket_ping_interval = config.pty_ping_interval_s
+    hc.websocket_max_message_size = 4 * MAX_CLIENT_FRAME_BYTES
     return hc
 
 

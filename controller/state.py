@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from .logring import LogRing
     from .metrics import Metrics
     from .operations import OperationService
+    from .pty.rooms import Rooms
     from .runtimes import RuntimeService
+    from .sessions import SessionService
     from .storage import StorageService
     from .store import Store
     from .watch import HostdWatch
@@ -52,6 +54,8 @@ class AppState:
     events: EventBus
     logs: LogRing
     watch: HostdWatch
+    sessions: SessionService
+    rooms: Rooms
     openapi: dict[str, Any] | None = field(default=None)
     #: Open SSE followers per stream ("events", "logs"), bounded by ``max_stream_followers``.
     followers: dict[str, int] = field(default_factory=dict)

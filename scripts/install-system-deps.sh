@@ -12,6 +12,7 @@ PACKAGES=(
   linux-image-cloud-amd64 qemu-guest-agent  # the tiny guest image (scripts/build-guest-image.py)
   systemd                # systemd-analyze verify for the unit files
   procps util-linux      # ps, setpriv (tests run a client under another uid)
+  tmux                   # the terminal clients are tested inside a real tmux
 )
 
 missing=()

@@ -80,3 +80,29 @@ def validate(instance: Any, schema: dict[str, Any]) -> None:
 
 def validate_problem(body: Any) -> None:
     validate(body, error_envelope())
+
+
+# -- pty-ws/v1 and pty-extensions/v1 ------------------------------------------------------------
+
+
+@functools.cache
+def pty_ws_schema() -> dict[str, Any]:
+    return json.loads(_require(CONTRACTS / "bindings" / "pty-ws" / "v1" / "frames.schema.json").read_text())
+
+
+@functools.cache
+def pty_session_frame_schema() -> dict[str, Any]:
+    """pty-extensions/v1's ``SessionFramePayload`` (the payload of ``pty.session_frame``), standalone."""
+    ext = json.loads(_require(CONTRACTS / "extensions" / "pty-extensions" / "v1" / "frames.schema.json").read_text())
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$ref": "#/$defs/SessionFramePayload",
+        "$defs": ext["$defs"],
+    }
+
+
+def validate_pty_frame(frame: Any) -> None:
+    """A server frame against the pty-ws/v1 envelope and, for ``pty.session_frame``, its payload."""
+    validate(frame, pty_ws_schema())
+    if frame.get("op") == "pty.session_frame":
+        validate(frame["payload"], pty_session_frame_schema())

@@ -26,7 +26,8 @@ def offences(path: Path) -> list[str]:
         if isinstance(node, ast.Import):
             found += [f"import {a.name}" for a in node.names if a.name.split(".")[0] in FORBIDDEN_MODULES]
         elif isinstance(node, ast.ImportFrom) and node.module:
-            if node.module.split(".")[0] in FORBIDDEN_MODULES:
+            # Only absolute imports can name the stdlib: ``from .pty import ...`` is controller.pty.
+            if node.level == 0 and node.module.split(".")[0] in FORBIDDEN_MODULES:
                 found.append(f"from {node.module} import ...")
             if node.module == "os":
                 found += [f"from os import {a.name}" for a in node.names if a.name.startswith(FORBIDDEN_OS)]

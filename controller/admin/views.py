@@ -122,3 +122,70 @@ def image_list(listing: m.ImageListResponse) -> ImageList:
         degraded=listing.degraded,
         reason=listing.reason,
     )
+
+
+# -- PTY sessions --------------------------------------------------------------------------------
+
+#: The pty-ws/v1 subprotocols, JSON first (what a client offers when it has no preference).
+PTY_SUBPROTOCOLS = ["pty-ws.v1", "pty-ws.v1.binary"]
+
+
+class SessionAttach(msgspec.Struct, kw_only=True):
+    url: str
+    subprotocols: list[str]
+
+
+class SessionView(msgspec.Struct, kw_only=True):
+    id: str
+    instance_id: str
+    argv: list[str]
+    cwd: str
+    state: str
+    cols: int
+    rows: int
+    created_at: str
+    pid: int | None = None
+    exited_at: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    end_reason: str | None = None
+    #: The output sequences hostd still holds: [first_seq, next_seq); replay_from takes any of them - 1.
+    first_seq: int
+    next_seq: int
+    attach: SessionAttach
+
+
+class SessionList(msgspec.Struct, kw_only=True):
+    items: list[SessionView]
+
+
+def attach_url(base_url: str, instance_id: str, session_id: str) -> str:
+    ws_base = "ws" + base_url.rstrip("/")[4:] if base_url.startswith("http") else base_url.rstrip("/")
+    return f"{ws_base}/agents/{instance_id}/sessions/{session_id}/attach"
+
+
+def session_path(instance_id: str, session_id: str) -> str:
+    return f"/api/v2/admin/instances/{instance_id}/sessions/{session_id}"
+
+
+def session_view(info: m.SessionInfo, base_url: str) -> SessionView:
+    return SessionView(
+        id=info.session_id,
+        instance_id=info.instance_id,
+        argv=list(info.argv),
+        cwd=info.cwd,
+        state=info.state,
+        cols=info.cols,
+        rows=info.rows,
+        created_at=iso(info.created_at),
+        pid=info.pid,
+        exited_at=None if info.exited_at is None else iso(info.exited_at),
+        exit_code=info.exit_code,
+        signal=info.signal,
+        end_reason=info.end_reason,
+        first_seq=info.first_seq,
+        next_seq=info.next_seq,
+        attach=SessionAttach(
+            url=attach_url(base_url, info.instance_id, info.session_id), subprotocols=list(PTY_SUBPROTOCOLS)
+        ),
+    )

@@ -1,0 +1,57 @@
+"""``agentic``: the client of the controller's HTTP and WebSocket surfaces.
+
+A thin list of registrations: each group of commands lives in a module of its own and adds its
+subcommands with ``register(sub)``; a command is ``async def cmd(api, args) -> int``. Connection
+options (``--url``, ``--token``, ``--token-file``) are shared (:mod:`cli.controllerapi`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import trio
+
+from . import ptyattach
+from .controllerapi import ApiError, resolve
+
+#: Modules that add subcommands.
+COMMANDS = (ptyattach,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentic", description="Client of the agentic-sandbox controller.")
+    parser.add_argument("--url", help="controller base URL (AIWG_CONTROLLER_URL; default http://127.0.0.1:8122)")
+    parser.add_argument("--token", help="bearer token (AIWG_TOKEN)")
+    parser.add_argument("--token-file", help="file holding the token (AIWG_TOKEN_FILE; dev: ./.run/admin-token)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Everything after ``--`` is ``args.argv`` (a command line to run), not more arguments."""
+    trailing: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, trailing = argv[:cut], argv[cut + 1 :]
+    args = build_parser().parse_args(argv)
+    args.argv = trailing
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        api = resolve(args.url, args.token, args.token_file)
+        return trio.run(args.func, api, args)
+    except ApiError as exc:
+        print(f"agentic: {exc}", file=sys.stderr)
+        return 1 if exc.status in (0, 404, 409, 422) or exc.status >= 500 else 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+"""PTY attach over WebSocket: the pty-ws/v1 binding with pty-extensions/v1.
+
+``/agents/{instance_id}/sessions/{session_id}/attach`` (:mod:`.attach`: the upgrade checks and the
+socket), who may do what (:mod:`.scopes`), the frames (:mod:`.frames`), what a socket has yet to
+send (:mod:`.outbox`), who is attached to a session (:mod:`.rooms`) and its screen for keyframes
+(:mod:`.screen`). Sessions themselves are hostd's; they are made through the admin surface.
+"""
+
+from __future__ import annotations
+
+from quart import Blueprint
+
+pty = Blueprint("pty", __name__)
+
+from . import attach  # noqa: E402,F401  (the route registers on import)

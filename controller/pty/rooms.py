@@ -1,0 +1,224 @@
+"""The controller's view of who is attached to each PTY session: members, roles, the screen.
+
+A :class:`Room` exists while at least one socket is attached to its session (:meth:`Rooms.enter`).
+It holds the members (controllers and observers, ``max_controllers`` of the former), broadcasts
+membership, resize and keyframe frames into each member's :class:`~controller.pty.outbox.Outbox`,
+and keeps the session's :class:`~controller.pty.screen.Screen` for keyframes, fed by a hostd
+subscription of its own (the screen pump). Output itself does not pass through the room: each
+socket has its own hostd subscription, so replay positions differ per client and a slow client
+slows no one else.
+
+Resource handling: the screen pump runs in the nursery given to :meth:`Rooms.attach` (the app's),
+not in any socket's, and is cancelled when the last member leaves; the room is then forgotten.
+Nothing here survives a controller restart, and nothing needs to: a reconnecting client joins a new
+room and replays from hostd.
+
+Keyframes: every :data:`KEYFRAME_FRAMES` output frames or :data:`KEYFRAME_INTERVAL_S` of activity,
+at most one per :data:`KEYFRAME_MIN_GAP_S` (each costs pyte work on up to the screen's tail).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import trio
+
+from proto import HostdClient, HostdError
+from proto import messages as m
+
+from ..errors import Unavailable
+from . import frames as f
+from .outbox import Outbox
+from .screen import Screen
+
+if TYPE_CHECKING:
+    from ..hostlink import HostdLink
+
+log = logging.getLogger(__name__)
+
+MAX_CONTROLLERS = 1
+MAX_MEMBERS = 33  # max_controllers + max_observers (32)
+KEYFRAME_FRAMES = 100
+KEYFRAME_INTERVAL_S = 5.0
+KEYFRAME_MIN_GAP_S = 1.0
+#: Output frames the screen pump reads back when a room opens (bounded again by the screen's tail).
+SCREEN_BOOT_FRAMES = 200
+#: How long a keyframe waits for the screen pump to catch up with the session.
+CATCH_UP_S = 2.0
+
+
+@dataclass(eq=False)
+class Member:
+    client_id: str
+    label: str | None
+    role: str
+    may_control: bool
+    outbox: Outbox = field(default_factory=Outbox)
+
+    def ref(self) -> f.ClientRef:
+        return f.ClientRef(client_id=self.client_id, label=self.label)
+
+
+class RoomFull(Exception):
+    pass
+
+
+class Room:
+    def __init__(self, session_id: str, cols: int, rows: int) -> None:
+        self.session_id = session_id
+        self.members: dict[str, Member] = {}
+        self.screen = Screen(cols, rows)
+        self.caught_up = trio.Event()
+        self._frames_since_keyframe = 0
+        self._last_keyframe = 0.0
+        self.pump_scope = trio.CancelScope()
+
+    # -- membership -----------------------------------------------------------------------------
+
+    def controllers(self) -> list[Member]:
+        return [mem for mem in self.members.values() if mem.role == "controller"]
+
+    def _assign(self, member: Member, wanted: str) -> f.RoleAssigned:
+        if wanted == "controller" and not member.may_control:
+            member.role = "observer"
+            return f.RoleAssigned(
+                role="observer", client_id=member.client_id, downgraded=True, reason="token lacks pty:control"
+            )
+        if wanted == "controller" and member.role != "controller" and len(self.controllers()) >= MAX_CONTROLLERS:
+            member.role = "observer"
+            return f.RoleAssigned(
+                role="observer",
+                client_id=member.client_id,
+                downgraded=True,
+                reason=f"the session has its {MAX_CONTROLLERS} controller(s)",
+            )
+        member.role = wanted
+        return f.RoleAssigned(role=wanted, client_id=member.client_id)
+
+    def join(self, member: Member, wanted: str) -> f.RoleAssigned:
+        if len(self.members) >= MAX_MEMBERS:
+            raise RoomFull(f"the session has {MAX_MEMBERS} members")
+        member.role = "observer"
+        assigned = self._assign(member, wanted)
+        self.members[member.client_id] = member
+        return assigned
+
+    def request_role(self, member: Member, wanted: str) -> f.RoleAssigned:
+        return self._assign(member, wanted)
+
+    def leave(self, member: Member) -> None:
+        self.members.pop(member.client_id, None)
+
+    def membership(self) -> str:
+        frame = f.MembershipChanged(
+            controllers=[mem.ref() for mem in self.members.values() if mem.role == "controller"],
+            observers=[mem.ref() for mem in self.members.values() if mem.role != "controller"],
+        )
+        return f.session_frame(frame)
+
+    def broadcast(self, item: str) -> None:
+        for member in list(self.members.values()):
+            member.outbox.put_control(item)
+
+    # -- the screen -----------------------------------------------------------------------------
+
+    async def keyframe(self) -> f.Keyframe:
+        with trio.move_on_after(CATCH_UP_S):
+            await self.caught_up.wait()
+        self._frames_since_keyframe = 0
+        self._last_keyframe = trio.current_time()
+        cols, rows = self.screen.size
+        return f.Keyframe(
+            snapshot=self.screen.snapshot(),
+            snapshot_format=f.SNAPSHOT_FORMAT,
+            snapshot_cols=cols,
+            snapshot_rows=rows,
+            anchor_sequence=self.screen.anchor,
+        )
+
+    def resized(self, cols: int, rows: int) -> None:
+        self.screen.resize(cols, rows)
+        self.broadcast(f.session_frame(f.Resize(cols=cols, rows=rows)))
+
+    async def _cadence(self) -> None:
+        self._frames_since_keyframe += 1
+        now = trio.current_time()
+        if now - self._last_keyframe < KEYFRAME_MIN_GAP_S:
+            return
+        if self._frames_since_keyframe >= KEYFRAME_FRAMES or now - self._last_keyframe >= KEYFRAME_INTERVAL_S:
+            self.broadcast(f.session_frame(await self.keyframe()))
+
+    async def pump(self, client: HostdClient, info: m.SessionInfo) -> None:
+        """Feed the screen from hostd until cancelled or the session's output ends."""
+        start = max(info.first_seq, info.next_seq - SCREEN_BOOT_FRAMES)
+        target = info.next_seq - 1
+        self.screen.anchor = max(start - 1, 0)
+        if target < start:
+            self.caught_up.set()
+        self._last_keyframe = trio.current_time()
+        request = m.SessionSubscribeRequest(session_id=self.session_id, from_seq=start)
+        async with client.stream(request) as events:
+            async for event in events:
+                if isinstance(event, m.SessionOutput):
+                    self.screen.add(event.seq, event.data)
+                    if event.seq >= target:
+                        self.caught_up.set()
+                        await self._cadence()
+                elif isinstance(event, m.SessionLagged):
+                    self.screen.lost(event.resume_seq)
+        self.caught_up.set()
+
+
+class Rooms:
+    """Every open room, by session id. One per app."""
+
+    def __init__(self, link: HostdLink) -> None:
+        self._link = link
+        self._rooms: dict[str, Room] = {}
+        self._users: dict[str, int] = {}
+        self._nursery: trio.Nursery | None = None
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    def get(self, session_id: str) -> Room | None:
+        return self._rooms.get(session_id)
+
+    @asynccontextmanager
+    async def enter(self, info: m.SessionInfo) -> AsyncIterator[Room]:
+        """The session's room, opened (and its screen pump started) by the first socket."""
+        sid = info.session_id
+        room = self._rooms.get(sid)
+        if room is None:
+            room = Room(sid, info.cols, info.rows)
+            self._rooms[sid] = room
+            self._start_pump(room, info)
+        self._users[sid] = self._users.get(sid, 0) + 1
+        try:
+            yield room
+        finally:
+            self._users[sid] -= 1
+            if self._users[sid] == 0:
+                del self._users[sid]
+                del self._rooms[sid]
+                room.pump_scope.cancel()
+
+    def _start_pump(self, room: Room, info: m.SessionInfo) -> None:
+        link = self._link
+        if self._nursery is None:
+            raise Unavailable("internal.unavailable", "the PTY rooms are not attached to a nursery yet")
+
+        async def run() -> None:
+            with room.pump_scope:
+                try:
+                    await room.pump(link.client(), info)
+                except (HostdError, Unavailable) as exc:
+                    # Keyframes then show what the screen had; the sockets report hostd themselves.
+                    log.info("screen pump of session %s ended: %s", room.session_id, exc)
+                    room.caught_up.set()
+
+        self._nursery.start_soon(run)

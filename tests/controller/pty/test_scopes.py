@@ -1,0 +1,12 @@
+"""The one map from principals to PTY scopes."""
+
+from __future__ import annotations
+
+from controller.auth import Principal
+from controller.pty.scopes import PTY_ADMIN, PTY_CONTROL, PTY_OBSERVE, pty_scopes
+
+
+def test_roles_map_to_scopes() -> None:
+    assert pty_scopes(Principal(role="admin", label="a"), "i") == {PTY_ADMIN, PTY_CONTROL, PTY_OBSERVE}
+    assert pty_scopes(Principal(role="operator", label="o"), "i") == {PTY_CONTROL, PTY_OBSERVE}
+    assert pty_scopes(Principal(role="someone", label="x"), "i") == frozenset()
