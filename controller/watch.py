@@ -11,8 +11,9 @@ restarted), except that one seen running before and exited now is. A session cre
 between two polls is announced both ways. Memory is one small entry per session hostd holds.
 
 Resource handling: a service in the app's nursery, started with ``nursery.start``; it ends only
-when cancelled. Error handling: a failed poll (hostd away, a timeout) is logged at debug and the
-next poll tries again; nothing is published from a listing that failed.
+when cancelled (or once the store is closed at shutdown). Error handling: a failed poll (hostd
+away, a timeout) is logged at debug and the next poll tries again; nothing is published from a
+listing that failed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .errors import ControllerError
 from .events import EventBus
 from .hostlink import HostdLink
 from .instances import InstanceService
+from .store import StoreClosed
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,8 @@ class HostdWatch:
                 await self.poll()
             except ControllerError as exc:
                 log.debug("hostd watch poll failed: %s", exc)
+            except StoreClosed:
+                return  # the app is shutting down
 
     async def poll(self) -> None:
         """One round: reconcile the catalog, then diff hostd's sessions against the last listing."""

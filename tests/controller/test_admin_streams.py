@@ -23,6 +23,7 @@ from .conftest import (
     controller_env,
     provision,
     serve_controller,
+    wait_operation,
 )
 from .sse import SseReader
 from .test_problems import assert_problem
@@ -67,6 +68,12 @@ async def test_snapshot_holds_what_provisioning_did_in_upstreams_shape(admin: ht
 
     only = (await admin.get(EVENTS, params={"kind": "operation.*", "limit": "2"})).json()["items"]
     assert [e["kind"] for e in only] == ["operation.started", "operation.completed"]
+
+    gone = await admin.delete(f"/api/v2/admin/instances/{iid}")
+    assert (await wait_operation(admin, gone.json()["id"]))["state"] == "succeeded"
+    last = (await admin.get(EVENTS, params={"kind": "instance.*", "limit": "1"})).json()["items"][0]
+    assert (last["kind"], last["subject"]) == ("instance.removed", f"instance/{iid}")
+    assert last["data"] == {"name": "streamed", "operation_id": gone.json()["id"], "reason": "decommissioned"}
 
 
 async def test_follow_streams_new_events_with_monotonic_ids(admin: httpx.AsyncClient) -> None:
@@ -184,6 +191,16 @@ async def test_keepalive_comments_and_follower_bound(small: LiveController) -> N
             assert r.headers["Retry-After"] == "1"
             assert (await three.get(EVENTS)).status_code == 200  # snapshots are not bounded
             assert (await first_reader.next(comments=True)).comments == ["keepalive"]
+
+
+async def test_a_follower_that_leaves_frees_its_place(small: LiveController) -> None:
+    for _ in range(5):  # more than the bound of 2, one after another
+        async with small.client() as client, client.stream("GET", EVENTS, params={"follow": "true"}) as response:
+            assert response.status_code == 200
+            await SseReader(response).next(comments=True)
+    with trio.fail_after(10):  # the server notices each close at its next write
+        while small.state.followers.get("events", 0) > 0:
+            await trio.sleep(0.05)
 
 
 async def test_bad_parameters_are_422_naming_them(admin: httpx.AsyncClient) -> None:

@@ -89,8 +89,15 @@ async def test_a_change_while_the_controller_was_down_is_reconciled_into_an_even
     async with open_hostd(hostd.socket_path, client_name="test") as client:
         await client.call(m.InstanceStopRequest(instance_id=iid, grace_s=0))
     async with serve_controller(load_config(env=_env(hostd, state))) as second, second.client() as admin:
-        items = (await admin.get(EVENTS, params={"kind": "instance.state_changed"})).json()["items"]
-    changes = [
-        (e["data"]["from"], e["data"]["to"], e["data"]["cause"]) for e in items if e["subject"] == f"instance/{iid}"
-    ]
+        with trio.fail_after(15):  # the reconcile runs once the link is up, after wait_ready returns
+            while True:
+                items = (await admin.get(EVENTS, params={"kind": "instance.state_changed"})).json()["items"]
+                changes = [
+                    (e["data"]["from"], e["data"]["to"], e["data"]["cause"])
+                    for e in items
+                    if e["subject"] == f"instance/{iid}"
+                ]
+                if changes:
+                    break
+                await trio.sleep(0.05)
     assert changes == [("running", "stopped", "reconcile")]
