@@ -9,6 +9,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 import trio
 
@@ -274,3 +275,34 @@ async def test_an_instance_is_readopted_once_podman_answers_again(
         if service is not None:
             service.terminate()
             service.wait(10)
+
+
+def podman_service_pids(hostd: HostdProcess) -> set[int]:
+    """Live ``podman system service`` children of hostd (a dead one awaiting its reaping is not)."""
+    assert hostd.proc is not None
+    pids = set()
+    for child in psutil.Process(hostd.proc.pid).children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and {"system", "service"} <= set(child.cmdline()):
+                pids.add(child.pid)
+        except psutil.Error:
+            pass
+    return pids
+
+
+async def test_the_service_hostd_started_is_started_again_when_it_dies(container_hostd: HostdProcess) -> None:
+    [first] = podman_service_pids(container_hostd)
+    psutil.Process(first).kill()
+    with trio.fail_after(30):
+        while not (pids := podman_service_pids(container_hostd) - {first}):
+            await trio.sleep(0.2)
+    assert len(pids) == 1
+    async with open_hostd(str(container_hostd.socket_path), client_name="test") as client:
+        with trio.fail_after(30):
+            while not next(
+                p for p in (await client.call(m.ProviderListRequest())).providers if p.runtime == "container"
+            ).available:
+                await trio.sleep(0.2)
+        info = await provision(client, "again", image=BUSYBOX_IMAGE)
+        assert info.state == "running"
+        await client.call(m.InstanceDestroyRequest(instance_id=info.instance_id, grace_s=1), timeout=60)
