@@ -1,7 +1,7 @@
 """One podman API socket, asked through podman-py in worker threads, and the service hostd may start on it.
 
 hostd is the only process that talks to podman (DESIGN.md §2). podman-py is blocking HTTP over the
-Unix socket of a ``podman system service``; :meth:`PodmanApi.call` runs one function with a fresh
+Unix socket of a ``podman system service``; :func:`call` runs one function with a fresh
 client in a worker thread, bounded in requests (per socket operation) and in trio (the thread is
 abandoned when the deadline passes), so a wedged podman never blocks hostd's event loop. Every
 failure to reach podman is :class:`PodmanUnreachable`, an answer that is no API answer
@@ -60,6 +60,45 @@ def reason(exc: BaseException) -> str:
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
 
 
+async def call(url: str, fn: Callable[[Any], T], *, timeout_s: float) -> T:
+    """``fn(client)`` with a fresh podman-py client on ``url`` ("" = none), in a worker thread.
+
+    Raises :class:`PodmanUnreachable` when podman cannot be asked (within ``timeout_s``, per socket
+    operation and in all), :class:`PodmanBadAnswer` for an answer that is none of its API's;
+    podman-py's ``APIError`` (podman answered with an error) and anything ``fn`` raises propagate
+    unchanged.
+    """
+    if not url:
+        raise PodmanUnreachable("no podman socket configured (AIWG_PODMAN_SOCKET)")
+    try:
+        with trio.fail_after(timeout_s + 1):
+            return await trio.to_thread.run_sync(_call_sync, url, fn, timeout_s, abandon_on_cancel=True)
+    except trio.TooSlowError:
+        raise PodmanUnreachable(f"podman did not answer within {timeout_s:g} s") from None
+
+
+def _call_sync(url: str, fn: Callable[[Any], T], timeout_s: float) -> T:
+    # Imported here: podman-py pulls in requests, which only these calls need.
+    import podman
+    import podman.errors
+    import requests
+
+    path = url.removeprefix("unix://")
+    if not os.path.exists(path):
+        raise PodmanUnreachable(f"podman socket {path} does not exist")
+    try:
+        with podman.PodmanClient(base_url=url, timeout=max(1, math.ceil(timeout_s))) as client:
+            return fn(client)
+    except podman.errors.APIError:
+        raise  # podman answered (an OSError too, through requests' hierarchy)
+    except (requests.ConnectionError, requests.Timeout) as exc:
+        raise PodmanUnreachable(f"podman unreachable: {reason(exc)}") from exc
+    except requests.RequestException as exc:
+        raise PodmanBadAnswer(f"podman gave an unexpected answer: {reason(exc)}") from exc
+    except OSError as exc:
+        raise PodmanUnreachable(f"podman unreachable: {reason(exc)}") from exc
+
+
 class PodmanApi:
     """The podman API socket of ``config.podman_socket`` (a ``unix://`` URL, or "" for none)."""
 
@@ -74,39 +113,8 @@ class PodmanApi:
     # -- calls ----------------------------------------------------------------------------------
 
     async def call(self, fn: Callable[[Any], T], *, timeout_s: float | None = None) -> T:
-        """``fn(client)`` with a fresh podman-py client, in a worker thread.
-
-        Raises :class:`PodmanUnreachable` when podman cannot be asked; podman-py's ``APIError``
-        (podman answered with an error) and anything ``fn`` raises propagate unchanged.
-        """
-        if not self.url:
-            raise PodmanUnreachable("no podman socket configured (AIWG_PODMAN_SOCKET)")
-        limit = self.timeout_s if timeout_s is None else timeout_s
-        try:
-            with trio.fail_after(limit + 1):
-                return await trio.to_thread.run_sync(self._call_sync, fn, limit, abandon_on_cancel=True)
-        except trio.TooSlowError:
-            raise PodmanUnreachable(f"podman did not answer within {limit:g} s") from None
-
-    def _call_sync(self, fn: Callable[[Any], T], limit: float) -> T:
-        # Imported here: podman-py pulls in requests, which only these calls need.
-        import podman
-        import podman.errors
-        import requests
-
-        if not os.path.exists(self.path):
-            raise PodmanUnreachable(f"podman socket {self.path} does not exist")
-        try:
-            with podman.PodmanClient(base_url=self.url, timeout=max(1, math.ceil(limit))) as client:
-                return fn(client)
-        except podman.errors.APIError:
-            raise  # podman answered (an OSError too, through requests' hierarchy)
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            raise PodmanUnreachable(f"podman unreachable: {reason(exc)}") from exc
-        except requests.RequestException as exc:
-            raise PodmanBadAnswer(f"podman gave an unexpected answer: {reason(exc)}") from exc
-        except OSError as exc:
-            raise PodmanUnreachable(f"podman unreachable: {reason(exc)}") from exc
+        """``fn(client)`` on this socket (see :func:`call`)."""
+        return await call(self.url, fn, timeout_s=self.timeout_s if timeout_s is None else timeout_s)
 
     async def ping(self) -> str | None:
         """None when podman answers, else why not."""
