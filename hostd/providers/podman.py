@@ -481,4 +481,4 @@ class PodmanProvider(Provider):
             "LANG": "C.UTF-8",
             **env,
         }
-        return SpawnSpec(argv=command, cwd=info.instance_dir, env=host_env, shown_cwd=shown)
+        return SpawnSpec(argv=command, cwd=info.instance_dir, env=host_env, shown_cwd=shown, proxied=True)

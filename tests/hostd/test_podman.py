@@ -5,6 +5,8 @@ strays, and podman unreachable."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,6 +148,22 @@ async def test_container_lifecycle_limits_execs_and_a_pty_session(
         code, out, _ = await run_exec(client, info.instance_id, "ps")
         assert b"sleep 4242" not in out and b"{sh}" not in out
         await client.call(m.SessionDeleteRequest(session_id=sid))
+
+        # Signals reach the process inside (not the podman client that relays it); a client that
+        # dies takes what it ran inside along.
+        argv = ["sh", "-c", "trap 'echo caught-int' INT; echo ready; while :; do sleep 0.2; done"]
+        trap = (await client.call(m.SessionCreateRequest(instance_id=info.instance_id, argv=argv))).session
+        await read_session(client, trap.session_id, 1, b"ready")
+        await client.call(m.SessionSignalRequest(session_id=trap.session_id, signal="INT"))
+        await read_session(client, trap.session_id, 1, b"caught-int")
+        assert (await client.call(m.SessionGetRequest(session_id=trap.session_id))).session.state == "running"
+        assert trap.pid is not None
+        os.kill(trap.pid, signal.SIGKILL)
+        with trio.fail_after(30):
+            while (await client.call(m.SessionGetRequest(session_id=trap.session_id))).session.state == "running":
+                await trio.sleep(0.1)
+        code, out, _ = await run_exec(client, info.instance_id, "ps")
+        assert b"caught-int" not in out, out
 
         # A session whose command exits keeps its exit code.
         short = (
