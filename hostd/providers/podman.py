@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import posixpath
+import re
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +58,11 @@ POLL_S = 2.0
 _CALL_SLACK_S = 10.0
 MAX_STRAYS = 64
 CPU_PERIOD_US = 100_000
+#: ``[registry[:port]/]name[:tag][@sha256:<64 hex>]``, lower-case repository, as runtime/v1 allows.
+OCI_REFERENCE = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$"
+)
 #: PID 1 of a container whose request and image name no main process: waits, exits on SIGTERM.
 IDLE_MAIN = ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
 
@@ -193,6 +199,9 @@ class PodmanProvider(Provider):
         instance.state = _Container()
         if req.image is None:
             raise RpcError(ErrorCode.REQUEST_INVALID, "a container instance needs an image", field="image")
+        if not OCI_REFERENCE.match(req.image):
+            message = f"image {req.image!r} is not an OCI reference (name[:tag][@sha256:<hex>])"
+            raise RpcError(ErrorCode.REQUEST_INVALID, message, field="image")
         image_name = req.image
         working_dir = req.working_dir or "/"
         if not posixpath.isabs(working_dir):

@@ -98,6 +98,9 @@ async def test_container_lifecycle_limits_execs_and_a_pty_session(
         with pytest.raises(HostdRemoteError) as refused:
             await provision(client, "noimage")
         assert refused.value.code == "request.invalid"
+        with pytest.raises(HostdRemoteError) as bad_ref:
+            await provision(client, "badref", image="Not/An:Image Ref")
+        assert bad_ref.value.code == "request.invalid" and "OCI reference" in bad_ref.value.message
         with pytest.raises(HostdRemoteError) as missing:
             await provision(client, "missing", image="localhost/not-there:1")
         assert missing.value.code == "image.not_found"
