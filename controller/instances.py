@@ -69,6 +69,9 @@ HOSTD_KIND = {"host": "host", "docker": "container"}
 ADMIN_RUNTIME = {kind: runtime for runtime, kind in HOSTD_KIND.items()}
 #: Whether a runtime's instances start when the request does not say (``docker run`` does).
 DEFAULT_START = {"host": False, "docker": True}
+#: Deadline of a lifecycle call to hostd per runtime (None: the link's). Making a container can
+#: take long (a large image on vfs storage); hostd bounds its own podman calls below this.
+LIFECYCLE_TIMEOUT_S: dict[str, float | None] = {"host": None, "docker": 150.0}
 
 
 def _instance_key(instance_id: str) -> str:
@@ -340,7 +343,7 @@ class InstanceService:
             else None,
         )
         try:
-            info: m.InstanceInfo = (await self.link.call(call)).instance
+            info: m.InstanceInfo = (await self.link.call(call, timeout=LIFECYCLE_TIMEOUT_S.get(rec.runtime))).instance
         except OutcomeUnknown as exc:
             # hostd went away mid-call: keep the row; reconciliation settles it.
             rec.state, rec.note, rec.updated_at = "failed", f"provisioning outcome unknown: {exc.message}", time.time()
@@ -396,6 +399,7 @@ class InstanceService:
         await self.store.instances.update(rec)
 
     async def _lifecycle_work(self, rec: InstanceRecord, verb: str) -> dict[str, Any]:
+        timeout = LIFECYCLE_TIMEOUT_S.get(rec.runtime)
         try:
             info = await self._hostd_get(rec.id)
             if info is None:
@@ -405,11 +409,11 @@ class InstanceService:
                 raise NotFound("instance.not_found", "hostd does not know this instance")
             await self._set_state(rec, TRANSIENT[verb], rec.note)
             if verb in ("stop", "restart") and info.state in ("running", "starting"):
-                info = (await self.link.call(m.InstanceStopRequest(instance_id=rec.id))).instance
+                info = (await self.link.call(m.InstanceStopRequest(instance_id=rec.id), timeout=timeout)).instance
             if verb in ("start", "restart") and info.state != "running":
-                info = (await self.link.call(m.InstanceStartRequest(instance_id=rec.id))).instance
+                info = (await self.link.call(m.InstanceStartRequest(instance_id=rec.id), timeout=timeout)).instance
             if verb == "destroy" and info.state != "destroyed":
-                info = (await self.link.call(m.InstanceDestroyRequest(instance_id=rec.id))).instance
+                info = (await self.link.call(m.InstanceDestroyRequest(instance_id=rec.id), timeout=timeout)).instance
         except Exception:
             # (On cancellation the row keeps its transient state: the next reconcile fixes it.)
             await self._restore_state(rec)
@@ -446,7 +450,10 @@ class InstanceService:
         async def work(op: OperationRecord) -> dict[str, Any]:
             await self._set_state(rec, "destroying", rec.note)
             try:
-                await self.link.call(m.InstanceDestroyRequest(instance_id=rec.id, grace_s=0.0 if force else None))
+                await self.link.call(
+                    m.InstanceDestroyRequest(instance_id=rec.id, grace_s=0.0 if force else None),
+                    timeout=LIFECYCLE_TIMEOUT_S.get(rec.runtime),
+                )
             except NotFound:
                 pass  # hostd no longer has it: forgetting it is all that is left
             except Exception:

@@ -56,6 +56,8 @@ LABEL_NAME = "org.aiwg.instance-name"
 POLL_S = 2.0
 #: Extra time a podman call gets beyond the grace of a stop.
 _CALL_SLACK_S = 10.0
+#: Creating (a copy of the image's rootfs on vfs storage) and starting a container may take long.
+_MAKE_TIMEOUT_S = 120.0
 MAX_STRAYS = 64
 CPU_PERIOD_US = 100_000
 #: ``[registry[:port]/]name[:tag][@sha256:<64 hex>]``, lower-case repository, as runtime/v1 allows.
@@ -257,7 +259,7 @@ class PodmanProvider(Provider):
             )
             return container.id, _image_ref(image.attrs, image_name)
 
-        container_id, image_ref = await self._call(create)
+        container_id, image_ref = await self._call(create, timeout_s=_MAKE_TIMEOUT_S)
         detail = _detail(instance)
         detail.container_id, detail.image_ref, detail.status = container_id, image_ref, "created"
 
@@ -273,7 +275,7 @@ class PodmanProvider(Provider):
             return dict(container.attrs)
 
         try:
-            attrs = await self._call(start)
+            attrs = await self._call(start, timeout_s=_MAKE_TIMEOUT_S)
         except RpcError as exc:
             info.state, info.note, info.stopped_at = "failed", exc.message, time.time()
             raise
