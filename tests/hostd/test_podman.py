@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from hostd.config import HostdConfig
-from hostd.providers.podman import LABEL_INSTANCE, LABEL_NAMESPACE
+from hostd.providers.podmanstate import LABEL_INSTANCE, LABEL_NAMESPACE
 from proto import HostdClient, HostdRemoteError, new_id, open_hostd
 from proto import messages as m
 from tests.hostd_process import HostdProcess
