@@ -284,7 +284,6 @@ class PodmanProvider(Provider):
 
     async def discard(self, instance: Instance) -> None:
         info = instance.info
-        self._known.pop(info.instance_id, None)
         if info.container is not None:
             name = info.container.container_name
 
@@ -301,6 +300,8 @@ class PodmanProvider(Provider):
             except RpcError as exc:
                 # The instance is gone for hostd either way; what podman still holds shows as a stray.
                 log.error("instance %s: container %s not removed: %s", info.instance_id, name, exc.message)
+        # Forgotten only now: a watcher round meanwhile must not take its container for a stray.
+        self._known.pop(info.instance_id, None)
         if info.instance_dir:
             await trio.to_thread.run_sync(shutil.rmtree, info.instance_dir, True)
 
