@@ -10,8 +10,9 @@ failure to reach podman is :class:`PodmanUnreachable`, an answer that is no API 
 
 The service (:meth:`PodmanApi.ensure_service`): with ``AIWG_PODMAN_SERVICE=1`` hostd starts
 ``podman system service --time 0`` on its socket when nothing answers there, with runc, the
-cgroupfs manager and the configured storage (DESIGN.md §6 says why here), as the leader of a
-marked tree of its own. It is hostd's child: :meth:`PodmanApi.close` stops it (SIGTERM, then
+cgroupfs manager, the configured storage (DESIGN.md §6 says why here) and a containers.conf of
+hostd's (``<state>/podman-containers.conf``: ended exec sessions kept 30 s, not 5 minutes), as
+the leader of a marked tree of its own. It is hostd's child: :meth:`PodmanApi.close` stops it (SIGTERM, then
 SIGKILL), and only its leader, because the ``conmon`` processes it forked for containers carry its
 tree mark and must outlive it: containers keep running across a hostd restart, and the next hostd
 starts a service again and re-adopts them. A service that is already there (a hostd killed without
@@ -34,6 +35,7 @@ import trio
 
 from . import procspawn
 from .config import HostdConfig
+from .statefile import write_private
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,8 @@ DEFAULT_TIMEOUT_S = 10.0
 #: How long a service hostd started may take to answer.
 SERVICE_START_S = 20.0
 SERVICE_STOP_S = 10.0
+#: How long the service hostd starts keeps an ended exec session for its client (podman: 300).
+EXEC_EXIT_DELAY_S = 30
 MAX_REASON_CHARS = 300
 
 
@@ -166,7 +170,11 @@ class PodmanApi:
             self._service = await procspawn.spawn(
                 self._service_argv(),
                 cwd="/",
-                env={"PATH": os.environ.get("PATH") or procspawn.DEFAULT_PATH, "HOME": self._config.state_dir},
+                env={
+                    "PATH": os.environ.get("PATH") or procspawn.DEFAULT_PATH,
+                    "HOME": self._config.state_dir,
+                    "CONTAINERS_CONF": self._conf_path(),
+                },
                 tree_id=self._config.tree_id("podman", "service"),
                 cgroup=None,
                 stdin=procspawn.DEVNULL,
@@ -187,8 +195,14 @@ class PodmanApi:
             return f"podman system service exited with {self._service.returncode} (see {log_path})"
         return f"podman system service did not answer within {SERVICE_START_S:g} s"
 
+    def _conf_path(self) -> str:
+        return os.path.join(self._config.state_dir, "podman-containers.conf")
+
     def _prepare_dirs(self) -> None:
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        # podman keeps an API exec session (and its conmon) for exit_command_delay after it ended,
+        # 5 minutes by default, for a client to ask its exit code: ours asks at once.
+        write_private(Path(self._conf_path()), f"[engine]\nexit_command_delay = {EXEC_EXIT_DELAY_S}\n".encode())
         for path in (self._config.podman_root, self._config.podman_runroot):
             if path:
                 os.makedirs(path, mode=0o700, exist_ok=True)
