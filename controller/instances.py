@@ -81,6 +81,10 @@ HOSTD_RUNTIMES = {"host": ("host", "hostd"), "docker": ("container", "podman"), 
 CATALOG_RUNTIMES = {hostd: admin for admin, (hostd, _provider) in HOSTD_RUNTIMES.items()}
 #: Whether a runtime's instances start when the request does not say (``docker run`` does).
 DEFAULT_START = {"host": False, "docker": True, "qemu": False}
+#: Deadline of a lifecycle call to hostd per runtime (None: the link's). Making a container can
+#: take long (a large image on vfs storage), so can a VM's ACPI stop; hostd bounds its own podman
+#: and libvirt calls below this.
+LIFECYCLE_TIMEOUT_S: dict[str, float | None] = {"host": None, "docker": 150.0, "qemu": 150.0}
 
 
 def _instance_key(instance_id: str) -> str:
@@ -386,19 +390,18 @@ class InstanceService:
             name=rec.name,
             runtime=runtime,
             provider=provider,
-            image_ref=req.image if runtime == "vm" else None,
             working_dir=req.working_dir,
             labels=dict(req.labels),
             command=service,
             start=DEFAULT_START[rec.runtime] if req.start is None else req.start,
             loadout=req.loadout,
-            image=image,
+            image=req.image if runtime == "vm" else image,
             limits=m.ResourceLimits(cpus=resources.cpus, memory_bytes=resources.memory_bytes, pids=resources.pids)
             if resources is not None
             else None,
         )
         try:
-            info: m.InstanceInfo = (await self.link.call(call)).instance
+            info: m.InstanceInfo = (await self.link.call(call, timeout=LIFECYCLE_TIMEOUT_S.get(rec.runtime))).instance
         except OutcomeUnknown as exc:
             # hostd went away mid-call: keep the row; reconciliation settles it.
             rec.state, rec.note, rec.updated_at = "failed", f"provisioning outcome unknown: {exc.message}", time.time()
@@ -458,6 +461,7 @@ class InstanceService:
         await self._save(rec, before)
 
     async def _lifecycle_work(self, rec: InstanceRecord, verb: str) -> dict[str, Any]:
+        timeout = LIFECYCLE_TIMEOUT_S.get(rec.runtime)
         try:
             info = await self._hostd_get(rec.id)
             if info is None:
@@ -467,11 +471,11 @@ class InstanceService:
                 raise NotFound("instance.not_found", "hostd does not know this instance")
             await self._set_state(rec, TRANSIENT[verb], rec.note)
             if verb in ("stop", "restart") and info.state in ("running", "starting"):
-                info = (await self.link.call(m.InstanceStopRequest(instance_id=rec.id))).instance
+                info = (await self.link.call(m.InstanceStopRequest(instance_id=rec.id), timeout=timeout)).instance
             if verb in ("start", "restart") and info.state != "running":
-                info = (await self.link.call(m.InstanceStartRequest(instance_id=rec.id))).instance
+                info = (await self.link.call(m.InstanceStartRequest(instance_id=rec.id), timeout=timeout)).instance
             if verb == "destroy" and info.state != "destroyed":
-                info = (await self.link.call(m.InstanceDestroyRequest(instance_id=rec.id))).instance
+                info = (await self.link.call(m.InstanceDestroyRequest(instance_id=rec.id), timeout=timeout)).instance
         except Exception:
             # (On cancellation the row keeps its transient state: the next reconcile fixes it.)
             await self._restore_state(rec)
@@ -566,7 +570,10 @@ class InstanceService:
         async def work(op: OperationRecord) -> dict[str, Any]:
             await self._set_state(rec, "destroying", rec.note)
             try:
-                await self.link.call(m.InstanceDestroyRequest(instance_id=rec.id, grace_s=0.0 if force else None))
+                await self.link.call(
+                    m.InstanceDestroyRequest(instance_id=rec.id, grace_s=0.0 if force else None),
+                    timeout=LIFECYCLE_TIMEOUT_S.get(rec.runtime),
+                )
             except NotFound:
                 pass  # hostd no longer has it: forgetting it is all that is left
             except Exception:

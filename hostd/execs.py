@@ -79,6 +79,8 @@ class _Exec(Child):
         self.timeout_s = req.timeout_s
         self.stdin = StdinQueue(exec_id, req.stdin, req.keep_stdin_open)
         self.open_pipes = 3 if req.control else 2
+        #: The leader is a client for the real process (:attr:`hostd.providers.SpawnSpec.proxied`).
+        self.proxied = False
         self.pipes_closed = trio.Event()
 
     @property
@@ -174,6 +176,7 @@ class ExecRegistry(ChildRegistry[_Exec]):
         ring = OutputRing(max_frames=self._config.ring_frames, max_bytes=self._config.ring_bytes)
         ctrl = ControlChannel(parent_sock, exec_id) if parent_sock is not None else None
         rec = _Exec(req, exec_id, spec.shown_cwd, proc, ring, cgroup, ctrl)
+        rec.proxied = spec.proxied
         await self._adopt(rec)
         return rec.info()
 
@@ -193,6 +196,9 @@ class ExecRegistry(ChildRegistry[_Exec]):
                 if rec.ctrl is not None:
                     pipes.start_soon(self._control_reader, rec, rec.ctrl)
                 rec.exit_code, rec.signal = await procspawn.wait_exit(proc)
+                if rec.proxied:
+                    # What it ran inside the instance goes with its client (no hangup reaches it).
+                    await proctree.kill_tree_now(leader=None, pgid=None, cgroup=None, tree_id=self._tree(rec.id))
                 with trio.move_on_after(_DRAIN_S):
                     await rec.pipes_closed.wait()
                 if not rec.pipes_closed.is_set():

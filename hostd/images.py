@@ -5,29 +5,26 @@ with ``ImageListRequest``. podman-py speaks HTTP over the Unix socket of a ``pod
 service`` (``AIWG_PODMAN_SOCKET``, ``unix://`` only, checked by :mod:`hostd.config`), so listing
 creates no process: this module is not among the fenced spawning modules.
 
-Each :meth:`ImageCatalog.list` opens a fresh client in a worker thread, bounded by ``timeout_s``
-both in requests (per socket operation) and in trio (the thread is abandoned on timeout), so a
-wedged podman never holds a request and never blocks hostd's event loop. Any failure (no socket
-configured, socket missing, refused, timeout, bad answer) is an answer, not an error: no images,
+Each :meth:`ImageCatalog.list` opens a fresh client in a worker thread
+(:func:`hostd.podmanapi.call`), bounded by ``timeout_s`` both in requests (per socket operation)
+and in trio (the thread is abandoned on timeout), so a wedged podman never holds a request and
+never blocks hostd's event loop. Any failure (no socket configured, socket missing, refused,
+timeout, bad answer) is an answer, not an error: no images,
 ``degraded: true`` and the reason. The catalog is advisory.
 """
 
 from __future__ import annotations
 
-import builtins
 import logging
-import math
-import os
 from typing import Any
 
-import trio
-
 from proto import messages as m
+
+from . import podmanapi
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 3.0
-MAX_REASON_CHARS = 300
 
 
 def image_from_attrs(attrs: dict[str, Any]) -> m.ImageInfo:
@@ -60,13 +57,12 @@ class ImageCatalog:
         if not self.socket_url:
             return _degraded("no podman socket configured")
         try:
-            with trio.fail_after(self.timeout_s + 1):
-                raw = await trio.to_thread.run_sync(self._list_sync, abandon_on_cancel=True)
-        except trio.TooSlowError:
-            return _degraded(f"podman did not answer within {self.timeout_s:g} s")
+            raw = await podmanapi.call(self.socket_url, _list_sync, timeout_s=self.timeout_s)
+        except podmanapi.PodmanUnreachable as exc:
+            return _degraded(str(exc))
         except Exception as exc:  # any podman/requests/OS failure degrades; Cancelled is a BaseException
             log.info("podman image listing failed: %r", exc)
-            return _degraded(f"podman unavailable: {_reason(exc)}")
+            return _degraded(f"podman unavailable: {podmanapi.reason(exc)}")
         images: list[m.ImageInfo] = []
         for attrs in raw:
             try:
@@ -76,22 +72,10 @@ class ImageCatalog:
         images.sort(key=lambda i: (i.name, i.reference))
         return m.ImageListResponse(images=images)
 
-    def _list_sync(self) -> builtins.list[dict[str, Any]]:  # the method list shadows the type
-        # Imported here: podman-py pulls in requests, which only this path needs.
-        import podman
 
-        path = self.socket_url.removeprefix("unix://")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"socket {path} does not exist")
-        timeout = max(1, math.ceil(self.timeout_s))
-        with podman.PodmanClient(base_url=self.socket_url, timeout=timeout) as client:
-            return [dict(image.attrs) for image in client.images.list()]
+def _list_sync(client: Any) -> list[dict[str, Any]]:
+    return [dict(image.attrs) for image in client.images.list()]
 
 
 def _degraded(reason: str) -> m.ImageListResponse:
     return m.ImageListResponse(images=[], degraded=True, reason=reason)
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."

@@ -1,7 +1,7 @@
 """One podman API socket, asked through podman-py in worker threads, and the service hostd may start on it.
 
 hostd is the only process that talks to podman (DESIGN.md §2). podman-py is blocking HTTP over the
-Unix socket of a ``podman system service``; :meth:`PodmanApi.call` runs one function with a fresh
+Unix socket of a ``podman system service``; :func:`call` runs one function with a fresh
 client in a worker thread, bounded in requests (per socket operation) and in trio (the thread is
 abandoned when the deadline passes), so a wedged podman never blocks hostd's event loop. Every
 failure to reach podman is :class:`PodmanUnreachable`, an answer that is no API answer
@@ -10,8 +10,9 @@ failure to reach podman is :class:`PodmanUnreachable`, an answer that is no API 
 
 The service (:meth:`PodmanApi.ensure_service`): with ``AIWG_PODMAN_SERVICE=1`` hostd starts
 ``podman system service --time 0`` on its socket when nothing answers there, with runc, the
-cgroupfs manager and the configured storage (DESIGN.md §6 says why here), as the leader of a
-marked tree of its own. It is hostd's child: :meth:`PodmanApi.close` stops it (SIGTERM, then
+cgroupfs manager, the configured storage (DESIGN.md §6 says why here) and a containers.conf of
+hostd's (``<state>/podman-containers.conf``: ended exec sessions kept 30 s, not 5 minutes), as
+the leader of a marked tree of its own. It is hostd's child: :meth:`PodmanApi.close` stops it (SIGTERM, then
 SIGKILL), and only its leader, because the ``conmon`` processes it forked for containers carry its
 tree mark and must outlive it: containers keep running across a hostd restart, and the next hostd
 starts a service again and re-adopts them. A service that is already there (a hostd killed without
@@ -34,6 +35,7 @@ import trio
 
 from . import procspawn
 from .config import HostdConfig
+from .statefile import write_private
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,8 @@ DEFAULT_TIMEOUT_S = 10.0
 #: How long a service hostd started may take to answer.
 SERVICE_START_S = 20.0
 SERVICE_STOP_S = 10.0
+#: How long the service hostd starts keeps an ended exec session for its client (podman: 300).
+EXEC_EXIT_DELAY_S = 30
 MAX_REASON_CHARS = 300
 
 
@@ -60,6 +64,45 @@ def reason(exc: BaseException) -> str:
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
 
 
+async def call(url: str, fn: Callable[[Any], T], *, timeout_s: float) -> T:
+    """``fn(client)`` with a fresh podman-py client on ``url`` ("" = none), in a worker thread.
+
+    Raises :class:`PodmanUnreachable` when podman cannot be asked (within ``timeout_s``, per socket
+    operation and in all), :class:`PodmanBadAnswer` for an answer that is none of its API's;
+    podman-py's ``APIError`` (podman answered with an error) and anything ``fn`` raises propagate
+    unchanged.
+    """
+    if not url:
+        raise PodmanUnreachable("no podman socket configured (AIWG_PODMAN_SOCKET)")
+    try:
+        with trio.fail_after(timeout_s + 1):
+            return await trio.to_thread.run_sync(_call_sync, url, fn, timeout_s, abandon_on_cancel=True)
+    except trio.TooSlowError:
+        raise PodmanUnreachable(f"podman did not answer within {timeout_s:g} s") from None
+
+
+def _call_sync(url: str, fn: Callable[[Any], T], timeout_s: float) -> T:
+    # Imported here: podman-py pulls in requests, which only these calls need.
+    import podman
+    import podman.errors
+    import requests
+
+    path = url.removeprefix("unix://")
+    if not os.path.exists(path):
+        raise PodmanUnreachable(f"podman socket {path} does not exist")
+    try:
+        with podman.PodmanClient(base_url=url, timeout=max(1, math.ceil(timeout_s))) as client:
+            return fn(client)
+    except podman.errors.APIError:
+        raise  # podman answered (an OSError too, through requests' hierarchy)
+    except (requests.ConnectionError, requests.Timeout) as exc:
+        raise PodmanUnreachable(f"podman unreachable: {reason(exc)}") from exc
+    except requests.RequestException as exc:
+        raise PodmanBadAnswer(f"podman gave an unexpected answer: {reason(exc)}") from exc
+    except OSError as exc:
+        raise PodmanUnreachable(f"podman unreachable: {reason(exc)}") from exc
+
+
 class PodmanApi:
     """The podman API socket of ``config.podman_socket`` (a ``unix://`` URL, or "" for none)."""
 
@@ -74,39 +117,8 @@ class PodmanApi:
     # -- calls ----------------------------------------------------------------------------------
 
     async def call(self, fn: Callable[[Any], T], *, timeout_s: float | None = None) -> T:
-        """``fn(client)`` with a fresh podman-py client, in a worker thread.
-
-        Raises :class:`PodmanUnreachable` when podman cannot be asked; podman-py's ``APIError``
-        (podman answered with an error) and anything ``fn`` raises propagate unchanged.
-        """
-        if not self.url:
-            raise PodmanUnreachable("no podman socket configured (AIWG_PODMAN_SOCKET)")
-        limit = self.timeout_s if timeout_s is None else timeout_s
-        try:
-            with trio.fail_after(limit + 1):
-                return await trio.to_thread.run_sync(self._call_sync, fn, limit, abandon_on_cancel=True)
-        except trio.TooSlowError:
-            raise PodmanUnreachable(f"podman did not answer within {limit:g} s") from None
-
-    def _call_sync(self, fn: Callable[[Any], T], limit: float) -> T:
-        # Imported here: podman-py pulls in requests, which only these calls need.
-        import podman
-        import podman.errors
-        import requests
-
-        if not os.path.exists(self.path):
-            raise PodmanUnreachable(f"podman socket {self.path} does not exist")
-        try:
-            with podman.PodmanClient(base_url=self.url, timeout=max(1, math.ceil(limit))) as client:
-                return fn(client)
-        except podman.errors.APIError:
-            raise  # podman answered (an OSError too, through requests' hierarchy)
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            raise PodmanUnreachable(f"podman unreachable: {reason(exc)}") from exc
-        except requests.RequestException as exc:
-            raise PodmanBadAnswer(f"podman gave an unexpected answer: {reason(exc)}") from exc
-        except OSError as exc:
-            raise PodmanUnreachable(f"podman unreachable: {reason(exc)}") from exc
+        """``fn(client)`` on this socket (see :func:`call`)."""
+        return await call(self.url, fn, timeout_s=self.timeout_s if timeout_s is None else timeout_s)
 
     async def ping(self) -> str | None:
         """None when podman answers, else why not."""
@@ -158,7 +170,11 @@ class PodmanApi:
             self._service = await procspawn.spawn(
                 self._service_argv(),
                 cwd="/",
-                env={"PATH": os.environ.get("PATH") or procspawn.DEFAULT_PATH, "HOME": self._config.state_dir},
+                env={
+                    "PATH": os.environ.get("PATH") or procspawn.DEFAULT_PATH,
+                    "HOME": self._config.state_dir,
+                    "CONTAINERS_CONF": self._conf_path(),
+                },
                 tree_id=self._config.tree_id("podman", "service"),
                 cgroup=None,
                 stdin=procspawn.DEVNULL,
@@ -179,8 +195,14 @@ class PodmanApi:
             return f"podman system service exited with {self._service.returncode} (see {log_path})"
         return f"podman system service did not answer within {SERVICE_START_S:g} s"
 
+    def _conf_path(self) -> str:
+        return os.path.join(self._config.state_dir, "podman-containers.conf")
+
     def _prepare_dirs(self) -> None:
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        # podman keeps an API exec session (and its conmon) for exit_command_delay after it ended,
+        # 5 minutes by default, for a client to ask its exit code: ours asks at once.
+        write_private(Path(self._conf_path()), f"[engine]\nexit_command_delay = {EXEC_EXIT_DELAY_S}\n".encode())
         for path in (self._config.podman_root, self._config.podman_runroot):
             if path:
                 os.makedirs(path, mode=0o700, exist_ok=True)

@@ -209,6 +209,20 @@ def _tree_marked(tree_id: str) -> list[psutil.Process]:
     return found
 
 
+def signal_marked(tree_id: str, sig: int, *, besides: int | None) -> int:
+    """Send ``sig`` to every process marked ``tree_id`` except ``besides``; how many got it (blocking)."""
+    sent = 0
+    for proc in _tree_marked(tree_id):
+        if proc.pid == besides:
+            continue
+        try:
+            proc.send_signal(sig)
+            sent += 1
+        except psutil.Error:
+            continue
+    return sent
+
+
 def tree_members(
     *, leader: int | None, pgid: int | None, cgroup: Path | None, tree_id: str | None
 ) -> dict[int, psutil.Process]:

@@ -34,7 +34,7 @@ from hostd.children import Child, ChildRegistry
 from hostd.config import HostdConfig
 from hostd.errors import RpcError
 from hostd.instances import Placement
-from hostd.proctree import TREE_ENV, Cgroups, remove_cgroup, terminate_tree
+from hostd.proctree import TREE_ENV, Cgroups, kill_tree_now, remove_cgroup, signal_marked, terminate_tree
 from hostd.ptyspawn import ExitStatus, PtyChild, spawn_pty
 from hostd.ring import Lag, MemoryBudget, OutputRing, follow, start_seq
 from hostd.spool import Spool
@@ -95,6 +95,8 @@ class _Session(Child):
         #: Input the PTY did not take at once, in arrival order; drained by ``_feed``.
         self.pending_input = bytearray()
         self.input_waiting = trio.Event()
+        #: The leader is a client for the real process (:attr:`hostd.providers.SpawnSpec.proxied`).
+        self.proxied = False
 
     @property
     def leader_alive(self) -> bool:
@@ -201,6 +203,7 @@ class SessionRegistry(ChildRegistry[_Session]):
             spool=self._spool.open(sid) if self._spool is not None else None,
         )
         s = _Session(sid, req, spec.shown_cwd, child, cgroup, ring)
+        s.proxied = spec.proxied
         await self._adopt(s)
         log.info("session %s started: pid %d, instance %s, argv %r", sid, child.pid, s.instance_id, s.argv)
         return s.info()
@@ -216,6 +219,9 @@ class SessionRegistry(ChildRegistry[_Session]):
             await s.child.wait_exited()
             async with s.reap_lock:
                 s.status = s.child.reap()
+            if s.proxied:
+                # No hangup reaches what it ran inside the instance: it goes with its client.
+                await kill_tree_now(leader=None, pgid=None, cgroup=None, tree_id=self._tree(s.id))
             # Output written just before the exit is still buffered, and a background
             # process may hold the slave: read on until EIO, for a moment at most.
             with trio.move_on_after(_DRAIN_AFTER_EXIT_S):
@@ -320,6 +326,10 @@ class SessionRegistry(ChildRegistry[_Session]):
         """Send ``sig`` to the session's process group (the foreground job and the leader)."""
         signum = parse_signal(sig)
         s = self._running(session_id)
+        if s.proxied:
+            # The leader only relays (podman exec): the signal is for what runs inside.
+            signal_marked(self._tree(s.id), signum, besides=s.child.pid)
+            return
         # Not reaped yet (checked above, no await since): the pgid is still ours.
         try:
             os.killpg(s.child.pid, signum)

@@ -54,16 +54,8 @@ Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 #: Runtime kinds and provider names are opaque tokens (runtime/v1's pattern): new ones may appear.
 RuntimeKind = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 ProviderName = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
-#: An OCI image reference: ``[registry/]name[:tag][@sha256:<64 hex>]`` (lower-case repository).
-ImageRef = Annotated[
-    str,
-    msgspec.Meta(
-        min_length=1,
-        max_length=512,
-        pattern=r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
-        r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$",
-    ),
-]
+#: An image reference; its form is the runtime's (containers: OCI, checked by the provider).
+ImageRef = Annotated[str, msgspec.Meta(min_length=1, max_length=8192)]
 
 
 class Frame(msgspec.Struct, tag_field="t", tag=True, kw_only=True):
@@ -174,14 +166,13 @@ class InstanceProvisionRequest(Request):
     command: Argv | None = None
     start: bool = True
     loadout: str | None = None
-    #: The image of a container instance, in OCI form (``name[:tag][@sha256:<hex>]``; a digest is
-    #: preferred). Ignored by runtimes without images.
+    #: The image of the instance, in its runtime's form (containers: OCI, ``name[:tag][@sha256:<hex>]``,
+    #: a digest preferred; VMs: ``qcow2://PATH@sha256:HEX`` or
+    #: ``direct://KERNEL@sha256:HEX,INITRD@sha256:HEX``). None = the provider's default image (the
+    #: built guest image for VMs); ignored by runtimes without images.
     image: ImageRef | None = None
     #: Resource limits of the instance (containers: cpu, memory, pids); None = the runtime's defaults.
     limits: ResourceLimits | None = None
-    #: What the instance boots or runs, in the runtime's form (VMs: ``qcow2://PATH@sha256:HEX`` or
-    #: ``direct://KERNEL@sha256:HEX,INITRD@sha256:HEX``); None = the provider's default image.
-    image_ref: Annotated[str, msgspec.Meta(min_length=1, max_length=8192)] | None = None
     #: Sizes of a VM (its loadout's); None = the provider's defaults. Ignored by other runtimes.
     vm: VmSpec | None = None
 

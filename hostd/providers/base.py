@@ -49,6 +49,10 @@ class SpawnSpec(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str]
     shown_cwd: str
     cgroup_parent: Path | None = None
+    #: The process hostd execs is a client standing in for the real one (``podman exec``): signals
+    #: go to the tree's marked processes other than it, and when it ends what is left of its tree
+    #: (inside the instance, where no hangup reaches) is killed.
+    proxied: bool = False
 
 
 class Instance:

@@ -45,21 +45,27 @@ from ..podmanapi import PodmanApi, PodmanBadAnswer, PodmanUnreachable, reason
 from ..proctree import TREE_ENV
 from ..statefile import mkdir_private
 from .base import EndChildren, Instance, Provider, Saved, SpawnSpec
+from .podmanstate import (
+    IDLE_MAIN,
+    LABEL_INSTANCE,
+    LABEL_NAME,
+    LABEL_NAMESPACE,
+    OCI_REFERENCE,
+    has_own_command,
+    image_ref,
+    limit_options,
+    settle,
+)
 
 log = logging.getLogger(__name__)
 
-LABEL_NAMESPACE = "org.aiwg.hostd.namespace"
-LABEL_INSTANCE = "org.aiwg.instance-id"
-LABEL_NAME = "org.aiwg.instance-name"
 #: How often the watcher looks at podman and at this hostd's containers.
 POLL_S = 2.0
 #: Extra time a podman call gets beyond the grace of a stop.
 _CALL_SLACK_S = 10.0
+#: Creating (a copy of the image's rootfs on vfs storage) and starting a container may take long.
+_MAKE_TIMEOUT_S = 120.0
 MAX_STRAYS = 64
-CPU_PERIOD_US = 100_000
-#: PID 1 of a container whose request and image name no main process: waits, exits on SIGTERM.
-IDLE_MAIN = ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
-
 CAPABILITIES = [
     "instance.start",
     "instance.stop",
@@ -88,24 +94,6 @@ def _record(instance: Instance) -> _Container:
     if not isinstance(instance.state, _Container):
         instance.state = _Container()
     return instance.state
-
-
-def _image_ref(attrs: Mapping[str, Any], requested: str) -> str:
-    """``<repository>@sha256:<digest>`` of a resolved image (the digest podman keeps for it)."""
-    digest = attrs.get("Digest") or f"sha256:{attrs.get('Id', '')}"
-    if "@" in requested:
-        return requested
-    tags = [t for t in attrs.get("RepoTags") or [] if t and t != "<none>:<none>"]
-    repo = tags[0] if tags else requested
-    last = repo.rsplit("/", 1)[-1]
-    if ":" in last:
-        repo = repo[: len(repo) - len(last)] + last.split(":", 1)[0]
-    return f"{repo}@{digest}"
-
-
-def _has_own_command(attrs: Mapping[str, Any]) -> bool:
-    config = attrs.get("Config") or {}
-    return bool(config.get("Cmd") or config.get("Entrypoint"))
 
 
 class PodmanProvider(Provider):
@@ -193,6 +181,9 @@ class PodmanProvider(Provider):
         instance.state = _Container()
         if req.image is None:
             raise RpcError(ErrorCode.REQUEST_INVALID, "a container instance needs an image", field="image")
+        if not OCI_REFERENCE.match(req.image):
+            message = f"image {req.image!r} is not an OCI reference (name[:tag][@sha256:<hex>])"
+            raise RpcError(ErrorCode.REQUEST_INVALID, message, field="image")
         image_name = req.image
         working_dir = req.working_dir or "/"
         if not posixpath.isabs(working_dir):
@@ -218,39 +209,25 @@ class PodmanProvider(Provider):
             LABEL_INSTANCE: info.instance_id,
             LABEL_NAME: info.name,
         }
-        limits = req.limits or m.ResourceLimits()
-        config = self._config
+        options = limit_options(req.limits, nofile=self._config.container_nofile, nproc=self._config.container_nproc)
         command = info.command
 
         def create(client: Any) -> tuple[str, str]:
             image = client.images.get(image_name)
-            kwargs: dict[str, Any] = {}
-            if limits.cpus is not None:
-                # podman-py drops nano_cpus; a CFS quota over a 100 ms period is the same limit.
-                kwargs["cpu_period"], kwargs["cpu_quota"] = CPU_PERIOD_US, int(limits.cpus * CPU_PERIOD_US)
-            if limits.memory_bytes is not None:
-                kwargs["mem_limit"] = limits.memory_bytes
-            if limits.pids is not None:
-                kwargs["pids_limit"] = limits.pids
-            argv = command or (None if _has_own_command(image.attrs) else IDLE_MAIN)
             container = client.containers.create(
-                image.id,
-                command=argv,
+                image.id,  # exactly what was resolved, whatever the tag points at later
+                command=command or (None if has_own_command(image.attrs) else IDLE_MAIN),
                 name=name,
                 labels=labels,
                 environment=env,
                 working_dir=info.working_dir,
-                ulimits=[
-                    {"Name": "nofile", "Soft": config.container_nofile, "Hard": config.container_nofile},
-                    {"Name": "nproc", "Soft": config.container_nproc, "Hard": config.container_nproc},
-                ],
-                **kwargs,
+                **options,
             )
-            return container.id, _image_ref(image.attrs, image_name)
+            return container.id, image_ref(image.attrs, image_name)
 
-        container_id, image_ref = await self._call(create)
+        container_id, resolved = await self._call(create, timeout_s=_MAKE_TIMEOUT_S)
         detail = _detail(instance)
-        detail.container_id, detail.image_ref, detail.status = container_id, image_ref, "created"
+        detail.container_id, detail.image_ref, detail.status = container_id, resolved, "created"
 
     async def start(self, instance: Instance) -> None:
         info, detail = instance.info, _detail(instance)
@@ -264,7 +241,7 @@ class PodmanProvider(Provider):
             return dict(container.attrs)
 
         try:
-            attrs = await self._call(start)
+            attrs = await self._call(start, timeout_s=_MAKE_TIMEOUT_S)
         except RpcError as exc:
             info.state, info.note, info.stopped_at = "failed", exc.message, time.time()
             raise
@@ -307,7 +284,6 @@ class PodmanProvider(Provider):
 
     async def discard(self, instance: Instance) -> None:
         info = instance.info
-        self._known.pop(info.instance_id, None)
         if info.container is not None:
             name = info.container.container_name
 
@@ -324,6 +300,8 @@ class PodmanProvider(Provider):
             except RpcError as exc:
                 # The instance is gone for hostd either way; what podman still holds shows as a stray.
                 log.error("instance %s: container %s not removed: %s", info.instance_id, name, exc.message)
+        # Forgotten only now: a watcher round meanwhile must not take its container for a stray.
+        self._known.pop(info.instance_id, None)
         if info.instance_dir:
             await trio.to_thread.run_sync(shutil.rmtree, info.instance_dir, True)
 
@@ -362,34 +340,8 @@ class PodmanProvider(Provider):
         return result
 
     def _settle(self, instance: Instance, attrs: Mapping[str, Any] | None, *, adopting: bool) -> bool:
-        """Fold podman's view of an instance's container into its info; True if anything changed."""
-        info, detail = instance.info, _detail(instance)
-        before = (info.state, info.note, detail.status, detail.pid)
         _record(instance).lost_contact = False
-        now = time.time()
-        if attrs is None:
-            detail.status, detail.pid = "removed", None
-            if info.state != "failed" or adopting:
-                info.state, info.adopted, info.stopped_at = "failed", False, now
-                info.note = f"container {detail.container_name} no longer exists"
-            return before != (info.state, info.note, detail.status, detail.pid)
-        state = attrs.get("State") or {}
-        detail.container_id = attrs.get("Id") or detail.container_id
-        detail.status, detail.pid = state.get("Status"), state.get("Pid") or None
-        was_live = info.state in ("running", "starting", "stopping") or (adopting and info.state == "failed")
-        if detail.status == "running":
-            if adopting or info.state == "failed":
-                info.state, info.adopted, info.note = "running", True, None
-        elif was_live and info.state != "stopping":
-            code = state.get("ExitCode")
-            info.exit_code, info.stopped_at, detail.pid = code, now, None
-            info.state = "stopped" if code == 0 else "failed"
-            info.note = f"container {detail.container_name} exited with code {code}" + (
-                " while hostd was down" if adopting else ""
-            )
-            if adopting:
-                info.adopted = False
-        return before != (info.state, info.note, detail.status, detail.pid)
+        return settle(instance.info, _detail(instance), attrs, adopting=adopting)
 
     # -- the watcher ----------------------------------------------------------------------------
 
@@ -481,4 +433,4 @@ class PodmanProvider(Provider):
             "LANG": "C.UTF-8",
             **env,
         }
-        return SpawnSpec(argv=command, cwd=info.instance_dir, env=host_env, shown_cwd=shown)
+        return SpawnSpec(argv=command, cwd=info.instance_dir, env=host_env, shown_cwd=shown, proxied=True)

@@ -111,7 +111,7 @@ class VmProvider(Provider):
         info.working_dir = "/"  # the guest's
         info.instance_dir = str(self._config.instances_dir / info.instance_id)
         self._instances[info.instance_id] = instance
-        image = await vmimage.resolve(req.image_ref, self._config.guest_image_dir)
+        image = await vmimage.resolve(req.image, self._config.guest_image_dir)
         info.vm.image_ref = image.image_ref
         await trio.to_thread.run_sync(_make_dir, Path(info.instance_dir))
         xml = domainxml.render(

@@ -5,15 +5,18 @@ strays, and podman unreachable."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 import trio
 
 from hostd.config import HostdConfig
-from hostd.providers.podman import LABEL_INSTANCE, LABEL_NAMESPACE
+from hostd.providers.podmanstate import LABEL_INSTANCE, LABEL_NAMESPACE
 from proto import HostdClient, HostdRemoteError, new_id, open_hostd
 from proto import messages as m
 from tests.hostd_process import HostdProcess
@@ -95,6 +98,9 @@ async def test_container_lifecycle_limits_execs_and_a_pty_session(
         with pytest.raises(HostdRemoteError) as refused:
             await provision(client, "noimage")
         assert refused.value.code == "request.invalid"
+        with pytest.raises(HostdRemoteError) as bad_ref:
+            await provision(client, "badref", image="Not/An:Image Ref")
+        assert bad_ref.value.code == "request.invalid" and "OCI reference" in bad_ref.value.message
         with pytest.raises(HostdRemoteError) as missing:
             await provision(client, "missing", image="localhost/not-there:1")
         assert missing.value.code == "image.not_found"
@@ -145,6 +151,22 @@ async def test_container_lifecycle_limits_execs_and_a_pty_session(
         code, out, _ = await run_exec(client, info.instance_id, "ps")
         assert b"sleep 4242" not in out and b"{sh}" not in out
         await client.call(m.SessionDeleteRequest(session_id=sid))
+
+        # Signals reach the process inside (not the podman client that relays it); a client that
+        # dies takes what it ran inside along.
+        argv = ["sh", "-c", "trap 'echo caught-int' INT; echo ready; while :; do sleep 0.2; done"]
+        trap = (await client.call(m.SessionCreateRequest(instance_id=info.instance_id, argv=argv))).session
+        await read_session(client, trap.session_id, 1, b"ready")
+        await client.call(m.SessionSignalRequest(session_id=trap.session_id, signal="INT"))
+        await read_session(client, trap.session_id, 1, b"caught-int")
+        assert (await client.call(m.SessionGetRequest(session_id=trap.session_id))).session.state == "running"
+        assert trap.pid is not None
+        os.kill(trap.pid, signal.SIGKILL)
+        with trio.fail_after(30):
+            while (await client.call(m.SessionGetRequest(session_id=trap.session_id))).session.state == "running":
+                await trio.sleep(0.1)
+        code, out, _ = await run_exec(client, info.instance_id, "ps")
+        assert b"caught-int" not in out, out
 
         # A session whose command exits keeps its exit code.
         short = (
@@ -274,3 +296,37 @@ async def test_an_instance_is_readopted_once_podman_answers_again(
         if service is not None:
             service.terminate()
             service.wait(10)
+
+
+def podman_service_pids(hostd: HostdProcess) -> set[int]:
+    """Live ``podman system service`` children of hostd (a dead one awaiting its reaping is not)."""
+    assert hostd.proc is not None
+    pids = set()
+    for child in psutil.Process(hostd.proc.pid).children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and {"system", "service"} <= set(child.cmdline()):
+                pids.add(child.pid)
+        except psutil.Error:
+            pass
+    return pids
+
+
+async def test_the_service_hostd_started_is_started_again_when_it_dies(container_hostd: HostdProcess) -> None:
+    [first] = podman_service_pids(container_hostd)
+    psutil.Process(first).kill()
+    with trio.fail_after(30):
+        while not (pids := podman_service_pids(container_hostd) - {first}):
+            await trio.sleep(0.2)
+    assert len(pids) == 1
+    async with open_hostd(str(container_hostd.socket_path), client_name="test") as client:
+        # Until the new service answers, a provision is refused with the reason (never run elsewhere).
+        with trio.fail_after(30):
+            while True:
+                try:
+                    info = await provision(client, "again", image=BUSYBOX_IMAGE)
+                    break
+                except HostdRemoteError as exc:
+                    assert exc.code == "provider.unavailable", exc
+                    await trio.sleep(0.2)
+        assert info.state == "running"
+        await client.call(m.InstanceDestroyRequest(instance_id=info.instance_id, grace_s=1), timeout=60)

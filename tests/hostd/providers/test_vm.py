@@ -148,13 +148,13 @@ async def test_stop_start_destroy(registry: InstanceRegistry, conn: Any) -> None
 
 async def test_image_refs_are_pinned_by_digest(registry: InstanceRegistry, tmp_path: Path, conn: Any) -> None:
     disk = _pinned_file(tmp_path / "disk.qcow2", b"qcow2 bytes")
-    info = await registry.provision(vm_req(image_ref=f"qcow2://{disk}"))
+    info = await registry.provision(vm_req(image=f"qcow2://{disk}"))
     assert info.vm is not None and info.vm.image_ref == f"qcow2://{disk}"
     xml = domain(conn, info).XMLDesc()
     assert f"<source file='{tmp_path / 'disk.qcow2'}'" in xml and "<transient/>" in xml and "<kernel>" not in xml
     kernel = _pinned_file(tmp_path / "k", b"k")
     initrd = _pinned_file(tmp_path / "i", b"i")
-    info = await registry.provision(vm_req(image_ref=f"direct://{kernel},{initrd}"))
+    info = await registry.provision(vm_req(image=f"direct://{kernel},{initrd}"))
     assert "<cmdline>console=ttyS0" in domain(conn, info).XMLDesc()
 
     before = {d.UUIDString() for d in conn.listAllDomains()}
@@ -169,7 +169,7 @@ async def test_image_refs_are_pinned_by_digest(registry: InstanceRegistry, tmp_p
     }
     for ref, why in cases.items():
         with pytest.raises(RpcError) as excinfo:
-            await registry.provision(vm_req(image_ref=ref))
+            await registry.provision(vm_req(image=ref))
         assert excinfo.value.code is ErrorCode.REQUEST_INVALID, ref
         assert why in excinfo.value.message, (ref, excinfo.value.message)
     assert {d.UUIDString() for d in conn.listAllDomains()} == before  # nothing defined for a refusal
