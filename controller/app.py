@@ -27,6 +27,7 @@ from proto import bind_log_ids
 from .admin.views import operation_path
 from .auth import Authenticator, config_tokens, resolve_admin_token
 from .config import ControllerConfig
+from .credentials import InstanceCredentials
 from .hostlink import HostdLink
 from .httpconnection import HTTPConnection
 from .httpedge import install_http_edge
@@ -41,12 +42,13 @@ from .storage import StorageService
 from .store import Store
 
 API_PREFIX = "/api/"
+A2A_PREFIX = "/agents/"
 #: Methods that get their own metric label; any other token (clients may send anything) is "other".
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def _surface(blueprint: str | None, path: str) -> str:
-    if blueprint in ("admin", "v1", "observability"):
+    if blueprint in ("admin", "v1", "observability", "a2a"):
         return blueprint
     if path.startswith("/api/v1/"):
         return "v1"
@@ -67,7 +69,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     metrics = Metrics()
     store = Store.open(config.database_path)
     store.tokens.replace("config", config_tokens(config, resolve_admin_token(config)))
-    auth = Authenticator(store.tokens.list())
+    auth = Authenticator(store.tokens.list(), store.credentials.token_digests())
+    credentials = InstanceCredentials(store, auth)
     link = HostdLink(
         config.hostd_socket,
         call_timeout_s=config.hostd_call_timeout_s,
@@ -84,7 +87,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         error_body=lambda exc, op_id: error_body(exc, operation_path(op_id)),
     )
     loadouts = LoadoutService(Path(config.loadouts_dir))
-    instances = InstanceService(store, link, operations, loadouts=loadouts)
+    instances = InstanceService(store, link, operations, loadouts=loadouts, credentials=credentials)
     link.on_connected.append(instances.reconcile)
 
     app.extensions[EXTENSION_KEY] = AppState(
@@ -93,6 +96,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         metrics=metrics,
         link=link,
         auth=auth,
+        credentials=credentials,
         operations=operations,
         instances=instances,
         loadouts=loadouts,
@@ -100,6 +104,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         images=ImageService(link),
     )
 
+    from .a2a import a2a, error_response
+    from .a2a import from_http_exception as a2a_http_error
     from .admin import admin
     from .observability import observability
     from .v1 import v1
@@ -107,6 +113,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     app.register_blueprint(observability)
     app.register_blueprint(admin)
     app.register_blueprint(v1)
+    app.register_blueprint(a2a)
 
     @app.before_serving
     async def _start_services() -> None:
@@ -161,6 +168,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         # Routing errors carry no blueprint: under /api/ they still answer problem+json.
         if request.path.startswith(API_PREFIX):
             return problem_response(from_http_exception(exc))
+        if request.path.startswith(A2A_PREFIX):
+            return error_response(a2a_http_error(exc))
         return exc
 
     return app

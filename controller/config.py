@@ -90,6 +90,9 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     loadouts_dir: str
     #: Base URL clients reach the controller at (AgentCard URLs); None = the request's host. AIWG_PUBLIC_URL
     public_url: str | None = None
+    #: A2A conformance mode (upstream's): required-extension enforcement off and the instance
+    #: CONFORMANCE_INSTANCE_ID on the echo loadout registered at start. AIWG_CONFORMANCE_MODE
+    conformance_mode: bool = False
     dev: bool = False
 
     def __repr__(self) -> str:
@@ -170,6 +173,7 @@ _ENV = {
     "storage_dir": "AIWG_STORAGE_DIR",
     "loadouts_dir": "AIWG_LOADOUTS_DIR",
     "public_url": "AIWG_PUBLIC_URL",
+    "conformance_mode": "AIWG_CONFORMANCE_MODE",
 }
 _FLOATS = {
     "hostd_call_timeout_s": (0.01, 3600.0),
@@ -213,6 +217,14 @@ def _coerce(key: str, raw: Any, source: str) -> Any:
         if not low <= value <= high:
             raise ConfigError(f"{source}={value} must be between {low} and {high}")
         return value
+    if key == "conformance_mode":
+        if isinstance(raw, bool):
+            return raw
+        if str(raw).lower() in ("1", "true", "yes", "on"):
+            return True
+        if str(raw).lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{source}={raw!r} must be 1 or 0")
     if key == "max_request_bytes":
         try:
             value = int(raw)

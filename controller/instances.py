@@ -33,6 +33,7 @@ import trio
 from proto import messages as m
 from proto import new_id
 
+from .credentials import InstanceCredentials
 from .errors import (
     Conflict,
     ControllerError,
@@ -73,12 +74,19 @@ class InstanceService:
     """See the module docstring. Returns catalog records; the surfaces make their own views."""
 
     def __init__(
-        self, store: Store, link: HostdLink, operations: OperationService, *, loadouts: LoadoutService
+        self,
+        store: Store,
+        link: HostdLink,
+        operations: OperationService,
+        *,
+        loadouts: LoadoutService,
+        credentials: InstanceCredentials,
     ) -> None:
         self.store = store
         self.link = link
         self.operations = operations
         self.loadouts = loadouts
+        self.credentials = credentials
         self._provision_lock = trio.Lock()
 
     # -- reconciliation -----------------------------------------------------------------------
@@ -218,8 +226,9 @@ class InstanceService:
             raise ValidationFailed([{"field": "loadout", "message": f"unknown loadout {name!r}", "code": "not_found"}])
         return loadout.service
 
-    async def provision(self, req: ProvisionRequest) -> tuple[OperationRecord, bool]:
-        """Start provisioning; returns (operation, created). created is False for a name in flight."""
+    async def provision(self, req: ProvisionRequest) -> tuple[OperationRecord, str | None]:
+        """Start provisioning; returns (operation, the instance's A2A bearer token). The token is
+        None for a second provision of a name in flight (it was returned to the first caller)."""
         if req.runtime != "host":
             raise Unimplemented(
                 "runtime.not_implemented", f"runtime {req.runtime!r} is not implemented yet; only 'host' is available"
@@ -234,7 +243,7 @@ class InstanceService:
             if existing is not None:
                 op = await self.operations.get(existing)
                 if op is not None and op.kind == "instance.provision":
-                    return op, False
+                    return op, None
                 if op is not None:  # e.g. the decommission of the instance holding the name
                     raise Conflict(
                         "instance.already_exists",
@@ -258,6 +267,7 @@ class InstanceService:
                 updated_at=now,
             )
             await self.store.instances.insert(rec)
+            token = await self.credentials.issue_token(rec.id)
 
             async def work(op: OperationRecord) -> dict[str, Any]:
                 return await self._provision_work(rec, req, service)
@@ -265,7 +275,7 @@ class InstanceService:
             op = await self.operations.submit(
                 "instance.provision", work, keys=(_name_key(req.name), _instance_key(rec.id)), instance_id=rec.id
             )
-            return op, True
+            return op, token
 
     async def _provision_work(
         self, rec: InstanceRecord, req: ProvisionRequest, service: builtins.list[str] | None
@@ -289,6 +299,7 @@ class InstanceService:
         except ControllerError:
             # hostd refused (or was never asked): nothing was made, so the name is free again.
             await self.store.instances.delete(rec.id)
+            await self.credentials.forget(rec.id)
             raise
         rec.state, rec.note, rec.working_dir, rec.updated_at = info.state, info.note, info.working_dir, time.time()
         await self.store.instances.update(rec)
@@ -393,11 +404,19 @@ class InstanceService:
                 await self._restore_state(rec)
                 raise
             await self.store.instances.delete(rec.id)
+            await self.credentials.forget(rec.id)
             return {"instance_id": rec.id, "name": rec.name, "decommissioned": True}
 
         return await self.operations.submit(
             kind, work, keys=(_instance_key(rec.id), _name_key(rec.name)), instance_id=rec.id
         )
+
+    async def issue_token(self, instance_id: str) -> str:
+        """A new A2A bearer token for a catalogued instance (the previous one stops working)."""
+        rec = await self.record(instance_id)
+        if rec.state == "destroyed":
+            raise InvalidState("instance.invalid_state", f"instance {rec.id} is destroyed")
+        return await self.credentials.issue_token(rec.id)
 
     # -- dev mode -----------------------------------------------------------------------------
 

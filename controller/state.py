@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from .auth import Authenticator
     from .config import ControllerConfig
+    from .credentials import InstanceCredentials
     from .hostlink import HostdLink
     from .images import ImageService
     from .instances import InstanceService
@@ -37,6 +38,7 @@ class AppState:
     metrics: Metrics
     link: HostdLink
     auth: Authenticator
+    credentials: InstanceCredentials
     operations: OperationService
     instances: InstanceService
     loadouts: LoadoutService

@@ -80,3 +80,14 @@ def validate(instance: Any, schema: dict[str, Any]) -> None:
 
 def validate_problem(body: Any) -> None:
     validate(body, error_envelope())
+
+
+@functools.cache
+def runtime_schema(name: str) -> dict[str, Any]:
+    """A runtime/v1 schema: ``params`` or ``task-metadata``."""
+    return json.loads(_require(CONTRACTS / "extensions" / "runtime" / "v1" / f"{name}.schema.json").read_text())
+
+
+def validate_runtime(name: str, instance: Any) -> None:
+    schema = runtime_schema(name)
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(instance)

@@ -43,4 +43,20 @@ CREATE TABLE IF NOT EXISTS tokens (
 );
 """
 
-STEPS: tuple[str, ...] = (STEP_1,)
+#: Step 2: the A2A surface's credentials: each instance's bearer token (its SHA-256 digest only)
+#: and its AgentCard signing key (raw Ed25519 private key bytes; the database file is 0600).
+STEP_2 = """
+CREATE TABLE IF NOT EXISTS instance_tokens (
+    instance_id TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS signing_keys (
+    instance_id TEXT PRIMARY KEY,
+    kid TEXT NOT NULL UNIQUE,
+    private_key BLOB NOT NULL,
+    created_at REAL NOT NULL
+);
+"""
+
+STEPS: tuple[str, ...] = (STEP_1, STEP_2)
