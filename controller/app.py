@@ -40,6 +40,7 @@ from .problems import error_body, from_http_exception, problem_response, trace_i
 from .state import EXTENSION_KEY, AppState
 from .storage import StorageService
 from .store import Store
+from .tasks import TaskService
 
 API_PREFIX = "/api/"
 A2A_PREFIX = "/agents/"
@@ -89,6 +90,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     loadouts = LoadoutService(Path(config.loadouts_dir))
     instances = InstanceService(store, link, operations, loadouts=loadouts, credentials=credentials)
     link.on_connected.append(instances.reconcile)
+    tasks = TaskService(store, link, loadouts)
 
     app.extensions[EXTENSION_KEY] = AppState(
         config=config,
@@ -102,6 +104,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         loadouts=loadouts,
         storage=StorageService(Path(config.storage_dir), max_object_bytes=config.max_request_bytes),
         images=ImageService(link),
+        tasks=tasks,
     )
 
     from .a2a import a2a, error_response
@@ -120,6 +123,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         operations.attach(app.nursery)
         await operations.recover()
         await app.nursery.start(link.run)
+        tasks.attach(app.nursery)
+        await tasks.recover()
         await app.nursery.start(operations.run_purger)
 
     @app.after_serving

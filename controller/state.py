@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .operations import OperationService
     from .storage import StorageService
     from .store import Store
+    from .tasks import TaskService
 
 EXTENSION_KEY = "aiwg"
 
@@ -44,6 +45,7 @@ class AppState:
     loadouts: LoadoutService
     storage: StorageService
     images: ImageService
+    tasks: TaskService
     openapi: dict[str, Any] | None = field(default=None)
 
 

@@ -14,8 +14,16 @@ import msgspec
 from quart import Blueprint, Response, request
 from werkzeug.exceptions import HTTPException
 
-from ..errors import ControllerError, MalformedInput, NotFound, TooLarge, ValidationFailed
-from .errors import METHOD_NOT_ALLOWED, METHOD_NOT_FOUND, A2AError, internal_error, to_a2a
+from ..errors import (
+    METHOD_NOT_ALLOWED,
+    METHOD_NOT_FOUND,
+    ControllerError,
+    MalformedInput,
+    NotFound,
+    TooLarge,
+    ValidationFailed,
+)
+from .errors import A2AError, internal_error, to_a2a
 
 log = logging.getLogger(__name__)
 
@@ -59,4 +67,4 @@ async def _unexpected(exc: Exception) -> Response:
     return error_response(internal_error())
 
 
-from . import discovery  # noqa: E402,F401  (routes register on import)
+from . import discovery, rest  # noqa: E402,F401  (routes register on import)

@@ -26,11 +26,17 @@ import msgspec
 from quart import Response, request
 
 from ..auth import Principal, may_use_instance
-from ..errors import ControllerError, NotFound, Unauthenticated, ValidationFailed
+from ..errors import (
+    EXTENSION_REQUIRED,
+    VERSION_NOT_SUPPORTED,
+    ControllerError,
+    NotFound,
+    Unauthenticated,
+    ValidationFailed,
+)
 from ..state import app_state
 from ..store import InstanceRecord
 from .card import RUNTIME_EXTENSION
-from .errors import EXTENSION_REQUIRED, VERSION_NOT_SUPPORTED
 
 A2A_JSON = "application/a2a+json"
 ACCEPTED_BODY_TYPES = ("application/json", "application/a2a+json")

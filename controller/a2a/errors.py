@@ -23,6 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import (
+    CONTENT_TYPE_NOT_SUPPORTED,
+    EXTENDED_CARD_NOT_CONFIGURED,
+    EXTENSION_REQUIRED,
+    METHOD_NOT_ALLOWED,
+    METHOD_NOT_FOUND,
+    PUSH_NOT_SUPPORTED,
+    TASK_NOT_CANCELABLE,
+    TASK_NOT_FOUND,
+    UNSUPPORTED_OPERATION,
+    VERSION_NOT_SUPPORTED,
     Conflict,
     ControllerError,
     Forbidden,
@@ -45,18 +55,6 @@ log = logging.getLogger(__name__)
 DOMAIN = "a2a-protocol.org"
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
-
-# Domain codes the A2A surface raises (services and the edge), named once here.
-TASK_NOT_FOUND = "task.not_found"
-TASK_NOT_CANCELABLE = "task.not_cancelable"
-UNSUPPORTED_OPERATION = "a2a.unsupported_operation"
-PUSH_NOT_SUPPORTED = "push.not_supported"
-VERSION_NOT_SUPPORTED = "a2a.version_not_supported"
-EXTENSION_REQUIRED = "extension.required_not_activated"
-CONTENT_TYPE_NOT_SUPPORTED = "a2a.content_type_not_supported"
-EXTENDED_CARD_NOT_CONFIGURED = "a2a.extended_card_not_configured"
-METHOD_NOT_FOUND = "a2a.method_not_found"
-METHOD_NOT_ALLOWED = "a2a.method_not_allowed"
 
 
 @dataclass(frozen=True)

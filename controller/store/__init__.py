@@ -22,10 +22,12 @@ from .database import Database, SchemaTooNew, StoreClosed
 from .instances import InstanceRecord, InstanceTable, NameTaken
 from .operations import TERMINAL_STATES, OperationRecord, OperationTable
 from .schema import STEPS
+from .tasks import Append, TaskEvent, TaskRecord, TaskTable
 from .tokens import TokenRecord, TokenTable
 
 __all__ = [
     "TERMINAL_STATES",
+    "Append",
     "InstanceRecord",
     "NameTaken",
     "OperationRecord",
@@ -33,6 +35,8 @@ __all__ = [
     "SigningKeyRecord",
     "Store",
     "StoreClosed",
+    "TaskEvent",
+    "TaskRecord",
     "TokenRecord",
 ]
 
@@ -46,6 +50,7 @@ class Store:
         self.instances = InstanceTable(db)
         self.tokens = TokenTable(db)
         self.credentials = CredentialTable(db)
+        self.tasks = TaskTable(db)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Store:

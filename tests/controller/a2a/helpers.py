@@ -28,7 +28,9 @@ class Agent:
 
 
 async def new_agent(admin: httpx.AsyncClient, controller: LiveController, name: str, **fields: Any) -> Agent:
-    response = await admin.post("/api/v2/admin/instances", json={"name": name, "runtime": "host", **fields})
+    response = await admin.post(
+        "/api/v2/admin/instances", json={"name": name, "runtime": "host", "start": True, **fields}
+    )
     assert response.status_code == 202, response.text
     token = response.json()["a2a_token"]
     op = await wait_operation(admin, response.json()["id"])
