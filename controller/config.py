@@ -93,6 +93,8 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     #: A2A conformance mode (upstream's): required-extension enforcement off and the instance
     #: CONFORMANCE_INSTANCE_ID on the echo loadout registered at start. AIWG_CONFORMANCE_MODE
     conformance_mode: bool = False
+    #: An SSE stream with nothing to say writes a keep-alive comment this often. AIWG_SSE_KEEPALIVE_S
+    sse_keepalive_s: float = 15.0
     dev: bool = False
 
     def __repr__(self) -> str:
@@ -174,6 +176,7 @@ _ENV = {
     "loadouts_dir": "AIWG_LOADOUTS_DIR",
     "public_url": "AIWG_PUBLIC_URL",
     "conformance_mode": "AIWG_CONFORMANCE_MODE",
+    "sse_keepalive_s": "AIWG_SSE_KEEPALIVE_S",
 }
 _FLOATS = {
     "hostd_call_timeout_s": (0.01, 3600.0),
@@ -182,6 +185,7 @@ _FLOATS = {
     "hostd_reconnect_max_s": (0.01, 3600.0),
     "operation_retention_s": (0.0, 365 * 24 * 3600.0),
     "keep_alive_timeout_s": (0.05, 3600.0),
+    "sse_keepalive_s": (0.05, 3600.0),
 }
 
 

@@ -23,7 +23,7 @@ from .edge import A2A_JSON, a2a_response, begin, instance_not_found, is_legacy_p
 CARD_MAX_AGE_S = 300
 #: What the HTTP+JSON surface serves so far (the card names nothing it cannot answer).
 BINDINGS = ("HTTP+JSON",)
-STREAMING = False
+STREAMING = True
 
 
 async def signed_card(rec: InstanceRecord) -> dict[str, object]:

@@ -4,6 +4,8 @@
 operation                              A2A v1.0 path                                 agentic-sandbox
 =====================================  ============================================  ==================
 SendMessage                            ``POST /message:send``                        ``/v1/messages:send``
+SendStreamingMessage (SSE)             ``POST /message:stream``                      ``/v1/messages:stream``
+SubscribeToTask (SSE)                  ``GET|POST /tasks/{id}:subscribe``            ``/v1/tasks/{id}/subscribe``
 GetTask                                ``GET /tasks/{id}``                           ``/v1/tasks/{id}``
 ListTasks                              ``GET /tasks``                                ``/v1/tasks``
 CancelTask                             ``POST /tasks/{id}:cancel``                   ``/v1/tasks/{id}/cancel``
@@ -30,6 +32,7 @@ from ..errors import (
     METHOD_NOT_FOUND,
     PUSH_NOT_SUPPORTED,
     UNSUPPORTED_OPERATION,
+    InvalidState,
     NotFound,
     Unimplemented,
     UnsupportedMedia,
@@ -41,6 +44,7 @@ from ..tasks.model import CancelRequest, SendMessageRequest
 from ..tasks.service import ListQuery
 from . import a2a
 from .edge import ACCEPTED_BODY_TYPES, Caller, a2a_response, begin, is_legacy_path
+from .sse import sse_response, task_events
 from .views import task_view
 
 P = "/agents/<instance_id>"
@@ -143,15 +147,20 @@ async def cancel(instance_id: str, task_id: str) -> Response:
 @a2a.post(f"{P}/v1/tasks/<task_id>/subscribe")
 async def subscribe(instance_id: str, task_id: str) -> Response:
     caller = await begin(instance_id, legacy_path=is_legacy_path(), enforce_extensions=False)
-    await app_state().tasks.get(caller.instance.id, task_id)
-    raise Unimplemented(UNSUPPORTED_OPERATION, "this agent does not stream yet (capabilities.streaming is false)")
+    rec = await app_state().tasks.get(caller.instance.id, task_id)
+    if rec.terminal:
+        raise InvalidState(UNSUPPORTED_OPERATION, f"task {rec.id} is {rec.state}: there is nothing to subscribe to")
+    return sse_response(caller, task_events(caller, rec.id, from_creation=False))
 
 
 @a2a.post(f"{P}/message:stream")
 @a2a.post(f"{P}/v1/messages:stream")
 async def send_streaming_message(instance_id: str) -> Response:
-    await begin(instance_id, legacy_path=is_legacy_path())
-    raise Unimplemented(UNSUPPORTED_OPERATION, "this agent does not stream yet (capabilities.streaming is false)")
+    caller = await begin(instance_id, legacy_path=is_legacy_path())
+    req: SendMessageRequest = await read_body(SendMessageRequest)
+    rec = await app_state().tasks.send(caller.instance, req)
+    # A new task streams from its creation; a follow-up from the task as it stands.
+    return sse_response(caller, task_events(caller, rec.id, from_creation=req.message.task_id is None))
 
 
 # -- ListTasks -------------------------------------------------------------------------------------

@@ -49,6 +49,11 @@ class TaskHub:
         entry.changed.set()
         entry.changed = trio.Event()
 
+    def watchers(self, task_id: str) -> int:
+        """How many waiters (blocking sends, streams) follow the task now."""
+        entry = self._entries.get(task_id)
+        return 0 if entry is None else entry.users
+
     def watch(self, task_id: str) -> Watch:
         return Watch(self, task_id)
 
