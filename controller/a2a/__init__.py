@@ -2,8 +2,9 @@
 
 Modules: ``edge`` (token, instance, version and extension rules every request passes),
 ``errors`` (the A2A error body and its one translation from the domain family), ``card`` (the
-AgentCard and its signature), ``discovery`` (card, extended card, JWKS routes), ``views`` (tasks
-and events as v1.0 JSON), ``rest`` (the HTTP+JSON binding, at the standard and the ``/v1/`` paths).
+AgentCard and its signature), ``discovery`` (card and JWKS routes), ``views`` (tasks as v1.0
+JSON), ``operations`` (each A2A operation, once), ``rest`` (the HTTP+JSON binding, at the standard
+and the ``/v1/`` paths), ``jsonrpc`` (the JSON-RPC 2.0 binding at the base URL), ``sse`` (streams).
 """
 
 from __future__ import annotations
@@ -67,4 +68,4 @@ async def _unexpected(exc: Exception) -> Response:
     return error_response(internal_error())
 
 
-from . import discovery, rest  # noqa: E402,F401  (routes register on import)
+from . import discovery, jsonrpc, rest  # noqa: E402,F401  (routes register on import)

@@ -1,8 +1,8 @@
-"""Discovery routes: the signed AgentCard, the extended card, the JWKS (per instance and all).
+"""Discovery routes: the signed AgentCard and the JWKS (per instance and all); no token needed.
 
-The card and the JWKS need no token (discovery); the extended card does (A2A: it is the card an
-authenticated client gets) and is the same card here. The card carries ``ETag`` (its bytes'
-SHA-256), ``Cache-Control: max-age`` and ``Last-Modified``; ``If-None-Match`` gets a 304.
+(The extended card, the same card for an authenticated caller, is an operation: ``rest``.) The
+card carries ``ETag`` (its bytes' SHA-256), ``Cache-Control: max-age`` and ``Last-Modified``;
+``If-None-Match`` gets a 304.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from ..state import app_state
 from ..store import InstanceRecord
 from . import a2a
 from .card import build_card, instance_url, sign_card
-from .edge import A2A_JSON, a2a_response, begin, instance_not_found, is_legacy_path
+from .edge import A2A_JSON, instance_not_found
 
 CARD_MAX_AGE_S = 300
-#: What the HTTP+JSON surface serves so far (the card names nothing it cannot answer).
-BINDINGS = ("HTTP+JSON",)
+#: The bindings served at the base URL: JSON-RPC first (what a2a-sdk clients pick by default).
+BINDINGS = ("JSONRPC", "HTTP+JSON")
 STREAMING = True
 
 
@@ -66,13 +66,6 @@ async def agent_card(instance_id: str) -> Response:
     for name, value in headers.items():
         response.headers[name] = value
     return response
-
-
-@a2a.get("/agents/<instance_id>/extendedAgentCard")
-@a2a.get("/agents/<instance_id>/v1/extendedAgentCard")
-async def extended_agent_card(instance_id: str) -> Response:
-    caller = await begin(instance_id, legacy_path=is_legacy_path(), enforce_extensions=False)
-    return a2a_response(await signed_card(caller.instance), caller)
 
 
 @a2a.get("/agents/<instance_id>/.well-known/jwks.json")

@@ -29,7 +29,7 @@ from ..state import AppState, app_state
 from ..store import Store, TaskRecord
 from ..store.tasks import INTERRUPTED, TERMINAL, rfc3339_us
 from .edge import Caller
-from .errors import internal_error, to_a2a
+from .errors import A2AError, internal_error, to_a2a
 from .views import task_view
 
 log = logging.getLogger(__name__)
@@ -38,12 +38,18 @@ END_STATES = frozenset(TERMINAL) | frozenset(INTERRUPTED)
 KIND_MEMBER = {"status": "statusUpdate", "artifact": "artifactUpdate"}
 
 
-def sse_data(obj: Any) -> bytes:
-    return b"data: " + msgspec.json.encode(obj) + b"\n\n"
+KEEPALIVE = b": keep-alive\n\n"
 
 
-def sse_error(obj: Any) -> bytes:
-    return b"event: error\ndata: " + msgspec.json.encode(obj) + b"\n\n"
+class Framing:
+    """How a binding writes stream items: HTTP+JSON sends the StreamResponse (errors as the A2A
+    error body); JSON-RPC wraps each in a JSON-RPC response of the request's id."""
+
+    def data(self, obj: dict[str, Any]) -> bytes:
+        return b"data: " + msgspec.json.encode(obj) + b"\n\n"
+
+    def error(self, error: A2AError) -> bytes:
+        return b"event: error\ndata: " + msgspec.json.encode(error.body()) + b"\n\n"
 
 
 async def creation_view(store: Store, caller: Caller, rec: TaskRecord) -> tuple[dict[str, Any], int]:
@@ -56,12 +62,16 @@ async def creation_view(store: Store, caller: Caller, rec: TaskRecord) -> tuple[
     return view, first.seq
 
 
-def task_events(caller: Caller, task_id: str, *, from_creation: bool) -> AsyncIterator[bytes]:
+def task_events(
+    caller: Caller, task_id: str, *, from_creation: bool, framing: Framing | None = None
+) -> AsyncIterator[bytes]:
     """The stream's body; the app's state is taken now (the body runs outside the request)."""
-    return _events(app_state(), caller, task_id, from_creation=from_creation)
+    return _events(app_state(), caller, task_id, from_creation=from_creation, framing=framing or Framing())
 
 
-async def _events(state: AppState, caller: Caller, task_id: str, *, from_creation: bool) -> AsyncIterator[bytes]:
+async def _events(
+    state: AppState, caller: Caller, task_id: str, *, from_creation: bool, framing: Framing
+) -> AsyncIterator[bytes]:
     keepalive = state.config.sse_keepalive_s
     with state.tasks.hub.watch(task_id) as watch:
         try:
@@ -72,7 +82,7 @@ async def _events(state: AppState, caller: Caller, task_id: str, *, from_creatio
             else:
                 view = await task_view(state.store, rec, caller.instance, disclose_host=caller.discloses_host)
                 seq = rec.last_seq
-            yield sse_data({"task": view})
+            yield framing.data({"task": view})
             if not from_creation and rec.state in END_STATES:
                 return
             while True:
@@ -84,7 +94,7 @@ async def _events(state: AppState, caller: Caller, task_id: str, *, from_creatio
                     member = KIND_MEMBER.get(event.kind)
                     if member is None:
                         continue  # history messages are not stream events
-                    yield sse_data({member: event.body})
+                    yield framing.data({member: event.body})
                     if event.kind == "status" and event.body["status"]["state"] in END_STATES:
                         return
                 if events:
@@ -93,13 +103,13 @@ async def _events(state: AppState, caller: Caller, task_id: str, *, from_creatio
                 with trio.move_on_after(keepalive):
                     await changed.wait()
                 if not changed.is_set():
-                    yield b": keep-alive\n\n"
+                    yield KEEPALIVE
                 changed = watch.changed()
         except ControllerError as exc:
-            yield sse_error(to_a2a(exc).body())
+            yield framing.error(to_a2a(exc))
         except Exception:
             log.exception("task %s: stream failed", task_id)
-            yield sse_error(internal_error().body())
+            yield framing.error(internal_error())
 
 
 def sse_response(caller: Caller, body: AsyncIterator[bytes]) -> Response:
