@@ -14,6 +14,7 @@ interrupted ones failed.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,12 @@ from .storage import StorageService
 from .store import Store
 from .tasks import TaskService
 
+log = logging.getLogger(__name__)
+
 API_PREFIX = "/api/"
+#: The instance conformance mode registers (upstream's fixed id), on the echo loadout.
+CONFORMANCE_INSTANCE_ID = "00000000-0000-7000-8000-000000000001"
+CONFORMANCE_NAME = "conformance"
 A2A_PREFIX = "/agents/"
 #: Methods that get their own metric label; any other token (clients may send anything) is "other".
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -125,6 +131,14 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         await app.nursery.start(link.run)
         tasks.attach(app.nursery)
         await tasks.recover()
+        if config.conformance_mode:
+            app.nursery.start_soon(_conformance_instance)
+
+    async def _conformance_instance() -> None:
+        # Upstream's conformance mode: a pre-registered instance on the echo loadout.
+        await link.wait_ready()
+        rec = await instances.ensure_dev_instance(CONFORMANCE_NAME, instance_id=CONFORMANCE_INSTANCE_ID, loadout="echo")
+        log.info("conformance mode: instance %s is %s", CONFORMANCE_INSTANCE_ID, rec.state if rec else "missing")
         await app.nursery.start(operations.run_purger)
 
     @app.after_serving

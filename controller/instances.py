@@ -226,9 +226,12 @@ class InstanceService:
             raise ValidationFailed([{"field": "loadout", "message": f"unknown loadout {name!r}", "code": "not_found"}])
         return loadout.service
 
-    async def provision(self, req: ProvisionRequest) -> tuple[OperationRecord, str | None]:
+    async def provision(
+        self, req: ProvisionRequest, *, instance_id: str | None = None
+    ) -> tuple[OperationRecord, str | None]:
         """Start provisioning; returns (operation, the instance's A2A bearer token). The token is
-        None for a second provision of a name in flight (it was returned to the first caller)."""
+        None for a second provision of a name in flight (it was returned to the first caller).
+        ``instance_id`` fixes the id (the conformance instance); else a fresh UUIDv7."""
         if req.runtime != "host":
             raise Unimplemented(
                 "runtime.not_implemented", f"runtime {req.runtime!r} is not implemented yet; only 'host' is available"
@@ -255,7 +258,7 @@ class InstanceService:
             service = self._loadout_service(req.loadout) if req.loadout else None
             now = time.time()
             rec = InstanceRecord(
-                id=new_id(),  # fixed before any work starts; reported in the operation's result
+                id=instance_id or new_id(),  # fixed before any work starts; reported in the operation's result
                 name=req.name,
                 runtime=req.runtime,
                 state="provisioning",
@@ -420,11 +423,15 @@ class InstanceService:
 
     # -- dev mode -----------------------------------------------------------------------------
 
-    async def ensure_dev_instance(self, name: str = "dev") -> InstanceRecord | None:
-        """Provision (first start) or start (if stopped) the dev host instance; wait for it."""
+    async def ensure_dev_instance(
+        self, name: str = "dev", *, instance_id: str | None = None, loadout: str | None = None
+    ) -> InstanceRecord | None:
+        """Provision (first start) or start (if stopped) the dev host instance; wait for it.
+        (Also the conformance instance: a fixed id on the echo loadout.)"""
         rec = await self.store.instances.get_by_name(name)
         if rec is None:
-            op, _ = await self.provision(ProvisionRequest(name=name, runtime="host", start=True))
+            req = ProvisionRequest(name=name, runtime="host", start=True, loadout=loadout)
+            op, _ = await self.provision(req, instance_id=instance_id)
         elif rec.state in ("stopped", "failed"):
             op = await self.lifecycle(rec.id, "start")
         else:

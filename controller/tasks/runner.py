@@ -100,15 +100,15 @@ class Runner:
         except ControllerError as exc:
             log.warning("task %s: its exec %s cannot be followed: %s", self.task.id, exec_id, exc)
             await self._fail_infrastructure(f"hostd lost the task's process: {exc.message}")
-        finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
-                try:
-                    if not self._cancelled_by_shutdown:
-                        await self.link.call(m.ExecDeleteRequest(exec_id=exec_id))
-                except ControllerError:
-                    pass
-
-    _cancelled_by_shutdown = False
+        except trio.Cancelled:
+            # The controller is stopping: the exec goes on in hostd and the next controller
+            # follows it again (recover), so it is not deleted.
+            raise
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            try:
+                await self.link.call(m.ExecDeleteRequest(exec_id=exec_id))
+            except ControllerError:
+                pass
 
     async def _follow(self, exec_id: str) -> None:
         while True:
@@ -129,9 +129,6 @@ class Runner:
                 if exc.details.get("hostd_code") == "exec.not_found":
                     raise
                 log.info("task %s: hostd link lost (%s); resuming once it is back", self.task.id, exc.message)
-            except trio.Cancelled:
-                self._cancelled_by_shutdown = True
-                raise
             await self.link.wait_ready()
             await trio.sleep(RESUBSCRIBE_PAUSE_S)
 
