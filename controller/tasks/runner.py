@@ -126,8 +126,15 @@ class Runner:
             except NotFound:
                 raise
             except Unavailable as exc:
-                if exc.details.get("hostd_code") == "exec.not_found":
+                code = exc.details.get("hostd_code")
+                if code == "exec.not_found":
                     raise
+                if code == "stream.seq_out_of_range":
+                    # Output older than hostd's ring went unread (a long outage): resume at what it holds.
+                    info = (await self.link.call(m.ExecGetRequest(exec_id=exec_id))).exec
+                    log.warning("task %s: output before %d was lost", self.task.id, info.first_seq)
+                    self.task.exec_seq = info.first_seq - 1
+                    continue
                 log.info("task %s: hostd link lost (%s); resuming once it is back", self.task.id, exc.message)
             await self.link.wait_ready()
             await trio.sleep(RESUBSCRIBE_PAUSE_S)
