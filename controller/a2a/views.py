@@ -42,11 +42,10 @@ async def task_view(
     include_artifacts: bool = True,
 ) -> dict[str, Any]:
     task: dict[str, Any] = {"id": rec.id, "contextId": rec.context_id, "status": rec.status}
-    if include_artifacts:
-        artifacts = await store.tasks.artifacts(rec.id)
-        if artifacts:
-            task["artifacts"] = artifacts
-    history = await store.tasks.history(rec.id, DEFAULT_HISTORY if history_length is None else history_length)
+    limit = DEFAULT_HISTORY if history_length is None else history_length
+    artifacts, history = await store.tasks.contents(rec.id, limit)
+    if include_artifacts and artifacts:
+        task["artifacts"] = artifacts
     if history:
         task["history"] = history
     task["metadata"] = {**rec.metadata, **runtime_metadata(instance, disclose_host=disclose_host)}

@@ -164,11 +164,18 @@ class TaskTable:
 
     async def append(self, task_id: str, change: Append, now: float) -> tuple[TaskEvent | None, TaskRecord]:
         """Add one event (see the module docstring); returns it (None if skipped) and the row."""
+        events, rec = await self.append_many(task_id, [change], now)
+        return events[0], rec
 
-        def append(db: sqlite3.Connection) -> tuple[TaskEvent | None, TaskRecord]:
-            event = _append(db, task_id, change, now)
+    async def append_many(
+        self, task_id: str, changes: list[Append], now: float
+    ) -> tuple[list[TaskEvent | None], TaskRecord]:
+        """Several events in one transaction (a task's last chunks and its final status)."""
+
+        def append(db: sqlite3.Connection) -> tuple[list[TaskEvent | None], TaskRecord]:
+            events = [_append(db, task_id, change, now) for change in changes]
             row = db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
-            return event, _record(row)
+            return events, _record(row)
 
         return await self._db.run(self._db.transaction(append))
 
@@ -195,6 +202,25 @@ class TaskTable:
             ).fetchall()
         )
         return [from_json(r["body"]) for r in reversed(rows)]
+
+    async def contents(
+        self, task_id: str, history_limit: int | None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(artifacts, the last ``history_limit`` messages) in one read."""
+
+        def read(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            artifacts = db.execute(
+                "SELECT body FROM task_artifacts WHERE task_id = ? ORDER BY position", (task_id,)
+            ).fetchall()
+            history: list[sqlite3.Row] = []
+            if history_limit != 0:
+                history = db.execute(
+                    "SELECT body FROM task_events WHERE task_id = ? AND kind = 'message' ORDER BY seq DESC LIMIT ?",
+                    (task_id, -1 if history_limit is None else history_limit),
+                ).fetchall()
+            return [from_json(r["body"]) for r in artifacts], [from_json(r["body"]) for r in reversed(history)]
+
+        return await self._db.run(read)
 
     async def artifacts(self, task_id: str) -> list[dict[str, Any]]:
         rows = await self._db.run(

@@ -77,6 +77,7 @@ class Runner:
         *,
         link: HostdLink,
         record: Callable[[str, Append], Awaitable[TaskRecord | None]],
+        record_many: Callable[[str, list[Append]], Awaitable[TaskRecord | None]],
         canceled: Callable[[str], bool],
         max_output_bytes: int,
         started: set[str],
@@ -84,6 +85,7 @@ class Runner:
         self.task = task
         self.link = link
         self.record = record
+        self.record_many = record_many
         self.canceled = canceled
         self.max_output_bytes = max_output_bytes
         self.output_bytes = 0
@@ -181,6 +183,8 @@ class Runner:
             self.task.exec_seq = event.seq
 
     async def _finish(self, exited: m.ExecExited) -> None:
+        """The closing chunks and the final status, in one transaction."""
+        changes = []
         for stream in STREAMS:
             tail = self.decoders[stream].decode(b"", final=True)
             if stream in self.started or tail:
@@ -192,8 +196,7 @@ class Runner:
                     "append": stream in self.started,
                     "lastChunk": True,
                 }
-                change = Append(kind="artifact", body=body, artifact=artifact, append=stream in self.started)
-                await self._record(change)
+                changes.append(Append(kind="artifact", body=body, artifact=artifact, append=stream in self.started))
         state, text, fail_kind = exit_outcome(exited, self.canceled(self.task.id))
         metadata = dict(self.task.metadata)
         if fail_kind is not None:
@@ -202,9 +205,10 @@ class Runner:
             metadata["exit_code"] = exited.exit_code
         if self.truncated:
             metadata["output_truncated"] = True
-        await self._record(
-            status_change(self.task, state, text, metadata=metadata, exec_seq=exited.last_seq, unless_terminal=True)
-        )
+        final = status_change(self.task, state, text, metadata=metadata, exec_seq=exited.last_seq, unless_terminal=True)
+        rec = await self.record_many(self.task.id, [*changes, final])
+        if rec is not None:
+            self.task = rec
 
     async def _fail_infrastructure(self, text: str) -> None:
         metadata = {**self.task.metadata, "fail_kind": "infrastructure"}

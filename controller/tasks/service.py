@@ -70,6 +70,7 @@ TASK_STATES = (
     "TASK_STATE_REJECTED",
     "TASK_STATE_AUTH_REQUIRED",
 )
+SETTLED = frozenset(TERMINAL) | frozenset(INTERRUPTED)
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
 CANCEL_GRACE_S = 2.0
@@ -137,12 +138,18 @@ class TaskService:
 
     async def record(self, task_id: str, change: Append) -> TaskRecord | None:
         """Store one change and wake the task's waiters; the row after it (None if skipped)."""
-        event, rec = await self.store.tasks.append(task_id, change, time.time())
-        if event is None:
+        return await self.record_many(task_id, [change])
+
+    async def record_many(self, task_id: str, changes: list[Append]) -> TaskRecord | None:
+        """Several changes in one transaction; None if every one was skipped."""
+        events, rec = await self.store.tasks.append_many(task_id, changes, time.time())
+        stored = [event for event in events if event is not None]
+        if not stored:
             return None
         if rec.terminal:
             self._canceling.discard(task_id)
-        self.hub.pulse(task_id, event)
+        for event in stored:
+            self.hub.pulse(task_id, event)
         return rec
 
     # -- reads ----------------------------------------------------------------------------------
@@ -183,14 +190,19 @@ class TaskService:
     async def wait_settled(self, task_id: str) -> TaskRecord:
         """The task once it is terminal or interrupted (waits as long as it takes)."""
         with self.hub.watch(task_id) as watch:
+            changed = watch.changed()
+            rec = await self.store.tasks.get(task_id)
             while True:
-                changed = watch.changed()
-                rec = await self.store.tasks.get(task_id)
                 if rec is None:
                     raise task_not_found(task_id)
                 if rec.state in TERMINAL or rec.state in INTERRUPTED:
                     return rec
                 await changed.wait()
+                changed = watch.changed()
+                # Read the row again only when a status event says the task may have settled.
+                news = watch.tail_after(rec.last_seq)
+                if news is None or any(e.kind == "status" and e.body["status"]["state"] in SETTLED for e in news):
+                    rec = await self.store.tasks.get(task_id)
 
     # -- send -----------------------------------------------------------------------------------
 
@@ -280,6 +292,7 @@ class TaskService:
             rec,
             link=self.link,
             record=self.record,
+            record_many=self.record_many,
             canceled=lambda tid: tid in self._canceling,
             max_output_bytes=self.max_output_bytes,
             started=started,
