@@ -96,7 +96,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     loadouts = LoadoutService(Path(config.loadouts_dir))
     instances = InstanceService(store, link, operations, loadouts=loadouts, credentials=credentials)
     link.on_connected.append(instances.reconcile)
-    tasks = TaskService(store, link, loadouts)
+    tasks = TaskService(store, link, loadouts, retention_s=config.task_retention_s)
 
     app.extensions[EXTENSION_KEY] = AppState(
         config=config,
@@ -131,6 +131,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         await app.nursery.start(link.run)
         tasks.attach(app.nursery)
         await tasks.recover()
+        await app.nursery.start(tasks.run_purger)
         if config.conformance_mode:
             app.nursery.start_soon(_conformance_instance)
 

@@ -95,6 +95,8 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     conformance_mode: bool = False
     #: An SSE stream with nothing to say writes a keep-alive comment this often. AIWG_SSE_KEEPALIVE_S
     sse_keepalive_s: float = 15.0
+    #: How long ended A2A tasks (with their events and artifacts) stay. AIWG_TASK_RETENTION_S
+    task_retention_s: float = 7 * 24 * 3600.0
     dev: bool = False
 
     def __repr__(self) -> str:
@@ -177,6 +179,7 @@ _ENV = {
     "public_url": "AIWG_PUBLIC_URL",
     "conformance_mode": "AIWG_CONFORMANCE_MODE",
     "sse_keepalive_s": "AIWG_SSE_KEEPALIVE_S",
+    "task_retention_s": "AIWG_TASK_RETENTION_S",
 }
 _FLOATS = {
     "hostd_call_timeout_s": (0.01, 3600.0),
@@ -186,6 +189,7 @@ _FLOATS = {
     "operation_retention_s": (0.0, 365 * 24 * 3600.0),
     "keep_alive_timeout_s": (0.05, 3600.0),
     "sse_keepalive_s": (0.05, 3600.0),
+    "task_retention_s": (0.0, 10 * 365 * 24 * 3600.0),
 }
 
 

@@ -267,6 +267,20 @@ class TaskTable:
 
         return await self._db.run(query)
 
+    async def purge(self, ended_before: float) -> int:
+        """Delete terminal tasks whose last status is older than ``ended_before`` (with their
+        events and artifacts); returns how many."""
+        marks = ",".join("?" * len(TERMINAL))
+        doomed = f"SELECT id FROM tasks WHERE state IN ({marks}) AND status_at < ?"
+        args = (*TERMINAL, ended_before)
+
+        def purge(db: sqlite3.Connection) -> int:
+            db.execute(f"DELETE FROM task_events WHERE task_id IN ({doomed})", args)
+            db.execute(f"DELETE FROM task_artifacts WHERE task_id IN ({doomed})", args)
+            return int(db.execute(f"DELETE FROM tasks WHERE id IN ({doomed})", args).rowcount)
+
+        return await self._db.run(self._db.transaction(purge))
+
     async def unfinished(self) -> list[TaskRecord]:
         marks = ",".join("?" * len(TERMINAL))
         rows = await self._db.run(

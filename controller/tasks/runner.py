@@ -32,6 +32,8 @@ from ..store import Append, TaskRecord
 log = logging.getLogger(__name__)
 
 STREAMS = ("stdout", "stderr")
+#: Output events kept per task (an agent writing byte by byte must not grow the timeline without end).
+MAX_OUTPUT_EVENTS = 100_000
 RESUBSCRIBE_PAUSE_S = 0.2
 
 
@@ -89,6 +91,7 @@ class Runner:
         self.canceled = canceled
         self.max_output_bytes = max_output_bytes
         self.output_bytes = 0
+        self.output_events = 0
         self.truncated = False
         #: Artifacts already created (resumed from the store after a restart).
         self.started = set(started)
@@ -156,7 +159,8 @@ class Runner:
 
     async def _output(self, stream: str, text: str, seq: int) -> None:
         self.output_bytes += len(text)
-        if self.output_bytes > self.max_output_bytes:
+        self.output_events += 1
+        if self.output_bytes > self.max_output_bytes or self.output_events > MAX_OUTPUT_EVENTS:
             self.truncated = True
             self.task.exec_seq = seq
             return

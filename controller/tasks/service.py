@@ -49,7 +49,7 @@ from ..errors import (
 )
 from ..hostlink import HostdLink
 from ..loadouts import LoadoutService
-from ..store import Append, InstanceRecord, Store, TaskRecord
+from ..store import Append, InstanceRecord, Store, StoreClosed, TaskRecord
 from ..store.tasks import INTERRUPTED, TERMINAL, rfc3339_us
 from .agentio import check_parts, message_dict, stdin_of, strip_owned
 from .hub import TaskHub
@@ -121,12 +121,19 @@ def decode_cursor(token: str) -> tuple[float, str]:
 
 class TaskService:
     def __init__(
-        self, store: Store, link: HostdLink, loadouts: LoadoutService, *, max_output_bytes: int = 16 * 1024 * 1024
+        self,
+        store: Store,
+        link: HostdLink,
+        loadouts: LoadoutService,
+        *,
+        retention_s: float = 7 * 24 * 3600.0,
+        max_output_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         self.store = store
         self.link = link
         self.loadouts = loadouts
         self.hub = TaskHub()
+        self.retention_s = retention_s
         self.max_output_bytes = max_output_bytes
         self._nursery: trio.Nursery | None = None
         self._canceling: set[str] = set()
@@ -320,6 +327,19 @@ class TaskService:
         with trio.move_on_after(CANCEL_WAIT_S):
             return await self.wait_settled(rec.id)
         return await self.get(instance_id, task_id)
+
+    async def run_purger(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Delete ended tasks older than the retention, on a timer, forever."""
+        interval = min(max(self.retention_s / 4, 0.05), 300.0)
+        task_status.started()
+        while True:
+            try:
+                purged = await self.store.tasks.purge(time.time() - self.retention_s)
+            except StoreClosed:
+                return
+            if purged:
+                log.info("purged %d ended task(s) past retention", purged)
+            await trio.sleep(interval)
 
     # -- restart --------------------------------------------------------------------------------
 

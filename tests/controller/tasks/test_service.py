@@ -105,3 +105,29 @@ async def test_a_task_survives_a_controller_sigkill(hostd: LiveHostd, tmp_path: 
         assert positions == sorted(positions) and len(set(positions)) == len(positions)
         assert await second.stop() == 0, second.output()
         nursery.cancel_scope.cancel()
+
+
+async def test_ended_tasks_are_purged_after_the_retention(hostd: LiveHostd, short_dir: Path) -> None:
+    from controller.config import load_config
+    from tests.controller.a2a.helpers import new_agent
+    from tests.controller.conftest import serve_controller
+
+    config = load_config(env=controller_env(short_dir / "ctl", hostd.socket_path, AIWG_TASK_RETENTION_S="0.5"))
+    async with serve_controller(config) as live, live.client() as admin:
+        agent = await new_agent(admin, live, "purged", loadout="shell")
+        async with agent.client(live) as client:
+            running = (
+                await client.post(
+                    "/message:send", json={"message": message("sleep 3"), "configuration": {"returnImmediately": True}}
+                )
+            ).json()["task"]
+            done = (await client.post("/message:send", json={"message": message("true")})).json()["task"]
+            with trio.fail_after(15):
+                while (await client.get(f"/tasks/{done['id']}")).status_code != 404:
+                    await trio.sleep(0.05)
+            # A task still running is never purged, however old.
+            assert (await client.get(f"/tasks/{running['id']}")).status_code == 200
+            with sqlite3.connect(config.database_path) as db:
+                left = db.execute("SELECT COUNT(*) FROM task_events WHERE task_id = ?", (done["id"],)).fetchone()[0]
+            assert left == 0
+            await client.post(f"/tasks/{running['id']}:cancel")
