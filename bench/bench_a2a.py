@@ -13,8 +13,10 @@ Starts its own hostd and ``python -m controller.main`` in a temp dir, provisions
   arrival at the SSE client minus the time the process printed it. Baseline: the same script as a
   hostd exec, its ``ExecOutput`` arrival at a ``proto`` subscriber.
 
-The peer the issue names (a2a-sdk's own server on Starlette/uvicorn) is measured only if
-``a2a.server.apps``, ``starlette`` and ``uvicorn`` import; otherwise the report says it was not.
+* The peer (``bench/peer_a2a_server.py``): a2a-sdk's own server, its Starlette REST routes on
+  uvicorn, with an executor running ``/bin/echo`` per task; the same blocking sends from 1 and
+  ``--clients`` clients. Measured only if ``a2a-sdk[http-server]`` and ``uvicorn`` are installed
+  (the ``bench`` extra); otherwise the report says it was not.
 """
 
 from __future__ import annotations
@@ -148,7 +150,23 @@ async def exec_event_latency(client: HostdClient, instance_id: str, events: int)
     return samples
 
 
-async def measure(ctl: Controller, socket_path: Path, args: argparse.Namespace, bare_url: str) -> list[Result]:
+async def peer_rows(peer_url: str, n: int, total: int, warmup: int) -> tuple[Result, Result]:
+    """The a2a-sdk peer answering the same blocking sends, from 1 and ``n`` clients."""
+    headers = {"A2A-Version": "1.0"}
+    async with AsyncExitStack() as stack:
+        one = [await stack.enter_async_context(httpx.AsyncClient(base_url=peer_url, headers=headers, timeout=60))]
+        many = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=peer_url, headers=headers, timeout=60))
+            for _ in range(n)
+        ]
+        row1 = await rows("a2a-sdk server (peer), 1 client", "tasks/s", one, send_one, total, warmup)
+        rowN = await rows(f"a2a-sdk server (peer), {n} clients", "tasks/s", many, send_one, total, 1)
+    return row1, rowN
+
+
+async def measure(
+    ctl: Controller, socket_path: Path, args: argparse.Namespace, bare_url: str, peer_url: str | None
+) -> list[Result]:
     async with admin_client(ctl.url, ctl.token) as admin:
         await wait_ready(admin)
         echo_id = await admin_provision_loadout(admin, "bench-echo", "echo")
@@ -176,7 +194,12 @@ async def measure(ctl: Controller, socket_path: Path, args: argparse.Namespace, 
         sendN = await rows(f"A2A message:send (echo), {n} clients", "tasks/s", many, send_one, total, 1)
         bareN = await rows(f"bare ASGI on hypercorn-trio, {n} clients", "req/s", bare_many, bare_one, total, 1)
         results += [compare(send1, base1, "p50"), base1, compare(bare1, base1, "p50")]
+        if peer_url is not None:
+            peer1, peerN = await peer_rows(peer_url, n, total, warmup)
+            results.append(compare(peer1, base1, "p50"))
         results += [compare(sendN, baseN, "p50"), baseN, compare(bareN, baseN, "p50")]
+        if peer_url is not None:
+            results.append(compare(peerN, baseN, "p50"))
 
         sse = await sse_latency(ctl.url, shell_id, token, args.events)
         direct = await exec_event_latency(hostd_one[0], shell_id, args.events)
@@ -198,9 +221,17 @@ async def admin_provision_loadout(client: httpx.AsyncClient, name: str, loadout:
     return str(op["result"]["instance_id"])  # type: ignore[index]
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def peer_available() -> bool:
     try:
-        import a2a.server.apps  # noqa: F401
+        import a2a.server.routes  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
@@ -219,13 +250,25 @@ def main() -> None:
         print_versions()
         return
     bare = subprocess.Popen([sys.executable, "-c", BARE_ASGI], stdout=subprocess.PIPE, cwd=ROOT, env=dict(os.environ))
+    peer = peer_url = None
+    if peer_available():
+        port = free_port()
+        peer = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("peer_a2a_server.py")), str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
+        assert peer.stdout is not None
+        if peer.stdout.readline().strip() == b"ready":
+            peer_url = f"http://127.0.0.1:{port}/agents/peer"
     try:
         assert bare.stdout is not None
         bare_url = bare.stdout.readline().decode().strip()
         with running_hostd() as hostd, temp_dir("aiwg-bench-a2a-") as tmp:
             ctl = Controller(tmp / "state", hostd.socket_path)
             try:
-                results = trio.run(measure, ctl, hostd.socket_path, args, bare_url)
+                results = trio.run(measure, ctl, hostd.socket_path, args, bare_url, peer_url)
             except BaseException:
                 print(ctl.log(), file=sys.stderr)
                 raise
@@ -235,8 +278,10 @@ def main() -> None:
 
                 trio.run(_destroy_leftovers, hostd.socket_path)
     finally:
-        bare.terminate()
-        bare.wait(10)
+        for proc in (bare, peer):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(10)
 
     by_case = {r.case: r for r in results}
     send1 = by_case["A2A message:send (echo), 1 client"]
@@ -255,8 +300,26 @@ def main() -> None:
             met=(sendN.throughput or 0) >= 200,
         ),
     ]
+    peer1 = by_case.get("a2a-sdk server (peer), 1 client")
+    peerN = by_case.get(f"a2a-sdk server (peer), {args.clients} clients")
+    if peer1 is not None and peerN is not None:
+        targets.insert(
+            0,
+            Target(
+                description="send p50 under the peer's",
+                measured=f"{(send1.p50_us or 0) / 1000:.2f} ms vs {(peer1.p50_us or 0) / 1000:.2f} ms",
+                met=(send1.p50_us or 0) < (peer1.p50_us or 0),
+            ),
+        )
+        targets.append(
+            Target(
+                description="tasks/s above the peer's",
+                measured=f"{sendN.throughput or 0:.0f} vs {peerN.throughput or 0:.0f} tasks/s",
+                met=(sendN.throughput or 0) > (peerN.throughput or 0),
+            )
+        )
     notes = []
-    if not peer_available():
+    if peer_url is None:
         notes.append("peer (a2a-sdk server on Starlette/uvicorn) not measured: a2a-sdk[http-server], uvicorn missing")
     report = Report(
         bench="bench_a2a",
