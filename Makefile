@@ -20,6 +20,9 @@ $(SYSSTAMP): scripts/install-system-deps.sh | $(PY)
 
 $(STAMP): pyproject.toml $(SYSSTAMP) | $(PY)
 	$(PY) -m pip install -q -e '.[test]'
+	@# a2a-sdk (test extra) pulls google-api-core, whose proto-plus installs a top-level package
+	@# named `proto` that shadows ours in site-packages; a2a-sdk never imports either, so drop them.
+	$(PY) -m pip uninstall -q -y proto-plus google-api-core
 	$(PY) -m pip install -q 'libvirt-python>=9' || echo "libvirt-python not installed: VM tests will be skipped" >&2
 	touch $@
 

@@ -1,29 +1,34 @@
 """``agentic``: the client of the controller's HTTP and WebSocket surfaces.
 
 A thin list of registrations: each group of commands lives in a module of its own and adds its
-subcommands with ``register(sub)``; a command is ``async def cmd(api, args) -> int``. Connection
-options (``--url``, ``--token``, ``--token-file``) are shared (:mod:`cli.controllerapi`).
+subcommands with ``register(sub)``; a command is ``cmd(api, args) -> exit status``, or its async
+form, which runs under trio (the PTY attach). Connection options (``--url``, ``--token``,
+``--token-file``) are shared (:mod:`cli.controllerapi`). Usage errors exit 2 (argparse's convention).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 
 import trio
 
-from . import ptyattach
+from . import ptyattach, tasks
 from .controllerapi import ApiError, resolve
 
 #: Modules that add subcommands.
-COMMANDS = (ptyattach,)
+COMMANDS = (tasks, ptyattach)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentic", description="Client of the agentic-sandbox controller.")
     parser.add_argument("--url", help="controller base URL (AIWG_CONTROLLER_URL; default http://127.0.0.1:8122)")
     parser.add_argument("--token", help="bearer token (AIWG_TOKEN)")
-    parser.add_argument("--token-file", help="file holding the token (AIWG_TOKEN_FILE; dev: ./.run/admin-token)")
+    parser.add_argument(
+        "--token-file",
+        help="file holding the token (AIWG_TOKEN_FILE; dev: .run/admin-token or .run/instances/dev.token)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.register(sub)
@@ -45,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         api = resolve(args.url, args.token, args.token_file)
-        return trio.run(args.func, api, args)
+        if inspect.iscoroutinefunction(args.func):
+            status: int = trio.run(args.func, api, args)
+        else:
+            status = args.func(api, args)
+        return status
     except ApiError as exc:
         print(f"agentic: {exc}", file=sys.stderr)
         return 1 if exc.status in (0, 404, 409, 422) or exc.status >= 500 else 2

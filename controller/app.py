@@ -16,6 +16,7 @@ interrupted ones failed.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from .admin.views import operation_path
 from .auth import Authenticator, config_tokens, resolve_admin_token
 from .checkpoints import CheckpointService
 from .config import ControllerConfig
+from .credentials import InstanceCredentials
 from .events import EventBus
 from .hostlink import HostdLink
 from .httpconnection import HTTPConnection
@@ -47,15 +49,22 @@ from .sessions import SessionService
 from .state import EXTENSION_KEY, AppState
 from .storage import StorageService
 from .store import Store
+from .tasks import TaskService
 from .watch import HostdWatch
 
+log = logging.getLogger(__name__)
+
 API_PREFIX = "/api/"
+#: The instance conformance mode registers (upstream's fixed id), on the echo loadout.
+CONFORMANCE_INSTANCE_ID = "00000000-0000-7000-8000-000000000001"
+CONFORMANCE_NAME = "conformance"
+A2A_PREFIX = "/agents/"
 #: Methods that get their own metric label; any other token (clients may send anything) is "other".
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def _surface(blueprint: str | None, path: str) -> str:
-    if blueprint in ("admin", "v1", "observability"):
+    if blueprint in ("admin", "v1", "observability", "a2a"):
         return blueprint
     if path.startswith("/api/v1/"):
         return "v1"
@@ -80,7 +89,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     store.tokens.replace("config", config_tokens(config, admin_token))
     # The log ring never shows a configured token, whatever a line says.
     logs = LogRing(config.log_ring_size, secrets=[admin_token, config.operator_token or ""])
-    auth = Authenticator(store.tokens.list())
+    auth = Authenticator(store.tokens.list(), store.credentials.token_digests())
+    credentials = InstanceCredentials(store, auth)
     link = HostdLink(
         config.hostd_socket,
         call_timeout_s=config.hostd_call_timeout_s,
@@ -98,9 +108,10 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         error_body=lambda exc, op_id: error_body(exc, operation_path(op_id)),
     )
     loadouts = LoadoutService(Path(config.loadouts_dir))
-    instances = InstanceService(store, link, operations, loadouts=loadouts, events=events)
+    instances = InstanceService(store, link, operations, loadouts=loadouts, events=events, credentials=credentials)
     link.on_connected.append(instances.reconcile)
     watch = HostdWatch(link, instances, events, interval_s=config.watch_interval_s)
+    tasks = TaskService(store, link, loadouts, retention_s=config.task_retention_s)
 
     app.extensions[EXTENSION_KEY] = AppState(
         config=config,
@@ -108,6 +119,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         metrics=metrics,
         link=link,
         auth=auth,
+        credentials=credentials,
         operations=operations,
         instances=instances,
         loadouts=loadouts,
@@ -120,8 +132,11 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         watch=watch,
         sessions=SessionService(instances, link),
         rooms=Rooms(link),
+        tasks=tasks,
     )
 
+    from .a2a import a2a, error_response
+    from .a2a import from_http_exception as a2a_http_error
     from .admin import admin
     from .observability import observability
     from .pty import pty
@@ -131,6 +146,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     app.register_blueprint(admin)
     app.register_blueprint(v1)
     app.register_blueprint(pty)
+    app.register_blueprint(a2a)
 
     @app.before_serving
     async def _start_services() -> None:
@@ -143,6 +159,17 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         await app.nursery.start(link.run)
         await app.nursery.start(operations.run_purger)
         await app.nursery.start(watch.run)
+        tasks.attach(app.nursery)
+        await tasks.recover()
+        await app.nursery.start(tasks.run_purger)
+        if config.conformance_mode:
+            app.nursery.start_soon(_conformance_instance)
+
+    async def _conformance_instance() -> None:
+        # Upstream's conformance mode: a pre-registered instance on the echo loadout.
+        await link.wait_ready()
+        rec = await instances.ensure_dev_instance(CONFORMANCE_NAME, instance_id=CONFORMANCE_INSTANCE_ID, loadout="echo")
+        log.info("conformance mode: instance %s is %s", CONFORMANCE_INSTANCE_ID, rec.state if rec else "missing")
 
     @app.after_serving
     async def _close_store() -> None:
@@ -193,6 +220,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         # Routing errors carry no blueprint: under /api/ they still answer problem+json.
         if request.path.startswith(API_PREFIX):
             return problem_response(from_http_exception(exc))
+        if request.path.startswith(A2A_PREFIX):
+            return error_response(a2a_http_error(exc))
         return exc
 
     return app

@@ -22,6 +22,13 @@ written with a fresh random token in dev mode) and the optional operator token
 hashed and compared with every known digest by ``hmac.compare_digest``, without an early exit.
 
 No or a wrong token → 401 with ``WWW-Authenticate: Bearer``; a role that may not → 403.
+
+Instance tokens (role ``instance``): each instance has its own bearer token for the A2A surface
+(issued at provisioning, see :mod:`controller.credentials`), valid only under that instance's
+``/agents/{id}/`` prefix and on no admin route. :meth:`Authenticator.authenticate` is the one
+token check of the controller: it returns a typed :class:`Principal` (``admin``, ``operator``, or
+``instance`` with its ``instance_id``) and every surface decides from that (admin routes with
+:func:`require_role`; the A2A and PTY surfaces with :func:`may_use_instance`).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from .store import TokenRecord
 
 ROLE_ADMIN = "admin"
 ROLE_OPERATOR = "operator"
+ROLE_INSTANCE = "instance"
 
 #: Role sets used by the routes.
 READ = (ROLE_ADMIN, ROLE_OPERATOR)
@@ -54,6 +62,15 @@ ADMIN_ONLY = (ROLE_ADMIN,)
 class Principal(msgspec.Struct, frozen=True, kw_only=True):
     role: str
     label: str
+    #: The instance an ``instance`` token belongs to (None for operator tokens).
+    instance_id: str | None = None
+
+
+def may_use_instance(principal: Principal, instance_id: str) -> bool:
+    """Operator tokens (admin, operator) reach every instance; an instance token only its own."""
+    if principal.role == ROLE_INSTANCE:
+        return principal.instance_id == instance_id
+    return principal.role in (ROLE_ADMIN, ROLE_OPERATOR)
 
 
 def hash_token(token: str) -> str:
@@ -94,10 +111,31 @@ def config_tokens(config: ControllerConfig, admin_token: str) -> list[TokenRecor
 
 
 class Authenticator:
-    """Maps a presented bearer token to a :class:`Principal`, or None."""
+    """Maps a presented bearer token to a :class:`Principal`, or None.
 
-    def __init__(self, tokens: list[TokenRecord]) -> None:
+    Operator tokens are few and compared one by one; instance tokens may be many, so they are
+    found by their digest (a dict lookup on a SHA-256 digest says nothing about the token) and the
+    hit is compared in constant time again.
+    """
+
+    def __init__(self, tokens: list[TokenRecord], instance_tokens: dict[str, str] | None = None) -> None:
         self._tokens = [(bytes.fromhex(t.hash), Principal(role=t.role, label=t.label)) for t in tokens]
+        self._instances: dict[bytes, str] = {}
+        self._digest_of: dict[str, bytes] = {}
+        for instance_id, digest in (instance_tokens or {}).items():
+            self.set_instance_token(instance_id, digest)
+
+    def set_instance_token(self, instance_id: str, digest: str) -> None:
+        """Make ``digest`` the instance's only valid token (a previous one stops working)."""
+        self.forget_instance(instance_id)
+        raw = bytes.fromhex(digest)
+        self._instances[raw] = instance_id
+        self._digest_of[instance_id] = raw
+
+    def forget_instance(self, instance_id: str) -> None:
+        old = self._digest_of.pop(instance_id, None)
+        if old is not None:
+            self._instances.pop(old, None)
 
     def authenticate(self, authorization: str | None) -> Principal | None:
         if not authorization:
@@ -112,6 +150,9 @@ class Authenticator:
             # Every digest is compared, so the time taken does not depend on which one matched.
             if hmac.compare_digest(digest, known):
                 found = principal
+        instance_id = self._instances.get(digest)
+        if found is None and instance_id is not None and hmac.compare_digest(digest, self._digest_of[instance_id]):
+            found = Principal(role=ROLE_INSTANCE, label=f"instance:{instance_id}", instance_id=instance_id)
         return found
 
 

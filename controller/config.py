@@ -110,6 +110,11 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     #: A PTY attach socket silent this long (no frame, no ``pong``) is closed (1011) and its role
     #: freed. AIWG_PTY_PING_TIMEOUT_S
     pty_ping_timeout_s: float = 90.0
+    #: A2A conformance mode (upstream's): required-extension enforcement off and the instance
+    #: CONFORMANCE_INSTANCE_ID on the echo loadout registered at start. AIWG_CONFORMANCE_MODE
+    conformance_mode: bool = False
+    #: How long ended A2A tasks (with their events and artifacts) stay. AIWG_TASK_RETENTION_S
+    task_retention_s: float = 7 * 24 * 3600.0
     dev: bool = False
 
     def __repr__(self) -> str:
@@ -197,6 +202,8 @@ _ENV = {
     "max_stream_followers": "AIWG_MAX_STREAM_FOLLOWERS",
     "pty_ping_interval_s": "AIWG_PTY_PING_INTERVAL_S",
     "pty_ping_timeout_s": "AIWG_PTY_PING_TIMEOUT_S",
+    "conformance_mode": "AIWG_CONFORMANCE_MODE",
+    "task_retention_s": "AIWG_TASK_RETENTION_S",
 }
 _FLOATS = {
     "hostd_call_timeout_s": (0.01, 3600.0),
@@ -205,6 +212,7 @@ _FLOATS = {
     "hostd_reconnect_max_s": (0.01, 3600.0),
     "operation_retention_s": (0.0, 365 * 24 * 3600.0),
     "keep_alive_timeout_s": (0.05, 3600.0),
+    "task_retention_s": (0.0, 10 * 365 * 24 * 3600.0),
     "pty_ping_interval_s": (0.05, 3600.0),
     "pty_ping_timeout_s": (0.1, 3600.0),
     "watch_interval_s": (0.05, 3600.0),
@@ -258,6 +266,14 @@ def _coerce(key: str, raw: Any, source: str) -> Any:
         if not low_i <= number <= high_i:
             raise ConfigError(f"{source}={number} must be between {low_i} and {high_i}")
         return number
+    if key == "conformance_mode":
+        if isinstance(raw, bool):
+            return raw
+        if str(raw).lower() in ("1", "true", "yes", "on"):
+            return True
+        if str(raw).lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{source}={raw!r} must be 1 or 0")
     if key == "max_request_bytes":
         try:
             value = int(raw)

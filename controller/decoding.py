@@ -39,6 +39,12 @@ def _field_of(message: str) -> tuple[str, str, str]:
     return path or "$", message, code
 
 
+def validation_failure(exc: msgspec.ValidationError) -> ValidationFailed:
+    """The ValidationFailed naming the field a msgspec validation error points at."""
+    field, message, code = _field_of(str(exc))
+    return ValidationFailed([{"field": field, "message": message, "code": code}])
+
+
 def decode_json(body: bytes, type_: type[Any]) -> Any:
     """Decode a JSON body into ``type_``: MalformedInput if it is not JSON, ValidationFailed naming
     the field if it does not fit."""

@@ -153,3 +153,17 @@ class OutcomeUnknown(Unavailable):
 
 class InternalError(ControllerError):
     """Our own fault; the message says only what is safe to show."""
+
+
+# Codes of the A2A operations (services and the A2A edge raise them; controller.a2a.errors maps
+# each onto its A2A error).
+TASK_NOT_FOUND = "task.not_found"
+TASK_NOT_CANCELABLE = "task.not_cancelable"
+UNSUPPORTED_OPERATION = "a2a.unsupported_operation"
+PUSH_NOT_SUPPORTED = "push.not_supported"
+VERSION_NOT_SUPPORTED = "a2a.version_not_supported"
+EXTENSION_REQUIRED = "extension.required_not_activated"
+CONTENT_TYPE_NOT_SUPPORTED = "a2a.content_type_not_supported"
+EXTENDED_CARD_NOT_CONFIGURED = "a2a.extended_card_not_configured"
+METHOD_NOT_FOUND = "a2a.method_not_found"
+METHOD_NOT_ALLOWED = "a2a.method_not_allowed"

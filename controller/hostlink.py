@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -112,6 +113,14 @@ def hostd_failure(exc: HostdError) -> ControllerError:
     return OutcomeUnknown(UNAVAILABLE, f"hostd is unavailable: {exc}")
 
 
+async def _translated(events: AsyncIterator[m.Event]) -> AsyncIterator[m.Event]:
+    try:
+        async for event in events:
+            yield event
+    except HostdError as exc:
+        raise hostd_failure(exc) from exc
+
+
 def _method(request: m.Request) -> str:
     name = type(request).__name__
     return name[: -len("Request")] if name.endswith("Request") else name
@@ -188,6 +197,21 @@ class HostdLink:
         if client is None or client.broken is not None:
             raise Unavailable(UNAVAILABLE, f"hostd is not connected ({self.reason})")
         return client
+
+    @asynccontextmanager
+    async def stream(self, request: m.Request) -> AsyncIterator[AsyncIterator[m.Event]]:
+        """A hostd stream (replay then live events) over the link's connection; every failure,
+        opening it or while iterating, raises a ``ControllerError`` as :meth:`call` does."""
+        client = self._client
+        if client is None or client.broken is not None:
+            raise hostd_failure(HostdNotRunning(f"hostd is not connected ({self.reason})"))
+        if request.trace_id is None:
+            request.trace_id = current_log_ids().get("request_id")
+        try:
+            async with client.stream(request, open_timeout=self.call_timeout_s) as events:
+                yield _translated(events)
+        except HostdError as exc:
+            raise hostd_failure(exc) from exc
 
     async def _call(self, request: m.Request, *, timeout: float | None = None) -> Any:
         """The call with proto errors (the link's own ping tells a timeout from the rest)."""

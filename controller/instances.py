@@ -46,6 +46,7 @@ import trio
 from proto import current_log_ids, new_id
 from proto import messages as m
 
+from .credentials import InstanceCredentials
 from .errors import (
     Conflict,
     ControllerError,
@@ -110,12 +111,14 @@ class InstanceService:
         *,
         loadouts: LoadoutService,
         events: EventBus,
+        credentials: InstanceCredentials,
     ) -> None:
         self.store = store
         self.events = events
         self.link = link
         self.operations = operations
         self.loadouts = loadouts
+        self.credentials = credentials
         self._provision_lock = trio.Lock()
         self._fold_lock = trio.Lock()
 
@@ -335,15 +338,19 @@ class InstanceService:
             )
         return runtime, image
 
-    async def provision(self, req: ProvisionRequest) -> tuple[OperationRecord, bool]:
-        """Start provisioning; returns (operation, created). created is False for a name in flight."""
+    async def provision(
+        self, req: ProvisionRequest, *, instance_id: str | None = None
+    ) -> tuple[OperationRecord, str | None]:
+        """Start provisioning; returns (operation, the instance's A2A bearer token). The token is
+        None for a second provision of a name in flight (it was returned to the first caller).
+        ``instance_id`` fixes the id (the conformance instance); else a fresh UUIDv7."""
         runtime, image = self._check_runtime(req)
         async with self._provision_lock:
             existing = self.operations.in_flight(_name_key(req.name))
             if existing is not None:
                 op = await self.operations.get(existing)
                 if op is not None and op.kind == "instance.provision":
-                    return op, False
+                    return op, None
                 if op is not None:  # e.g. the decommission of the instance holding the name
                     raise Conflict(
                         "instance.already_exists",
@@ -355,7 +362,7 @@ class InstanceService:
             service = self._loadout_service(req.loadout) if req.loadout else None
             now = time.time()
             rec = InstanceRecord(
-                id=new_id(),  # fixed before any work starts; reported in the operation's result
+                id=instance_id or new_id(),  # fixed before any work starts; reported in the operation's result
                 name=req.name,
                 runtime=runtime,
                 provider=None if runtime == "host" else HOSTD_RUNTIMES[runtime][1],
@@ -368,6 +375,7 @@ class InstanceService:
                 updated_at=now,
             )
             await self.store.instances.insert(rec)
+            token = await self.credentials.issue_token(rec.id)
 
             async def work(op: OperationRecord) -> dict[str, Any]:
                 return await self._provision_work(rec, req, service, image)
@@ -378,7 +386,7 @@ class InstanceService:
             self.events.instance_state_changed(
                 rec.id, before=None, after=rec.state, cause="operation", operation_id=op.id
             )
-            return op, True
+            return op, token
 
     async def _provision_work(
         self, rec: InstanceRecord, req: ProvisionRequest, service: builtins.list[str] | None, image: str | None
@@ -410,6 +418,7 @@ class InstanceService:
         except ControllerError:
             # hostd refused (or was never asked): nothing was made, so the name is free again.
             await self.store.instances.delete(rec.id)
+            await self.credentials.forget(rec.id)
             self.events.instance_removed(
                 rec.id, name=rec.name, operation_id=current_log_ids().get("operation_id"), reason="provision_refused"
             )
@@ -580,6 +589,7 @@ class InstanceService:
                 await self._restore_state(rec)
                 raise
             await self.store.instances.delete(rec.id)
+            await self.credentials.forget(rec.id)
             self.events.instance_removed(rec.id, name=rec.name, operation_id=op.id, reason="decommissioned")
             return {"instance_id": rec.id, "name": rec.name, "decommissioned": True}
 
@@ -587,13 +597,24 @@ class InstanceService:
             kind, work, keys=(_instance_key(rec.id), _name_key(rec.name)), instance_id=rec.id
         )
 
+    async def issue_token(self, instance_id: str) -> str:
+        """A new A2A bearer token for a catalogued instance (the previous one stops working)."""
+        rec = await self.record(instance_id)
+        if rec.state == "destroyed":
+            raise InvalidState("instance.invalid_state", f"instance {rec.id} is destroyed")
+        return await self.credentials.issue_token(rec.id)
+
     # -- dev mode -----------------------------------------------------------------------------
 
-    async def ensure_dev_instance(self, name: str = "dev") -> InstanceRecord | None:
-        """Provision (first start) or start (if stopped) the dev host instance; wait for it."""
+    async def ensure_dev_instance(
+        self, name: str = "dev", *, instance_id: str | None = None, loadout: str | None = None
+    ) -> InstanceRecord | None:
+        """Provision (first start) or start (if stopped) the dev host instance; wait for it.
+        (Also the conformance instance: a fixed id on the echo loadout.)"""
         rec = await self.store.instances.get_by_name(name)
         if rec is None:
-            op, _ = await self.provision(ProvisionRequest(name=name, runtime="host", start=True))
+            req = ProvisionRequest(name=name, runtime="host", start=True, loadout=loadout)
+            op, _ = await self.provision(req, instance_id=instance_id)
         elif rec.state in ("stopped", "failed"):
             op = await self.lifecycle(rec.id, "start")
         else:

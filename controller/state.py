@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .auth import Authenticator
     from .checkpoints import CheckpointService
     from .config import ControllerConfig
+    from .credentials import InstanceCredentials
     from .events import EventBus
     from .hostlink import HostdLink
     from .images import ImageService
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from .sessions import SessionService
     from .storage import StorageService
     from .store import Store
+    from .tasks import TaskService
     from .watch import HostdWatch
 
 EXTENSION_KEY = "aiwg"
@@ -44,6 +46,7 @@ class AppState:
     metrics: Metrics
     link: HostdLink
     auth: Authenticator
+    credentials: InstanceCredentials
     operations: OperationService
     instances: InstanceService
     loadouts: LoadoutService
@@ -56,6 +59,7 @@ class AppState:
     watch: HostdWatch
     sessions: SessionService
     rooms: Rooms
+    tasks: TaskService
     openapi: dict[str, Any] | None = field(default=None)
     #: Open SSE followers per stream ("events", "logs"), bounded by ``max_stream_followers``.
     followers: dict[str, int] = field(default_factory=dict)

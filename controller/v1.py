@@ -8,7 +8,13 @@ same query). So v1 and v2 can never drift apart.
 Every response to a path under ``/api/v1/`` (404s included) carries ``Sunset`` (configured date),
 ``Deprecated: true`` and ``Link: <guide>; rel="successor-version"``; a matched request also counts in
 ``aiwg_v1_path_requests_total{path}`` under its route template (``/api/v1/vms/{id}``), never the raw
-path. The v1 dispatch, mission-stream and PTY routes come with the A2A and PTY surfaces.
+path.
+
+Two v1 paths answer through the A2A surface instead (the guide's semantic and transport shifts):
+``POST /api/v1/sessions/{id}/dispatch`` is ``messages:send`` of instance ``{id}`` (the body an A2A
+SendMessageRequest, the answer its Task), and ``GET /api/v1/ws/missions/{id}`` is the SSE event
+stream (subscribe) of task ``{id}``, found on whichever instance holds it. They take the A2A
+tokens and answer with the deprecation headers; their errors, like every v1 error, are problems.
 """
 
 from __future__ import annotations
@@ -94,6 +100,27 @@ for _rule, _methods in _ROUTES:
         merge_slashes=False,
         strict_slashes=False,
     )
+
+
+@v1.post("/sessions/<instance_id>/dispatch")
+async def dispatch(instance_id: str) -> Any:
+    from .a2a import rest
+
+    return await rest.send_message(instance_id)
+
+
+@v1.get("/ws/missions/<task_id>")
+async def mission_stream(task_id: str) -> Any:
+    from .a2a import rest
+    from .a2a.edge import authenticate
+    from .errors import TASK_NOT_FOUND
+    from .errors import NotFound as TaskMissing
+
+    authenticate()  # 401 before anything is looked up
+    rec = await app_state().store.tasks.get(task_id)
+    if rec is None:
+        raise TaskMissing(TASK_NOT_FOUND, f"no mission {task_id[:256]!r}")
+    return await rest.subscribe(rec.instance_id, task_id)
 
 
 _PARAM_RE = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")

@@ -21,6 +21,10 @@ A thin wrapper: both children get the same environment (so the same ``AIWG_*`` s
   built-in ``tiny-vm`` loadout boots it. A step that fails is reported and the rest still runs
   (hostd then lists the VM runtime as unavailable, with the reason).
 
+Once the controller has the ``dev`` instance, the wrapper makes sure
+``$AIWG_STATE_DIR/instances/dev.token`` (0600) holds a working A2A token for it (asking the admin
+API for a new one when the file is missing or no longer valid) and prints the file's path.
+
 Run it with the venv's python (``.venv/bin/python scripts/devrun.py``); the children are started
 with the same interpreter (``-m hostd.main`` / ``-m controller.main``, what the entry points run).
 """
@@ -28,12 +32,16 @@ with the same interpreter (``-m hostd.main`` / ``-m controller.main``, what the 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import busybox_image  # beside this script
@@ -44,6 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 15.0
 HOSTD_WAIT_S = 10.0
 LIBVIRT_WAIT_S = 20.0
+DEV_TOKEN_WAIT_S = 60.0
 
 
 def _start(module: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -131,6 +140,67 @@ def _vm_setup(env: dict[str, str]) -> None:
         print("devrun: the guest image could not be built; VM provisions will fail", file=sys.stderr)
 
 
+def _http(method: str, url: str, token: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, method=method, headers={"Authorization": f"Bearer {token}", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _dev_instance_id(base: str, admin_token: str) -> str | None:
+    status, body = _http("GET", f"{base}/api/v2/admin/instances", admin_token)
+    if status != 200:
+        return None
+    for item in json.loads(body)["items"]:
+        if item["name"] == "dev" and item["state"] == "running":
+            return str(item["id"])
+    return None
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text + "\n")
+    os.replace(tmp, path)
+
+
+def ensure_dev_token(env: dict[str, str], state_dir: str) -> None:
+    """Write a valid A2A token of the dev instance to <state>/instances/dev.token; print its path."""
+    base = f"http://{env.get('AIWG_LISTEN') or '127.0.0.1:8122'}"
+    token_path = Path(state_dir) / "instances" / "dev.token"
+    deadline = time.monotonic() + DEV_TOKEN_WAIT_S
+    instance_id = None
+    while time.monotonic() < deadline:
+        try:
+            admin_token = env.get("AIWG_ADMIN_TOKEN") or (Path(state_dir) / "admin-token").read_text().strip()
+            instance_id = _dev_instance_id(base, admin_token)
+        except (OSError, ValueError):
+            instance_id = None
+        if instance_id is not None:
+            break
+        time.sleep(0.2)
+    if instance_id is None:
+        print("devrun: the dev instance did not come up; no dev.token written", file=sys.stderr)
+        return
+    card = f"{base}/agents/{instance_id}/extendedAgentCard"
+    try:
+        current = token_path.read_text().strip()
+    except OSError:
+        current = ""
+    if not current or _http("GET", card, current, {"A2A-Version": "1.0"})[0] != 200:
+        status, body = _http("POST", f"{base}/api/v2/admin/instances/{instance_id}/a2a-token", admin_token)
+        if status != 200:
+            print(f"devrun: could not issue the dev instance's A2A token ({status})", file=sys.stderr)
+            return
+        _write_private(token_path, json.loads(body)["token"])
+    print(f'dev A2A token: {token_path}  (curl -H "Authorization: Bearer $(cat {token_path})" ...)', flush=True)
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("AIWG_STATE_DIR", str(ROOT / ".run"))
@@ -155,6 +225,7 @@ def main() -> int:
         hostd = _start("hostd.main", env)
         _wait_for_socket(socket_path, hostd)
         controller = _start("controller.main", env)
+        threading.Thread(target=ensure_dev_token, args=(env, state_dir), daemon=True).start()
         pid, raw = os.wait()  # the first child to exit ends the pair
         name = "hostd" if pid == hostd.pid else "controller"
         status = os.waitstatus_to_exitcode(raw)

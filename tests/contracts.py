@@ -106,3 +106,14 @@ def validate_pty_frame(frame: Any) -> None:
     validate(frame, pty_ws_schema())
     if frame.get("op") == "pty.session_frame":
         validate(frame["payload"], pty_session_frame_schema())
+
+
+@functools.cache
+def runtime_schema(name: str) -> dict[str, Any]:
+    """A runtime/v1 schema: ``params`` or ``task-metadata``."""
+    return json.loads(_require(CONTRACTS / "extensions" / "runtime" / "v1" / f"{name}.schema.json").read_text())
+
+
+def validate_runtime(name: str, instance: Any) -> None:
+    schema = runtime_schema(name)
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(instance)

@@ -87,6 +87,17 @@ def test_stopping_the_wrapper_stops_both_halves(tmp_path: Path, signals: list[in
         assert oct((tmp_path / "run" / "admin-token").stat().st_mode & 0o777) == "0o600"
         listed = httpx.get(f"{url}/api/v2/admin/instances", headers={"Authorization": f"Bearer {token}"})
         assert [item["name"] for item in listed.json()["items"]] == ["dev"]
+        dev_id = listed.json()["items"][0]["id"]
+        token_file = tmp_path / "run" / "instances" / "dev.token"
+        deadline = time.monotonic() + 30
+        while not token_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+        card = httpx.get(
+            f"{url}/agents/{dev_id}/extendedAgentCard",
+            headers={"Authorization": f"Bearer {token_file.read_text().strip()}", "A2A-Version": "1.0"},
+        )
+        assert card.status_code == 200, card.text
         for sig in signals:  # `timeout` signals the wrapper twice: directly and through its group
             proc.send_signal(sig)
             time.sleep(0.02)  # the second one lands while the wrapper is stopping the controller

@@ -36,8 +36,9 @@ async def list_instances() -> Response:
 @require_role(*ADMIN_ONLY)
 async def provision_instance() -> Response:
     req = decode_json(await request_body(), ProvisionRequest)
-    op, _created = await app_state().instances.provision(req)
-    return accepted(op)
+    op, token = await app_state().instances.provision(req)
+    # The instance's A2A token is shown here once (only its digest is kept).
+    return accepted(op, a2a_token=token)
 
 
 @admin.get("/instances/<instance_id>")
@@ -76,6 +77,13 @@ async def reprovision_instance(instance_id: str) -> Response:
     body = await request_body()
     req = decode_json(body, ReprovisionRequest) if body.strip() else ReprovisionRequest()
     return accepted(await app_state().instances.reprovision(instance_id, req.loadout))
+
+
+@admin.post("/instances/<instance_id>/a2a-token")
+@require_role(*ADMIN_ONLY)
+async def issue_instance_token(instance_id: str) -> Response:
+    token = await app_state().instances.issue_token(instance_id)
+    return json_response({"instance_id": instance_id, "token": token})
 
 
 @admin.post("/instances/<instance_id>/rotate-secret")

@@ -83,9 +83,13 @@ def operation_view(op: OperationRecord) -> OperationView:
     )
 
 
-def accepted(op: OperationRecord) -> Response:
-    """202 with the ``OperationStatus`` and its ``Location``."""
-    return json_response(operation_view(op), 202, {"Location": operation_path(op.id)})
+def accepted(op: OperationRecord, *, a2a_token: str | None = None) -> Response:
+    """202 with the ``OperationStatus`` and its ``Location`` (a provision adds the instance's
+    A2A bearer token, the one time it is shown)."""
+    body: dict[str, object] = msgspec.to_builtins(operation_view(op))
+    if a2a_token is not None:
+        body["a2a_token"] = a2a_token
+    return json_response(body, 202, {"Location": operation_path(op.id)})
 
 
 # -- container images --------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 General layout: ``database`` (the connection, its lock, WAL, the 0600 file, the closed state and the
 schema migrations), ``schema`` (the ordered migration steps), then one table module per kind of
-record: ``operations``, ``instances``, ``tokens``. :class:`Store` holds one table object per kind
-(``store.operations``, ``store.instances``, ``store.tokens``) over one :class:`Database`; a server
+record: ``operations``, ``instances``, ``tokens``, ``credentials`` (instance token digests and
+signing keys). :class:`Store` holds one table object per kind (``store.operations``,
+``store.instances``, ``store.tokens``, ``store.credentials``) over one :class:`Database`; a server
 database can replace it behind the same table methods. Timestamps are Unix seconds (floats); the
 HTTP edge formats them.
 
@@ -16,20 +17,26 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .credentials import CredentialTable, SigningKeyRecord
 from .database import Database, SchemaTooNew, StoreClosed
 from .instances import InstanceRecord, InstanceTable, NameTaken
 from .operations import TERMINAL_STATES, OperationRecord, OperationTable
 from .schema import STEPS
+from .tasks import Append, TaskEvent, TaskRecord, TaskTable
 from .tokens import TokenRecord, TokenTable
 
 __all__ = [
     "TERMINAL_STATES",
+    "Append",
     "InstanceRecord",
     "NameTaken",
     "OperationRecord",
     "SchemaTooNew",
+    "SigningKeyRecord",
     "Store",
     "StoreClosed",
+    "TaskEvent",
+    "TaskRecord",
     "TokenRecord",
 ]
 
@@ -42,6 +49,8 @@ class Store:
         self.operations = OperationTable(db)
         self.instances = InstanceTable(db)
         self.tokens = TokenTable(db)
+        self.credentials = CredentialTable(db)
+        self.tasks = TaskTable(db)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Store:

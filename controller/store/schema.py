@@ -43,4 +43,56 @@ CREATE TABLE IF NOT EXISTS tokens (
 );
 """
 
-STEPS: tuple[str, ...] = (STEP_1,)
+#: Step 2: the A2A surface's credentials: each instance's bearer token (its SHA-256 digest only)
+#: and its AgentCard signing key (raw Ed25519 private key bytes; the database file is 0600).
+STEP_2 = """
+CREATE TABLE IF NOT EXISTS instance_tokens (
+    instance_id TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS signing_keys (
+    instance_id TEXT PRIMARY KEY,
+    kid TEXT NOT NULL UNIQUE,
+    private_key BLOB NOT NULL,
+    created_at REAL NOT NULL
+);
+"""
+
+#: Step 3: A2A tasks, each task's ordered event timeline (messages, status and artifact updates,
+#: as their A2A JSON) and its artifacts as they stand (chunks folded in).
+STEP_3 = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    instance_id TEXT NOT NULL,
+    context_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    status TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    exec_id TEXT,
+    exec_seq INTEGER NOT NULL DEFAULT 0,
+    last_seq INTEGER NOT NULL DEFAULT 0,
+    last_at REAL NOT NULL,
+    created_at REAL NOT NULL,
+    status_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_by_instance ON tasks (instance_id, status_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state);
+CREATE TABLE IF NOT EXISTS task_events (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (task_id, seq)
+);
+CREATE TABLE IF NOT EXISTS task_artifacts (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    artifact_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (task_id, artifact_id)
+);
+"""
+
+STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3)

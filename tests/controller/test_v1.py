@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -10,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller.config import DEFAULT_V1_SUNSET, load_config
 from controller.v1 import PATH_MAP, route_label, to_v2_path
 
-from .conftest import LiveHostd, controller_env, serve_controller, wait_operation
+from .conftest import LiveController, LiveHostd, controller_env, serve_controller, wait_operation
 from .test_problems import assert_problem
 
 LINK = '<https://agentic-sandbox.aiwg.io/v2-migration-guide>; rel="successor-version"'
@@ -133,3 +134,39 @@ async def test_sunset_override(hostd: LiveHostd, tmp_path: Path) -> None:
         response = await admin.get("/api/v1/vms")
         assert_deprecated(response, sunset)
         assert (await admin.get("/api/v2/admin/deprecation/v1-counters")).json()["sunset"] == "2027-11-01T00:00:00Z"
+
+
+async def test_v1_dispatch_and_mission_stream_answer_through_the_a2a_surface(
+    admin: httpx.AsyncClient, controller: LiveController
+) -> None:
+    from controller.a2a.card import RUNTIME_EXTENSION
+    from tests.controller.a2a.helpers import new_agent
+    from tests.controller.a2a.test_rest import message
+
+    agent = await new_agent(admin, controller, "v1-dispatch", loadout="shell")
+    headers = {"Authorization": f"Bearer {agent.token}", "A2A-Extensions": RUNTIME_EXTENSION}
+    async with httpx.AsyncClient(base_url=controller.url, headers=headers, timeout=15) as client:
+        response = await client.post(
+            f"/api/v1/sessions/{agent.instance_id}/dispatch", json={"message": message("echo v1")}
+        )
+        assert response.status_code == 200, response.text
+        assert response.headers["deprecated"] == "true" and "sunset" in response.headers
+        task = response.json()["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        done = await client.get(f"/api/v1/ws/missions/{task['id']}")
+        assert done.status_code == 409 and done.headers["deprecated"] == "true"  # a finished mission (a problem)
+        running = await client.post(
+            f"/api/v1/sessions/{agent.instance_id}/dispatch",
+            json={"message": message("sleep 1; echo later"), "configuration": {"returnImmediately": True}},
+        )
+        tid = running.json()["task"]["id"]
+        async with client.stream("GET", f"/api/v1/ws/missions/{tid}") as stream:
+            assert stream.status_code == 200 and stream.headers["deprecated"] == "true"
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            events = [json.loads(line[6:]) async for line in stream.aiter_lines() if line.startswith("data: ")]
+        assert events[0]["task"]["id"] == tid
+        assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        missing = await client.get("/api/v1/ws/missions/01930000-0000-7000-8000-000000000000")
+        assert missing.status_code == 404 and missing.headers["content-type"] == "application/problem+json"
+    counters = (await admin.get("/api/v2/admin/deprecation/v1-counters")).json()
+    assert "/api/v1/sessions/{instance_id}/dispatch" in json.dumps(counters)

@@ -1,0 +1,337 @@
+"""A2A surface: blocking message:send latency and tasks/s on the echo loadout; SSE event latency.
+
+Starts its own hostd and ``python -m controller.main`` in a temp dir, provisions an instance on the
+``echo`` loadout (``/bin/cat``: the task's text back as its output) and measures, in one run:
+
+* ``message:send`` (blocking, HTTP+JSON, one ``httpx`` client with keep-alive): p50/p99; and the
+  same from ``--clients`` concurrent clients: tasks/s.
+* Baseline 1, hostd exec alone: ``ExecStart(/bin/cat, stdin)`` + ``ExecSubscribe`` until
+  ``ExecExited`` + ``ExecDelete`` over ``proto``, from 1 and ``--clients`` callers.
+* Baseline 2, the HTTP stack alone: a bare ASGI app (``200 {}``) on hypercorn's trio worker in a
+  child process, from 1 and ``--clients`` clients.
+* SSE event latency: a shell task prints ``date +%s%N`` ``--events`` times; each artifact update's
+  arrival at the SSE client minus the time the process printed it. Baseline: the same script as a
+  hostd exec, its ``ExecOutput`` arrival at a ``proto`` subscriber.
+
+* The peer (``bench/peer_a2a_server.py``): a2a-sdk's own server, its Starlette REST routes on
+  uvicorn, with an executor running ``/bin/echo`` per task; the same blocking sends from 1 and
+  ``--clients`` clients. Measured only if ``a2a-sdk[http-server]`` and ``uvicorn`` are installed
+  (the ``bench`` extra); otherwise the report says it was not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import httpx
+import trio
+from bench_admin import Controller, admin_client, run_concurrent, wait_ready
+from common import (
+    ROOT,
+    Report,
+    Result,
+    Target,
+    compare,
+    emit,
+    latency_result,
+    parser,
+    print_versions,
+    running_hostd,
+    temp_dir,
+)
+
+from proto import HostdClient, new_id, open_hostd
+from proto import messages as m
+
+RUNTIME_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/runtime/v1"
+BARE_ASGI = textwrap.dedent(
+    """
+    import sys, trio
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                await send({"type": message["type"] + ".complete"})
+                if message["type"] == "lifespan.shutdown":
+                    return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def main():
+        config = Config()
+        config.bind = ["127.0.0.1:0"]
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(serve, app, config)
+            print(binds[0], flush=True)
+
+    trio.run(main)
+    """
+)
+
+
+def agent_client(url: str, instance_id: str, token: str) -> httpx.AsyncClient:
+    headers = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0", "A2A-Extensions": RUNTIME_EXTENSION}
+    return httpx.AsyncClient(base_url=f"{url}/agents/{instance_id}", headers=headers, timeout=60)
+
+
+async def send_one(client: httpx.AsyncClient) -> None:
+    body = {"message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "ping"}]}}
+    response = await client.post("/message:send", json=body)
+    task = response.json().get("task", {})
+    if response.status_code != 200 or task.get("status", {}).get("state") != "TASK_STATE_COMPLETED":
+        raise RuntimeError(f"message:send: {response.status_code} {response.text[:300]}")
+
+
+async def exec_one(client: HostdClient, instance_id: str) -> None:
+    exec_id = new_id()
+    await client.call(m.ExecStartRequest(instance_id=instance_id, argv=["/bin/cat"], stdin=b"ping", exec_id=exec_id))
+    async with client.stream(m.ExecSubscribeRequest(exec_id=exec_id, from_seq=1)) as events:
+        async for event in events:
+            if isinstance(event, m.ExecExited):
+                break
+    await client.call(m.ExecDeleteRequest(exec_id=exec_id))
+
+
+async def bare_one(client: httpx.AsyncClient) -> None:
+    (await client.get("/")).raise_for_status()
+
+
+async def rows(name: str, unit: str, make: list[object], one: object, total: int, warmup: int) -> Result:
+    for handle in make:
+        for _ in range(warmup):
+            await one(handle)  # type: ignore[operator]
+    samples, wall = await run_concurrent(make, total, one)  # type: ignore[arg-type]
+    return latency_result(name, samples, wall_s=wall, unit=unit)
+
+
+async def sse_latency(url: str, instance_id: str, token: str, events: int) -> list[int]:
+    script = f"for i in $(seq {events}); do sleep 0.02; date +%s%N; done"
+    body = {"message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": script}]}}
+    samples: list[int] = []
+    async with (
+        agent_client(url, instance_id, token) as client,
+        client.stream("POST", "/message:stream", json=body) as s,
+    ):
+        async for line in s.aiter_lines():
+            now = time.time_ns()
+            if '"artifactUpdate"' in line and line.startswith("data: "):
+                import json
+
+                parts = json.loads(line[6:])["artifactUpdate"]["artifact"]["parts"]
+                for stamp in "".join(p["text"] for p in parts).split():
+                    samples.append(now - int(stamp))
+    return samples
+
+
+async def exec_event_latency(client: HostdClient, instance_id: str, events: int) -> list[int]:
+    script = f"for i in $(seq {events}); do sleep 0.02; date +%s%N; done"
+    exec_id = new_id()
+    await client.call(m.ExecStartRequest(instance_id=instance_id, argv=["/bin/sh", "-c", script], exec_id=exec_id))
+    samples: list[int] = []
+    async with client.stream(m.ExecSubscribeRequest(exec_id=exec_id, from_seq=1)) as stream:
+        async for event in stream:
+            now = time.time_ns()
+            if isinstance(event, m.ExecOutput):
+                samples += [now - int(s) for s in event.data.decode().split()]
+            elif isinstance(event, m.ExecExited):
+                break
+    await client.call(m.ExecDeleteRequest(exec_id=exec_id))
+    return samples
+
+
+async def peer_rows(peer_url: str, n: int, total: int, warmup: int) -> tuple[Result, Result]:
+    """The a2a-sdk peer answering the same blocking sends, from 1 and ``n`` clients."""
+    headers = {"A2A-Version": "1.0"}
+    async with AsyncExitStack() as stack:
+        one = [await stack.enter_async_context(httpx.AsyncClient(base_url=peer_url, headers=headers, timeout=60))]
+        many = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=peer_url, headers=headers, timeout=60))
+            for _ in range(n)
+        ]
+        row1 = await rows("a2a-sdk server (peer), 1 client", "tasks/s", one, send_one, total, warmup)
+        rowN = await rows(f"a2a-sdk server (peer), {n} clients", "tasks/s", many, send_one, total, 1)
+    return row1, rowN
+
+
+async def measure(
+    ctl: Controller, socket_path: Path, args: argparse.Namespace, bare_url: str, peer_url: str | None
+) -> list[Result]:
+    async with admin_client(ctl.url, ctl.token) as admin:
+        await wait_ready(admin)
+        echo_id = await admin_provision_loadout(admin, "bench-echo", "echo")
+        shell_id = await admin_provision_loadout(admin, "bench-shell", "shell")
+        token = admin.headers["Authorization"].split()[1]
+    results: list[Result] = []
+    n, total, warmup = args.clients, args.sends, args.warmup
+    async with AsyncExitStack() as stack:
+        one = [await stack.enter_async_context(agent_client(ctl.url, echo_id, token))]
+        many = [await stack.enter_async_context(agent_client(ctl.url, echo_id, token)) for _ in range(n)]
+        hostd_one = [await stack.enter_async_context(open_hostd(socket_path, client_name="bench_a2a"))]
+        hostd_many = [
+            await stack.enter_async_context(open_hostd(socket_path, client_name="bench_a2a")) for _ in range(n)
+        ]
+        bare_one_c = [await stack.enter_async_context(httpx.AsyncClient(base_url=bare_url))]
+        bare_many = [await stack.enter_async_context(httpx.AsyncClient(base_url=bare_url)) for _ in range(n)]
+
+        async def exec_call(client: HostdClient) -> None:
+            await exec_one(client, echo_id)
+
+        base1 = await rows("hostd exec /bin/cat, 1 caller", "tasks/s", hostd_one, exec_call, total, warmup)
+        send1 = await rows("A2A message:send (echo), 1 client", "tasks/s", one, send_one, total, warmup)
+        bare1 = await rows("bare ASGI on hypercorn-trio, 1 client", "req/s", bare_one_c, bare_one, total, warmup)
+        baseN = await rows(f"hostd exec /bin/cat, {n} callers", "tasks/s", hostd_many, exec_call, total, 1)
+        sendN = await rows(f"A2A message:send (echo), {n} clients", "tasks/s", many, send_one, total, 1)
+        bareN = await rows(f"bare ASGI on hypercorn-trio, {n} clients", "req/s", bare_many, bare_one, total, 1)
+        results += [compare(send1, base1, "p50"), base1, compare(bare1, base1, "p50")]
+        if peer_url is not None:
+            peer1, peerN = await peer_rows(peer_url, n, total, warmup)
+            results.append(compare(peer1, base1, "p50"))
+        results += [compare(sendN, baseN, "p50"), baseN, compare(bareN, baseN, "p50")]
+        if peer_url is not None:
+            results.append(compare(peerN, baseN, "p50"))
+
+        sse = await sse_latency(ctl.url, shell_id, token, args.events)
+        direct = await exec_event_latency(hostd_one[0], shell_id, args.events)
+        sse_row = latency_result("SSE artifact update: output -> client", sse, unit="events/s")
+        direct_row = latency_result("hostd ExecOutput: output -> subscriber", direct, unit="events/s")
+        results += [compare(sse_row, direct_row, "p50"), direct_row]
+    return results
+
+
+async def admin_provision_loadout(client: httpx.AsyncClient, name: str, loadout: str) -> str:
+    response = await client.post(
+        "/api/v2/admin/instances", json={"name": name, "runtime": "host", "start": True, "loadout": loadout}
+    )
+    if response.status_code != 202:
+        raise RuntimeError(f"provision {name}: {response.status_code} {response.text}")
+    from bench_admin import wait_operation
+
+    op = await wait_operation(client, response.json()["id"], 0.01)
+    return str(op["result"]["instance_id"])  # type: ignore[index]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def peer_available() -> bool:
+    try:
+        import a2a.server.routes  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--sends", type=int, default=300, help="measured sends per case (default 300)")
+    p.add_argument("--warmup", type=int, default=10, help="unmeasured sends per client first")
+    p.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
+    p.add_argument("--events", type=int, default=50, help="SSE events timed (default 50)")
+    args = p.parse_args()
+    if args.versions:
+        print_versions()
+        return
+    bare = subprocess.Popen([sys.executable, "-c", BARE_ASGI], stdout=subprocess.PIPE, cwd=ROOT, env=dict(os.environ))
+    peer = peer_url = None
+    if peer_available():
+        port = free_port()
+        peer = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("peer_a2a_server.py")), str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
+        assert peer.stdout is not None
+        if peer.stdout.readline().strip() == b"ready":
+            peer_url = f"http://127.0.0.1:{port}/agents/peer"
+    try:
+        assert bare.stdout is not None
+        bare_url = bare.stdout.readline().decode().strip()
+        with running_hostd() as hostd, temp_dir("aiwg-bench-a2a-") as tmp:
+            ctl = Controller(tmp / "state", hostd.socket_path)
+            try:
+                results = trio.run(measure, ctl, hostd.socket_path, args, bare_url, peer_url)
+            except BaseException:
+                print(ctl.log(), file=sys.stderr)
+                raise
+            finally:
+                ctl.stop()
+                from bench_admin import _destroy_leftovers
+
+                trio.run(_destroy_leftovers, hostd.socket_path)
+    finally:
+        for proc in (bare, peer):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(10)
+
+    by_case = {r.case: r for r in results}
+    send1 = by_case["A2A message:send (echo), 1 client"]
+    base1 = by_case["hostd exec /bin/cat, 1 caller"]
+    sendN = by_case[f"A2A message:send (echo), {args.clients} clients"]
+    over = (send1.p50_us or 0) - (base1.p50_us or 0)
+    targets = [
+        Target(
+            description="send p50 at most 3 ms above hostd exec alone",
+            measured=f"+{over / 1000:.2f} ms",
+            met=over <= 3000,
+        ),
+        Target(
+            description=f"at least 200 tasks/s with {args.clients} clients",
+            measured=f"{sendN.throughput or 0:.0f} tasks/s",
+            met=(sendN.throughput or 0) >= 200,
+        ),
+    ]
+    peer1 = by_case.get("a2a-sdk server (peer), 1 client")
+    peerN = by_case.get(f"a2a-sdk server (peer), {args.clients} clients")
+    if peer1 is not None and peerN is not None:
+        targets.insert(
+            0,
+            Target(
+                description="send p50 under the peer's",
+                measured=f"{(send1.p50_us or 0) / 1000:.2f} ms vs {(peer1.p50_us or 0) / 1000:.2f} ms",
+                met=(send1.p50_us or 0) < (peer1.p50_us or 0),
+            ),
+        )
+        targets.append(
+            Target(
+                description="tasks/s above the peer's",
+                measured=f"{sendN.throughput or 0:.0f} vs {peerN.throughput or 0:.0f} tasks/s",
+                met=(sendN.throughput or 0) > (peerN.throughput or 0),
+            )
+        )
+    notes = []
+    if peer_url is None:
+        notes.append("peer (a2a-sdk server on Starlette/uvicorn) not measured: a2a-sdk[http-server], uvicorn missing")
+    report = Report(
+        bench="bench_a2a",
+        title="A2A message:send and SSE vs. hostd exec alone and a bare ASGI endpoint",
+        vs_of="p50",
+        params={"sends": args.sends, "clients": args.clients, "events": args.events},
+        results=results,
+        targets=targets,
+        notes=notes,
+    )
+    emit(report, as_json=args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The peer for bench_a2a.py: a2a-sdk's own server (its Starlette REST routes on uvicorn) with an
+agent executor that runs ``/bin/echo`` per task, as the controller runs a process per task.
+
+``python bench/peer_a2a_server.py PORT`` serves ``http://127.0.0.1:PORT/agents/peer``; it prints
+``ready`` once listening. Needs ``a2a-sdk[http-server]`` and ``uvicorn`` (the ``bench`` extra).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import uvicorn
+from a2a.server.agent_execution.agent_executor import AgentExecutor
+from a2a.server.agent_execution.context import RequestContext
+from a2a.server.events.event_queue import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes.rest_routes import create_rest_routes
+from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
+from a2a.server.tasks.task_updater import TaskUpdater
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part, Task, TaskState, TaskStatus
+from starlette.applications import Starlette
+
+
+class EchoExecutor(AgentExecutor):
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id, context_id = context.task_id or "", context.context_id or ""
+        # The SDK wants the Task before any update (else INVALID_AGENT_RESPONSE).
+        status = TaskStatus(state=TaskState.TASK_STATE_SUBMITTED)
+        await event_queue.enqueue_event(Task(id=task_id, context_id=context_id, status=status))
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/echo", "-n", context.get_user_input(), stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await proc.communicate()
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        await updater.add_artifact([Part(text=out.decode())])
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
+
+
+def main() -> None:
+    port = int(sys.argv[1])
+    url = f"http://127.0.0.1:{port}/agents/peer"
+    card = AgentCard(
+        name="peer",
+        description="a2a-sdk echo peer",
+        version="1",
+        supported_interfaces=[AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0")],
+        capabilities=AgentCapabilities(streaming=True),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[AgentSkill(id="echo", name="echo", description="runs /bin/echo", tags=["echo"])],
+    )
+    handler = DefaultRequestHandler(agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card)
+    app = Starlette(routes=create_rest_routes(handler, path_prefix="/agents/peer"))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+
+    async def serve() -> None:
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.02)
+        print("ready", flush=True)
+        await task
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""What every A2A request passes before its handler: token, instance, version, extensions.
+
+:func:`begin` is called first by every authenticated A2A handler (both bindings). In order:
+
+1. the bearer token (:meth:`controller.auth.Authenticator.authenticate`): none or unknown → 401;
+2. the instance: unknown, or not the token's own instance → 404 ``instance.not_found`` (a token of
+   one instance learns nothing about another, not even that it exists);
+3. ``A2A-Version`` (header, else the ``A2A-Version`` query parameter): ``1`` or ``1.x`` accepted.
+   Missing means 0.3 on the standard paths (spec §3.6) and is refused with
+   ``VERSION_NOT_SUPPORTED`` naming 1.0; on the agentic-sandbox ``/v1/`` paths, whose published
+   samples send none, missing means 1.0;
+4. ``A2A-Extensions``: the declared extensions the client asked for are activated (unknown ones
+   are ignored, not echoed). runtime/v1 is required: without it → 400 ``EXTENSION_SUPPORT_REQUIRED``
+   naming ``EXTENSION_REQUIRED`` and the URI, except in conformance mode.
+
+:func:`a2a_response` answers ``application/a2a+json`` and echoes the activated extensions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from quart import Response, request
+
+from ..auth import Principal, may_use_instance
+from ..errors import (
+    EXTENSION_REQUIRED,
+    VERSION_NOT_SUPPORTED,
+    ControllerError,
+    NotFound,
+    Unauthenticated,
+    ValidationFailed,
+)
+from ..state import app_state
+from ..store import InstanceRecord
+from .card import RUNTIME_EXTENSION
+
+A2A_JSON = "application/a2a+json"
+ACCEPTED_BODY_TYPES = ("application/json", "application/a2a+json")
+#: Extensions this controller implements (and declares on every card).
+DECLARED_EXTENSIONS = (RUNTIME_EXTENSION,)
+REQUIRED_EXTENSIONS = (RUNTIME_EXTENSION,)
+_VERSION_RE = re.compile(r"^(\d+)(?:\.(\d+))?$")
+
+
+@dataclass
+class Caller:
+    principal: Principal
+    instance: InstanceRecord
+    #: Activated extension URIs, in the client's spelling (echoed back as sent).
+    extensions: list[str] = field(default_factory=list)
+
+    @property
+    def discloses_host(self) -> bool:
+        """``runtime.host`` policy: operator tokens see the host name, instance tokens do not."""
+        return self.principal.instance_id is None
+
+
+def instance_not_found(instance_id: str) -> NotFound:
+    return NotFound("instance.not_found", f"no instance with id {instance_id!r}")
+
+
+def _version_error(message: str) -> ControllerError:
+    return ValidationFailed([], message, code=VERSION_NOT_SUPPORTED)
+
+
+def check_version(*, legacy_path: bool) -> None:
+    raw = (request.headers.get("A2A-Version") or request.args.get("A2A-Version") or "").strip()
+    if not raw:
+        if legacy_path:
+            return
+        raise _version_error("no A2A-Version given, which means 0.3; this agent speaks A2A 1.0 (send A2A-Version: 1.0)")
+    match = _VERSION_RE.match(raw)
+    if match is None or match.group(1) != "1":
+        raise _version_error(f"A2A-Version {raw[:32]!r} is not supported; this agent speaks A2A 1.0")
+
+
+def requested_extensions() -> list[str]:
+    values = request.headers.getlist("A2A-Extensions")
+    return [uri.strip() for value in values for uri in value.split(",") if uri.strip()]
+
+
+def activate_extensions(*, enforce: bool) -> list[str]:
+    declared = {uri.lower(): uri for uri in DECLARED_EXTENSIONS}
+    activated = [uri for uri in requested_extensions() if uri.lower() in declared]
+    if enforce and not app_state().config.conformance_mode:
+        active = {uri.lower() for uri in activated}
+        for uri in REQUIRED_EXTENSIONS:
+            if uri.lower() not in active:
+                raise ValidationFailed(
+                    [],
+                    f"EXTENSION_REQUIRED: the required extension {uri} was not activated (send it in A2A-Extensions)",
+                    code=EXTENSION_REQUIRED,
+                    details={"extension": uri, "error": "EXTENSION_REQUIRED"},
+                )
+    return activated
+
+
+def authenticate() -> Principal:
+    principal = app_state().auth.authenticate(request.headers.get("Authorization"))
+    if principal is None:
+        raise Unauthenticated("auth.unauthorized", "a valid bearer token is required")
+    return principal
+
+
+async def instance_for(principal: Principal, instance_id: str) -> InstanceRecord:
+    if not may_use_instance(principal, instance_id):
+        raise instance_not_found(instance_id)
+    rec = await app_state().store.instances.get(instance_id)
+    if rec is None or rec.state == "destroyed":
+        raise instance_not_found(instance_id)
+    return rec
+
+
+async def begin(instance_id: str, *, legacy_path: bool = False, enforce_extensions: bool = True) -> Caller:
+    principal = authenticate()
+    rec = await instance_for(principal, instance_id)
+    check_version(legacy_path=legacy_path)
+    return Caller(principal, rec, activate_extensions(enforce=enforce_extensions))
+
+
+def is_legacy_path() -> bool:
+    """The agentic-sandbox ``/agents/{id}/v1/...`` paths (see :func:`check_version`)."""
+    rule = request.url_rule.rule if request.url_rule is not None else request.path
+    return "/v1/" in rule
+
+
+def a2a_response(
+    body: Any, caller: Caller | None = None, *, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    response = Response(msgspec.json.encode(body), status=status, content_type=A2A_JSON)
+    if caller is not None and caller.extensions:
+        response.headers["A2A-Extensions"] = ", ".join(caller.extensions)
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response

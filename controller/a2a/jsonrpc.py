@@ -1,0 +1,160 @@
+"""The JSON-RPC 2.0 binding at ``POST /agents/{instance_id}`` (the agent's base URL itself).
+
+The binding a2a-sdk clients pick by default. Methods (params are the v1.0 request JSON) are the
+same operations as the HTTP+JSON binding (:mod:`controller.a2a.operations`): ``SendMessage``,
+``SendStreamingMessage`` and ``SubscribeToTask`` (SSE: each event a JSON-RPC response with the
+request's id and a StreamResponse result), ``GetTask``, ``ListTasks``, ``CancelTask``, the four
+push config methods (``PUSH_NOTIFICATION_NOT_SUPPORTED``) and ``GetExtendedAgentCard``.
+
+Errors are JSON-RPC errors with the v1.0.1 codes (-32001 ... -32009, -32600 ... -32700) and the
+A2A error details (ErrorInfo, BadRequest) as ``error.data``. They are answered with HTTP 200, as
+JSON-RPC over HTTP does, except for what HTTP itself says: 401 without a valid token, 404 for an
+instance the caller cannot see. A batch (a JSON array) is refused (-32600).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from quart import Response, request
+
+from ..decoding import validation_failure
+from ..errors import (
+    CONTENT_TYPE_NOT_SUPPORTED,
+    METHOD_NOT_FOUND,
+    ControllerError,
+    MalformedInput,
+    NotFound,
+    UnsupportedMedia,
+)
+from ..http import request_body
+from ..tasks.model import SendMessageRequest
+from ..tasks.service import ListQuery
+from . import a2a, operations
+from .edge import A2A_JSON, ACCEPTED_BODY_TYPES, Caller, begin
+from .errors import A2AError, to_a2a
+from .sse import Framing, sse_response
+
+JsonId = str | int | None
+#: Methods that need runtime/v1 activated (as on the HTTP+JSON binding).
+GATED = frozenset(
+    {
+        "SendMessage",
+        "SendStreamingMessage",
+        "CancelTask",
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+    }
+)
+PUSH_METHODS = frozenset(m for m in GATED if "PushNotificationConfig" in m)
+STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
+PARSE_ERROR = -32700
+
+
+class Envelope(msgspec.Struct, kw_only=True):
+    jsonrpc: str
+    method: str
+    id: JsonId = None
+    params: dict[str, Any] = {}
+
+
+def rpc_error(call_id: JsonId, error: A2AError, code: int | None = None) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": call_id,
+        "error": {
+            "code": error.kind.jsonrpc if code is None else code,
+            "message": error.message,
+            "data": error.details(),
+        },
+    }
+
+
+def rpc_response(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    response = Response(msgspec.json.encode(body), status=status, content_type=A2A_JSON)
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+class RpcFraming(Framing):
+    def __init__(self, call_id: JsonId) -> None:
+        self.call_id = call_id
+
+    def data(self, obj: dict[str, Any]) -> bytes:
+        return super().data({"jsonrpc": "2.0", "id": self.call_id, "result": obj})
+
+    def error(self, error: A2AError) -> bytes:
+        return b"event: error\ndata: " + msgspec.json.encode(rpc_error(self.call_id, error)) + b"\n\n"
+
+
+def params_of(envelope: Envelope, type_: type[Any]) -> Any:
+    try:
+        return msgspec.convert(envelope.params, type_)
+    except msgspec.ValidationError as exc:
+        raise validation_failure(exc) from None
+
+
+async def _unary(caller: Caller, envelope: Envelope) -> dict[str, Any]:
+    method = envelope.method
+    calls: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
+        "SendMessage": lambda: operations.send_message(caller, params_of(envelope, SendMessageRequest)),
+        "GetTask": lambda: operations.get_task(caller, params_of(envelope, operations.GetTaskParams)),
+        "ListTasks": lambda: operations.list_tasks(caller, params_of(envelope, ListQuery)),
+        "CancelTask": lambda: operations.cancel_task(caller, params_of(envelope, operations.TaskIdParams)),
+        "GetExtendedAgentCard": lambda: operations.extended_agent_card(caller),
+    }
+    if method in PUSH_METHODS:
+        return await operations.push_config(caller)
+    call = calls.get(method)
+    if call is None:
+        raise NotFound(METHOD_NOT_FOUND, f"no JSON-RPC method {method[:64]!r}")
+    return await call()
+
+
+@a2a.post("/agents/<instance_id>")
+@a2a.post("/agents/<instance_id>/")  # clients that join paths onto the base URL add the slash
+async def jsonrpc(instance_id: str) -> Response:
+    call_id: JsonId = None
+    try:
+        body = await request_body()
+        if request.mimetype not in ACCEPTED_BODY_TYPES:
+            raise UnsupportedMedia("a JSON-RPC request is application/json", code=CONTENT_TYPE_NOT_SUPPORTED)
+        try:
+            raw = msgspec.json.decode(body)
+        except msgspec.DecodeError:
+            error = to_a2a(MalformedInput("the body is not JSON"))
+            return rpc_response(rpc_error(None, error, PARSE_ERROR))
+        if isinstance(raw, dict) and isinstance(raw.get("id"), str | int):
+            call_id = raw["id"]
+        try:
+            envelope = msgspec.convert(raw, Envelope)
+        except msgspec.ValidationError as exc:
+            raise MalformedInput(f"not a JSON-RPC 2.0 request: {exc}") from None
+        if envelope.jsonrpc != "2.0":
+            raise MalformedInput('not a JSON-RPC 2.0 request: jsonrpc must be "2.0"')
+        caller = await begin(instance_id, enforce_extensions=envelope.method in GATED)
+        if envelope.method in STREAMING:
+            framing = RpcFraming(call_id)
+            if envelope.method == "SendStreamingMessage":
+                stream = await operations.send_streaming_message(
+                    caller, params_of(envelope, SendMessageRequest), framing
+                )
+            else:
+                stream = await operations.subscribe_to_task(
+                    caller, params_of(envelope, operations.TaskIdParams), framing
+                )
+            return sse_response(caller, stream)
+        result = await _unary(caller, envelope)
+        response = rpc_response({"jsonrpc": "2.0", "id": call_id, "result": result})
+        if caller.extensions:
+            response.headers["A2A-Extensions"] = ", ".join(caller.extensions)
+        return response
+    except ControllerError as exc:
+        error = to_a2a(exc)
+        status = error.http_status if exc.code in ("auth.unauthorized", "instance.not_found") else 200
+        return rpc_response(rpc_error(call_id, error), status, error.headers() if status != 200 else None)

@@ -1,0 +1,99 @@
+"""The A2A operations, once: both bindings (HTTP+JSON in ``rest``, JSON-RPC in ``jsonrpc``) read
+their request into these typed parameters and call the same function.
+
+Each takes the :class:`~controller.a2a.edge.Caller` its binding's edge produced and returns the
+A2A JSON result (a dict) or, for the streaming operations, the body of an SSE stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import msgspec
+
+from ..errors import PUSH_NOT_SUPPORTED, UNSUPPORTED_OPERATION, InvalidState, Unimplemented
+from ..state import app_state
+from ..tasks.model import Id, Metadata, SendMessageRequest
+from ..tasks.service import ListQuery
+from .discovery import signed_card
+from .edge import Caller
+from .sse import Framing, task_events
+from .views import task_view
+
+HistoryLength = Annotated[int, msgspec.Meta(ge=0, le=10000)]
+
+
+class GetTaskParams(msgspec.Struct, rename="camel", kw_only=True):
+    id: Id
+    history_length: HistoryLength | None = None
+    tenant: str | None = None
+
+
+class TaskIdParams(msgspec.Struct, rename="camel", kw_only=True):
+    id: Id
+    metadata: Metadata | None = None
+    tenant: str | None = None
+
+
+async def view(caller: Caller, rec: Any, **kw: Any) -> dict[str, Any]:
+    return await task_view(app_state().store, rec, caller.instance, disclose_host=caller.discloses_host, **kw)
+
+
+async def send_message(caller: Caller, req: SendMessageRequest) -> dict[str, Any]:
+    tasks = app_state().tasks
+    rec = await tasks.send(caller.instance, req)
+    config = req.configuration
+    if config is None or not config.return_immediately:
+        rec = await tasks.wait_settled(rec.id)
+    history = config.history_length if config is not None else None
+    return {"task": await view(caller, rec, history_length=history)}
+
+
+async def send_streaming_message(
+    caller: Caller, req: SendMessageRequest, framing: Framing | None = None
+) -> AsyncIterator[bytes]:
+    rec = await app_state().tasks.send(caller.instance, req)
+    # A new task streams from its creation; a follow-up from the task as it stands.
+    return task_events(caller, rec.id, from_creation=req.message.task_id is None, framing=framing)
+
+
+async def get_task(caller: Caller, params: GetTaskParams) -> dict[str, Any]:
+    rec = await app_state().tasks.get(caller.instance.id, params.id)
+    return await view(caller, rec, history_length=params.history_length)
+
+
+async def list_tasks(caller: Caller, query: ListQuery) -> dict[str, Any]:
+    page = await app_state().tasks.list(caller.instance.id, query)
+    history = 0 if query.history_length is None else query.history_length
+    tasks = [
+        await view(caller, rec, history_length=history, include_artifacts=query.include_artifacts) for rec in page.tasks
+    ]
+    return {
+        "tasks": tasks,
+        "nextPageToken": page.next_page_token,
+        "pageSize": page.page_size,
+        "totalSize": page.total_size,
+    }
+
+
+async def cancel_task(caller: Caller, params: TaskIdParams) -> dict[str, Any]:
+    rec = await app_state().tasks.cancel(caller.instance.id, params.id)
+    return await view(caller, rec)
+
+
+async def subscribe_to_task(
+    caller: Caller, params: TaskIdParams, framing: Framing | None = None
+) -> AsyncIterator[bytes]:
+    rec = await app_state().tasks.get(caller.instance.id, params.id)
+    if rec.terminal:
+        raise InvalidState(UNSUPPORTED_OPERATION, f"task {rec.id} is {rec.state}: there is nothing to subscribe to")
+    return task_events(caller, rec.id, from_creation=False, framing=framing)
+
+
+async def push_config(caller: Caller) -> dict[str, Any]:
+    raise Unimplemented(PUSH_NOT_SUPPORTED, "this agent does not send push notifications")
+
+
+async def extended_agent_card(caller: Caller) -> dict[str, Any]:
+    return await signed_card(caller.instance)

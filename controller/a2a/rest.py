@@ -1,0 +1,145 @@
+"""The HTTP+JSON binding: the A2A v1.0 paths and the agentic-sandbox ``/v1/`` paths, one handler each.
+
+=====================================  =============================================  ============================
+operation                              A2A v1.0 path                                  agentic-sandbox path
+=====================================  =============================================  ============================
+SendMessage                            ``POST /message:send``                         ``/v1/messages:send``
+SendStreamingMessage (SSE)             ``POST /message:stream``                       ``/v1/messages:stream``
+GetTask                                ``GET /tasks/{id}``                            ``/v1/tasks/{id}``
+ListTasks                              ``GET /tasks``                                 ``/v1/tasks``
+CancelTask                             ``POST /tasks/{id}:cancel``                    ``/v1/tasks/{id}/cancel``
+SubscribeToTask (SSE)                  ``GET|POST /tasks/{id}:subscribe``             ``/v1/tasks/{id}/subscribe``
+push notification configs              ``/tasks/{id}/pushNotificationConfigs[/{c}]``  the same under ``/v1``
+GetExtendedAgentCard                   ``GET /extendedAgentCard``                     ``/v1/extendedAgentCard``
+=====================================  =============================================  ============================
+
+(``{id}:cancel`` and ``{id}:subscribe`` are told apart from ``{id}`` in the handler: a task id
+never holds a colon.) Request bodies must be ``application/json`` or ``application/a2a+json``.
+SendMessage, SendStreamingMessage, CancelTask and the push operations need runtime/v1 activated
+(see :mod:`controller.a2a.edge`); reads do not. The work is in :mod:`controller.a2a.operations`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from quart import Response, request
+
+from ..decoding import decode_json, validation_failure
+from ..errors import CONTENT_TYPE_NOT_SUPPORTED, METHOD_NOT_FOUND, NotFound, UnsupportedMedia, ValidationFailed
+from ..http import request_body
+from ..tasks.model import SendMessageRequest
+from ..tasks.service import ListQuery
+from . import a2a, operations
+from .edge import ACCEPTED_BODY_TYPES, a2a_response, begin, is_legacy_path
+from .sse import sse_response
+
+P = "/agents/<instance_id>"
+
+
+async def read_body(type_: type[Any], *, optional: bool = False) -> Any:
+    body = await request_body()
+    if optional and not body.strip():
+        return None
+    if request.mimetype not in ACCEPTED_BODY_TYPES:
+        raise UnsupportedMedia(
+            f"the body must be application/json or application/a2a+json, not {request.mimetype or 'unnamed'!r}",
+            code=CONTENT_TYPE_NOT_SUPPORTED,
+        )
+    return decode_json(body, type_)
+
+
+def query(type_: type[Any], **extra: Any) -> Any:
+    """Query parameters (and path values) into ``type_`` (strings converted: numbers, booleans)."""
+    args: dict[str, Any] = {key: request.args.get(key) for key in request.args if key != "A2A-Version"}
+    args.update(extra)
+    try:
+        return msgspec.convert(args, type_, strict=False)
+    except msgspec.ValidationError as exc:
+        raise validation_failure(exc) from None
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    task_id, sep, verb = ref.partition(":")
+    return task_id, (verb if sep else None)
+
+
+@a2a.post(f"{P}/message:send")
+@a2a.post(f"{P}/v1/messages:send")
+async def send_message(instance_id: str) -> Response:
+    caller = await begin(instance_id, legacy_path=is_legacy_path())
+    req: SendMessageRequest = await read_body(SendMessageRequest)
+    return a2a_response(await operations.send_message(caller, req), caller)
+
+
+@a2a.post(f"{P}/message:stream")
+@a2a.post(f"{P}/v1/messages:stream")
+async def send_streaming_message(instance_id: str) -> Response:
+    caller = await begin(instance_id, legacy_path=is_legacy_path())
+    req: SendMessageRequest = await read_body(SendMessageRequest)
+    return sse_response(caller, await operations.send_streaming_message(caller, req))
+
+
+@a2a.get(f"{P}/tasks/<ref>")
+@a2a.get(f"{P}/v1/tasks/<ref>")
+async def get_task(instance_id: str, ref: str) -> Response:
+    task_id, verb = split_ref(ref)
+    if verb == "subscribe":
+        return await subscribe(instance_id, task_id)
+    if verb is not None:
+        raise NotFound(METHOD_NOT_FOUND, f"no A2A operation GET :{verb[:32]}")
+    caller = await begin(instance_id, legacy_path=is_legacy_path(), enforce_extensions=False)
+    params = query(operations.GetTaskParams, id=task_id)
+    return a2a_response(await operations.get_task(caller, params), caller)
+
+
+@a2a.post(f"{P}/tasks/<ref>")
+async def task_verb(instance_id: str, ref: str) -> Response:
+    task_id, verb = split_ref(ref)
+    if verb == "cancel":
+        return await cancel(instance_id, task_id)
+    if verb == "subscribe":
+        return await subscribe(instance_id, task_id)
+    raise NotFound(METHOD_NOT_FOUND, f"no A2A operation POST {request.path[:256]}")
+
+
+@a2a.post(f"{P}/v1/tasks/<task_id>/cancel")
+async def cancel(instance_id: str, task_id: str) -> Response:
+    caller = await begin(instance_id, legacy_path=is_legacy_path())
+    body: operations.TaskIdParams | None = await read_body(operations.TaskIdParams, optional=True)
+    if body is not None and body.id != task_id:
+        raise ValidationFailed([{"field": "id", "message": "differs from the task id in the path", "code": "mismatch"}])
+    params = body or operations.TaskIdParams(id=task_id)
+    return a2a_response(await operations.cancel_task(caller, params), caller)
+
+
+@a2a.get(f"{P}/v1/tasks/<task_id>/subscribe")
+@a2a.post(f"{P}/v1/tasks/<task_id>/subscribe")
+async def subscribe(instance_id: str, task_id: str) -> Response:
+    caller = await begin(instance_id, legacy_path=is_legacy_path(), enforce_extensions=False)
+    params = operations.TaskIdParams(id=task_id)
+    return sse_response(caller, await operations.subscribe_to_task(caller, params))
+
+
+@a2a.get(f"{P}/tasks")
+@a2a.get(f"{P}/v1/tasks")
+async def list_tasks(instance_id: str) -> Response:
+    caller = await begin(instance_id, legacy_path=is_legacy_path(), enforce_extensions=False)
+    return a2a_response(await operations.list_tasks(caller, query(ListQuery)), caller)
+
+
+@a2a.route(f"{P}/tasks/<task_id>/pushNotificationConfigs", methods=["GET", "POST"])
+@a2a.route(f"{P}/tasks/<task_id>/pushNotificationConfigs/<config_id>", methods=["GET", "DELETE"])
+@a2a.route(f"{P}/v1/tasks/<task_id>/pushNotificationConfigs", methods=["GET", "POST"])
+@a2a.route(f"{P}/v1/tasks/<task_id>/pushNotificationConfigs/<config_id>", methods=["GET", "DELETE"])
+async def push_configs(instance_id: str, task_id: str, config_id: str | None = None) -> Response:
+    caller = await begin(instance_id, legacy_path=is_legacy_path())
+    return a2a_response(await operations.push_config(caller), caller)
+
+
+@a2a.get(f"{P}/extendedAgentCard")
+@a2a.get(f"{P}/v1/extendedAgentCard")
+async def extended_agent_card(instance_id: str) -> Response:
+    caller = await begin(instance_id, legacy_path=is_legacy_path(), enforce_extensions=False)
+    return a2a_response(await operations.extended_agent_card(caller), caller)

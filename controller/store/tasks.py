@@ -1,0 +1,328 @@
+"""A2A tasks: the task row, its ordered event timeline and its artifacts.
+
+Every change to a task is one :meth:`TaskTable.append` transaction: the event gets the next
+sequence number of its task (``last_seq + 1``) and a timeline time strictly after the previous
+one, the row takes the new status (if the event carries one) and the exec position it came from,
+and an artifact chunk is folded into the stored artifact. So a reader never sees a status without
+the events before it, and a restarted controller resumes an exec's output exactly where the last
+acknowledged event left it (``exec_seq``).
+
+Event kinds: ``message`` (a Message of the history), ``status`` (a TaskStatusUpdateEvent) and
+``artifact`` (a TaskArtifactUpdateEvent); bodies are their A2A JSON. Times are Unix seconds.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from .database import Database, from_json, to_json
+
+TERMINAL = ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED")
+INTERRUPTED = ("TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED")
+#: Timeline times of one task are at least this far apart, so they order as they were stored.
+TICK_S = 1e-6
+#: The gateway's timeline key (kagent metadata note), set on every message and artifact stored.
+TIMELINE_POSITION = "kagent.dev/a2a/timeline-position"
+
+
+def rfc3339_us(ts: float) -> str:
+    """RFC 3339 UTC with microseconds (what timeline positions need to order)."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def stamp(kind: str, body: dict[str, Any], at: float) -> None:
+    """Set the timeline position on the message or artifact an event carries."""
+    target: dict[str, Any] | None = None
+    if kind == "message":
+        target = body
+    elif kind == "status":
+        body["status"]["timestamp"] = rfc3339_us(at)
+        target = body["status"].get("message")
+    elif kind == "artifact":
+        target = body.get("artifact")
+    if target is not None:
+        target["metadata"] = {**(target.get("metadata") or {}), TIMELINE_POSITION: rfc3339_us(at)}
+
+
+class TaskRecord(msgspec.Struct, kw_only=True):
+    id: str
+    instance_id: str
+    context_id: str
+    state: str
+    status: dict[str, Any]
+    metadata: dict[str, Any] = {}
+    exec_id: str | None = None
+    exec_seq: int = 0
+    last_seq: int = 0
+    last_at: float
+    created_at: float
+    status_at: float
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+
+class TaskEvent(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+    seq: int
+    kind: str
+    body: dict[str, Any]
+    at: float
+
+
+class Append(msgspec.Struct, kw_only=True):
+    """One change: an event, and what it changes on the row."""
+
+    kind: str
+    body: dict[str, Any]
+    status: dict[str, Any] | None = None
+    exec_id: str | None = None
+    exec_seq: int | None = None
+    metadata: dict[str, Any] | None = None
+    #: An artifact chunk: (artifact, append) folded into the stored artifact.
+    artifact: dict[str, Any] | None = None
+    append: bool = False
+    #: Skip the change (append returns None) if the task is terminal already: the one guard
+    #: between two writers that both want to end a task (an exit and a cancel).
+    unless_terminal: bool = False
+
+
+def _record(row: sqlite3.Row) -> TaskRecord:
+    return TaskRecord(
+        id=row["id"],
+        instance_id=row["instance_id"],
+        context_id=row["context_id"],
+        state=row["state"],
+        status=from_json(row["status"]),
+        metadata=from_json(row["metadata"]) or {},
+        exec_id=row["exec_id"],
+        exec_seq=row["exec_seq"],
+        last_seq=row["last_seq"],
+        last_at=row["last_at"],
+        created_at=row["created_at"],
+        status_at=row["status_at"],
+    )
+
+
+def _event(row: sqlite3.Row) -> TaskEvent:
+    return TaskEvent(
+        task_id=row["task_id"], seq=row["seq"], kind=row["kind"], body=from_json(row["body"]), at=row["at"]
+    )
+
+
+def fold_artifact(stored: dict[str, Any] | None, chunk: dict[str, Any], append: bool) -> dict[str, Any]:
+    """The artifact after a chunk: a new one replaces, an appended one adds its parts (text
+    following text is joined, so an artifact reads as one text however it was chunked)."""
+    if stored is None or not append:
+        return {**chunk, "parts": [dict(p) for p in chunk["parts"]]}
+    parts = [dict(p) for p in stored["parts"]]
+    for part in chunk["parts"]:
+        if parts and set(parts[-1]) == {"text"} and set(part) == {"text"}:
+            parts[-1]["text"] += part["text"]
+        else:
+            parts.append(dict(part))
+    return {**stored, "parts": parts}
+
+
+class TaskTable:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(self, rec: TaskRecord, first: Append) -> TaskEvent:
+        """Insert the task with its first event (the message that started it)."""
+
+        def create(db: sqlite3.Connection) -> TaskEvent:
+            db.execute(
+                "INSERT INTO tasks VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    rec.id,
+                    rec.instance_id,
+                    rec.context_id,
+                    rec.state,
+                    to_json(rec.status),
+                    to_json(rec.metadata),
+                    rec.exec_id,
+                    rec.exec_seq,
+                    0,
+                    rec.created_at - TICK_S,
+                    rec.created_at,
+                    rec.status_at,
+                ),
+            )
+            event = _append(db, rec.id, first, rec.created_at)
+            assert event is not None
+            return event
+
+        event = await self._db.run(self._db.transaction(create))
+        rec.last_seq, rec.last_at = event.seq, event.at
+        return event
+
+    async def append(self, task_id: str, change: Append, now: float) -> tuple[TaskEvent | None, TaskRecord]:
+        """Add one event (see the module docstring); returns it (None if skipped) and the row."""
+        events, rec = await self.append_many(task_id, [change], now)
+        return events[0], rec
+
+    async def append_many(
+        self, task_id: str, changes: list[Append], now: float
+    ) -> tuple[list[TaskEvent | None], TaskRecord]:
+        """Several events in one transaction (a task's last chunks and its final status)."""
+
+        def append(db: sqlite3.Connection) -> tuple[list[TaskEvent | None], TaskRecord]:
+            events = [_append(db, task_id, change, now) for change in changes]
+            row = db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
+            return events, _record(row)
+
+        return await self._db.run(self._db.transaction(append))
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        row = await self._db.run(lambda db: db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone())
+        return None if row is None else _record(row)
+
+    async def events_after(self, task_id: str, seq: int, limit: int = 500) -> list[TaskEvent]:
+        rows = await self._db.run(
+            lambda db: db.execute(
+                "SELECT * FROM task_events WHERE task_id = ? AND seq > ? ORDER BY seq LIMIT ?", (task_id, seq, limit)
+            ).fetchall()
+        )
+        return [_event(r) for r in rows]
+
+    async def history(self, task_id: str, limit: int | None) -> list[dict[str, Any]]:
+        """The task's messages, oldest first; the last ``limit`` of them when given."""
+        if limit == 0:
+            return []
+        rows = await self._db.run(
+            lambda db: db.execute(
+                "SELECT body FROM task_events WHERE task_id = ? AND kind = 'message' ORDER BY seq DESC LIMIT ?",
+                (task_id, -1 if limit is None else limit),
+            ).fetchall()
+        )
+        return [from_json(r["body"]) for r in reversed(rows)]
+
+    async def contents(
+        self, task_id: str, history_limit: int | None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(artifacts, the last ``history_limit`` messages) in one read."""
+
+        def read(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            artifacts = db.execute(
+                "SELECT body FROM task_artifacts WHERE task_id = ? ORDER BY position", (task_id,)
+            ).fetchall()
+            history: list[sqlite3.Row] = []
+            if history_limit != 0:
+                history = db.execute(
+                    "SELECT body FROM task_events WHERE task_id = ? AND kind = 'message' ORDER BY seq DESC LIMIT ?",
+                    (task_id, -1 if history_limit is None else history_limit),
+                ).fetchall()
+            return [from_json(r["body"]) for r in artifacts], [from_json(r["body"]) for r in reversed(history)]
+
+        return await self._db.run(read)
+
+    async def artifacts(self, task_id: str) -> list[dict[str, Any]]:
+        rows = await self._db.run(
+            lambda db: db.execute(
+                "SELECT body FROM task_artifacts WHERE task_id = ? ORDER BY position", (task_id,)
+            ).fetchall()
+        )
+        return [from_json(r["body"]) for r in rows]
+
+    async def page(
+        self,
+        instance_id: str,
+        *,
+        context_id: str | None,
+        state: str | None,
+        status_after: float | None,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> tuple[list[TaskRecord], int]:
+        """One page, newest status first (ties by id), after the ``after`` cursor; and the total
+        number of tasks matching the filters."""
+        where, args = ["instance_id = ?"], [instance_id]
+        if context_id is not None:
+            where.append("context_id = ?")
+            args.append(context_id)
+        if state is not None:
+            where.append("state = ?")
+            args.append(state)
+        if status_after is not None:
+            where.append("status_at >= ?")
+            args.append(status_after)  # type: ignore[arg-type]
+        filters = " AND ".join(where)
+        page_where, page_args = filters, list(args)
+        if after is not None:
+            page_where += " AND (status_at < ? OR (status_at = ? AND id < ?))"
+            page_args += [after[0], after[0], after[1]]  # type: ignore[list-item]
+
+        def query(db: sqlite3.Connection) -> tuple[list[TaskRecord], int]:
+            total = db.execute(f"SELECT COUNT(*) FROM tasks WHERE {filters}", args).fetchone()[0]
+            rows = db.execute(
+                f"SELECT * FROM tasks WHERE {page_where} ORDER BY status_at DESC, id DESC LIMIT ?", [*page_args, limit]
+            ).fetchall()
+            return [_record(r) for r in rows], int(total)
+
+        return await self._db.run(query)
+
+    async def purge(self, ended_before: float) -> int:
+        """Delete terminal tasks whose last status is older than ``ended_before`` (with their
+        events and artifacts); returns how many."""
+        marks = ",".join("?" * len(TERMINAL))
+        doomed = f"SELECT id FROM tasks WHERE state IN ({marks}) AND status_at < ?"
+        args = (*TERMINAL, ended_before)
+
+        def purge(db: sqlite3.Connection) -> int:
+            db.execute(f"DELETE FROM task_events WHERE task_id IN ({doomed})", args)
+            db.execute(f"DELETE FROM task_artifacts WHERE task_id IN ({doomed})", args)
+            return int(db.execute(f"DELETE FROM tasks WHERE id IN ({doomed})", args).rowcount)
+
+        return await self._db.run(self._db.transaction(purge))
+
+    async def unfinished(self) -> list[TaskRecord]:
+        marks = ",".join("?" * len(TERMINAL))
+        rows = await self._db.run(
+            lambda db: db.execute(f"SELECT * FROM tasks WHERE state NOT IN ({marks}) ORDER BY created_at", TERMINAL)
+        )
+        return [_record(r) for r in rows.fetchall()]
+
+
+def _append(db: sqlite3.Connection, task_id: str, change: Append, now: float) -> TaskEvent | None:
+    row = db.execute("SELECT last_seq, last_at, state FROM tasks WHERE id = ?", (task_id,)).fetchone()
+    if change.unless_terminal and row["state"] in TERMINAL:
+        return None
+    seq, at = row["last_seq"] + 1, max(now, row["last_at"] + TICK_S)
+    body = change.body
+    stamp(change.kind, body, at)  # the body's status / artifact are the change's own dicts
+    db.execute("INSERT INTO task_events VALUES (?,?,?,?,?)", (task_id, seq, change.kind, to_json(body), at))
+    sets, args = ["last_seq = ?", "last_at = ?"], [seq, at]
+    if change.status is not None:
+        sets += ["state = ?", "status = ?", "status_at = ?"]
+        args += [change.status["state"], to_json(change.status), at]
+    if change.exec_id is not None:
+        sets.append("exec_id = ?")
+        args.append(change.exec_id)
+    if change.exec_seq is not None:
+        sets.append("exec_seq = ?")
+        args.append(change.exec_seq)
+    if change.metadata is not None:
+        sets.append("metadata = ?")
+        args.append(to_json(change.metadata))
+    db.execute(f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*args, task_id])
+    if change.artifact is not None:
+        artifact_id = change.artifact["artifactId"]
+        found = db.execute(
+            "SELECT body, position FROM task_artifacts WHERE task_id = ? AND artifact_id = ?", (task_id, artifact_id)
+        ).fetchone()
+        folded = fold_artifact(from_json(found["body"]) if found else None, change.artifact, change.append)
+        if found is None:
+            position = db.execute("SELECT COUNT(*) FROM task_artifacts WHERE task_id = ?", (task_id,)).fetchone()[0]
+            db.execute("INSERT INTO task_artifacts VALUES (?,?,?,?)", (task_id, artifact_id, position, to_json(folded)))
+        else:
+            db.execute(
+                "UPDATE task_artifacts SET body = ? WHERE task_id = ? AND artifact_id = ?",
+                (to_json(folded), task_id, artifact_id),
+            )
+    return TaskEvent(task_id=task_id, seq=seq, kind=change.kind, body=body, at=at)

@@ -1,0 +1,90 @@
+"""Wake-ups for whoever waits on a task: blocking sends, cancels, SSE subscribers.
+
+The store holds every event; the hub only says "task T has news" (:meth:`TaskHub.pulse`). A waiter
+takes the task's current :class:`trio.Event` *before* reading the store and waits on it when it
+has read everything, so no event is missed between the read and the wait. Nobody is ever sent
+anything through the hub: each waiter reads from the store (or the small in-memory tail of recent
+events) at its own pace, so a slow reader holds up no one and needs no buffer of its own.
+
+The tail keeps the last :data:`TAIL_EVENTS` events of tasks with live readers, so the readers of a
+busy task are fed from memory rather than a database read each.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import trio
+
+from ..store import TaskEvent
+
+TAIL_EVENTS = 256
+
+
+class _Entry:
+    __slots__ = ("changed", "tail", "users")
+
+    def __init__(self) -> None:
+        self.changed = trio.Event()
+        self.tail: deque[TaskEvent] = deque(maxlen=TAIL_EVENTS)
+        self.users = 0
+
+
+class TaskHub:
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+
+    def _entry(self, task_id: str) -> _Entry:
+        entry = self._entries.get(task_id)
+        if entry is None:
+            entry = self._entries[task_id] = _Entry()
+        return entry
+
+    def pulse(self, task_id: str, event: TaskEvent | None = None) -> None:
+        entry = self._entries.get(task_id)
+        if entry is None:
+            return  # nobody waits
+        if event is not None:
+            entry.tail.append(event)
+        entry.changed.set()
+        entry.changed = trio.Event()
+
+    def watchers(self, task_id: str) -> int:
+        """How many waiters (blocking sends, streams) follow the task now."""
+        entry = self._entries.get(task_id)
+        return 0 if entry is None else entry.users
+
+    def watch(self, task_id: str) -> Watch:
+        return Watch(self, task_id)
+
+    def _release(self, task_id: str) -> None:
+        entry = self._entries.get(task_id)
+        if entry is not None:
+            entry.users -= 1
+            if entry.users <= 0:
+                del self._entries[task_id]
+
+
+class Watch:
+    """``with hub.watch(tid) as w``: ``w.changed()`` before a read, then ``await`` it."""
+
+    def __init__(self, hub: TaskHub, task_id: str) -> None:
+        self._hub = hub
+        self._task_id = task_id
+
+    def __enter__(self) -> Watch:
+        self._hub._entry(self._task_id).users += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hub._release(self._task_id)
+
+    def changed(self) -> trio.Event:
+        return self._hub._entry(self._task_id).changed
+
+    def tail_after(self, seq: int) -> list[TaskEvent] | None:
+        """Events after ``seq`` from memory, or None if the tail does not reach back that far."""
+        tail = self._hub._entry(self._task_id).tail
+        if not tail or tail[0].seq > seq + 1:
+            return None
+        return [event for event in tail if event.seq > seq]

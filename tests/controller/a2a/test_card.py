@@ -1,0 +1,127 @@
+"""The signed AgentCard, its caching headers and the JWKS, on a live controller and hostd.
+
+The signature is checked twice: with a2a-sdk's own verifier (``a2a.utils.signing``) and by hand
+(RFC 8785 with the ``rfc8785`` package, Ed25519 with ``cryptography``), against the public key the
+JWKS publishes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import httpx
+import rfc8785
+from a2a.client.card_resolver import parse_agent_card
+from a2a.utils.signing import create_signature_verifier
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from jwt import PyJWK
+
+from controller.a2a.card import RUNTIME_EXTENSION
+from controller.config import load_config
+from tests.contracts import validate_runtime
+from tests.controller.a2a.helpers import new_agent
+from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller
+
+
+def _b64(data: str) -> bytes:
+    return base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
+
+
+def verify_by_hand(card: dict[str, Any], jwks: dict[str, Any]) -> dict[str, Any]:
+    """JCS of the card without ``signatures``, detached JWS, EdDSA: returns the protected header."""
+    [sig] = card["signatures"]
+    header = json.loads(_b64(sig["protected"]))
+    [jwk] = [k for k in jwks["keys"] if k["kid"] == header["kid"]]
+    payload = rfc8785.dumps({k: v for k, v in card.items() if k != "signatures"})
+    signing_input = sig["protected"].encode() + b"." + base64.urlsafe_b64encode(payload).rstrip(b"=")
+    Ed25519PublicKey.from_public_bytes(_b64(jwk["x"])).verify(_b64(sig["signature"]), signing_input)
+    return header
+
+
+async def test_card_is_v1_signed_and_verifies_with_the_sdk_and_by_hand(
+    admin: httpx.AsyncClient, anon: httpx.AsyncClient, controller: LiveController
+) -> None:
+    agent = await new_agent(admin, controller, "card-a", loadout="echo")
+    response = await anon.get(f"/agents/{agent.instance_id}/.well-known/agent-card.json")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/a2a+json"
+    card = response.json()
+    assert card["supportedInterfaces"][0]["url"] == agent.base  # no trailing slash
+    assert {i["protocolBinding"] for i in card["supportedInterfaces"]} >= {"HTTP+JSON"}
+    assert all(i["protocolVersion"] == "1.0" for i in card["supportedInterfaces"])
+    for gone in ("url", "preferredTransport", "protocolVersion", "additionalInterfaces", "security"):
+        assert gone not in card
+    assert card["capabilities"]["pushNotifications"] is False
+    assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+    assert "full host access" in card["description"]
+    [ext] = [e for e in card["capabilities"]["extensions"] if e["uri"] == RUNTIME_EXTENSION]
+    assert ext["required"] is True
+    validate_runtime("params", ext["params"])
+    assert ext["params"] == {
+        "runtime": "host",
+        "loadout": "echo",
+        "instance_id": agent.instance_id,
+        "provider": "hostd",
+    }
+
+    jwks = (await anon.get(f"/agents/{agent.instance_id}/.well-known/jwks.json")).json()
+    header = verify_by_hand(card, jwks)
+    assert header["alg"] == "EdDSA" and header["kid"] == agent.instance_id
+    assert header["jku"] == f"{agent.base}/.well-known/jwks.json"
+
+    # a2a-sdk: the card parsed into its proto model, verified with its own canonical form.
+    keys = {k["kid"]: PyJWK(k) for k in jwks["keys"]}
+    verifier = create_signature_verifier(lambda kid, _jku: keys[kid], ["EdDSA"])
+    verifier(parse_agent_card(card))
+
+    # A tampered card fails both checks.
+    tampered = {**card, "name": "someone-else"}
+    try:
+        verifier(parse_agent_card(tampered))
+    except Exception as exc:
+        assert "signature" in str(exc).lower()
+    else:
+        raise AssertionError("the SDK verifier accepted a tampered card")
+
+
+async def test_card_caching_headers_and_conditional_get(
+    admin: httpx.AsyncClient, anon: httpx.AsyncClient, controller: LiveController
+) -> None:
+    agent = await new_agent(admin, controller, "card-b")
+    path = f"/agents/{agent.instance_id}/.well-known/agent-card.json"
+    first = await anon.get(path)
+    assert first.headers["cache-control"].startswith("max-age=")
+    assert first.headers["last-modified"].endswith("GMT")
+    etag = first.headers["etag"]
+    again = await anon.get(path)
+    assert again.headers["etag"] == etag and again.content == first.content  # stable bytes, stable signature
+    cached = await anon.get(path, headers={"If-None-Match": etag})
+    assert cached.status_code == 304 and cached.content == b""
+    # Without a loadout the card names the one its tasks run with.
+    [ext] = first.json()["capabilities"]["extensions"]
+    assert ext["params"]["loadout"] == "shell"
+
+
+async def test_unknown_instance_card_is_an_a2a_404(anon: httpx.AsyncClient) -> None:
+    response = await anon.get("/agents/01930000-0000-7000-8000-000000000000/.well-known/agent-card.json")
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["status"] == "NOT_FOUND"
+    assert error["details"][0]["reason"] == "INSTANCE_NOT_FOUND"
+
+
+async def test_signing_key_persists_across_restarts_and_server_jwks_lists_it(hostd: LiveHostd, short_dir: Any) -> None:
+    config = load_config(env=controller_env(short_dir / "ctl", hostd.socket_path))
+    async with serve_controller(config) as live, live.client() as admin:
+        agent = await new_agent(admin, live, "card-c")
+        first = (await admin.get(f"/agents/{agent.instance_id}/.well-known/jwks.json")).json()
+    async with serve_controller(config) as live, live.client(None) as anon:
+        card = (await anon.get(f"/agents/{agent.instance_id}/.well-known/agent-card.json")).json()
+        server = (await anon.get("/.well-known/jwks.json")).json()
+        again = (await anon.get(f"/agents/{agent.instance_id}/.well-known/jwks.json")).json()
+    assert again == first
+    assert first["keys"][0] in server["keys"]
+    assert first["keys"][0]["kty"] == "OKP" and first["keys"][0]["crv"] == "Ed25519"
+    verify_by_hand(card, server)

@@ -1,0 +1,133 @@
+"""Tasks across a controller SIGKILL: nothing acknowledged is lost, the running exec is followed
+again, and a subscriber that reconnects misses nothing. (The operations of the service are driven
+end to end in tests/controller/a2a/.)"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from controller.a2a.card import RUNTIME_EXTENSION
+from tests.controller.a2a.test_rest import message
+from tests.controller.conftest import ADMIN_TOKEN, ControllerProcess, LiveHostd, controller_env, wait_operation
+
+EXPECTED = "".join(f"line {i}\n" for i in range(1, 9))
+
+
+def script(gate: Path) -> str:
+    """Four lines, a wait until the test opens the gate, four more lines."""
+    first = "for i in 1 2 3 4; do echo line $i; sleep 0.05; done"
+    wait = f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    return f"{first}; {wait}; for i in 5 6 7 8; do echo line $i; sleep 0.05; done"
+
+
+def agent_client(url: str, instance_id: str, token: str) -> httpx.AsyncClient:
+    headers = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0", "A2A-Extensions": RUNTIME_EXTENSION}
+    return httpx.AsyncClient(base_url=f"{url}/agents/{instance_id}", headers=headers, timeout=15)
+
+
+def artifact_text(events: list[dict[str, Any]]) -> str:
+    text = ""
+    for event in events:
+        if "task" in event:
+            text += "".join(p["text"] for a in event["task"].get("artifacts", []) for p in a["parts"])
+        elif "artifactUpdate" in event:
+            text += "".join(p["text"] for p in event["artifactUpdate"]["artifact"]["parts"])
+    return text
+
+
+async def test_a_task_survives_a_controller_sigkill(hostd: LiveHostd, tmp_path: Path) -> None:
+    env = controller_env(tmp_path / "c", hostd.socket_path)
+    async with trio.open_nursery() as nursery:
+        first = ControllerProcess(env)
+        url = await first.start(nursery)
+        async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
+            with trio.fail_after(15):
+                while (await admin.get("/readyz")).status_code != 200:
+                    await trio.sleep(0.05)
+            body = {"name": "durable", "runtime": "host", "loadout": "shell", "start": True}
+            response = await admin.post("/api/v2/admin/instances", json=body)
+            token = response.json()["a2a_token"]
+            op = await wait_operation(admin, response.json()["id"])
+            instance_id = op["result"]["instance_id"]
+        seen: list[dict[str, Any]] = []
+        async with agent_client(url, instance_id, token) as client:
+            gate = tmp_path / "gate"
+            body = {"message": message(script(gate))}
+            async with client.stream("POST", "/message:stream", json=body) as stream:
+                async for line in stream.aiter_lines():
+                    if line.startswith("data: "):
+                        seen.append(json.loads(line[6:]))
+                        if "line 4" in artifact_text(seen):
+                            break
+            task_id = seen[0]["task"]["id"]
+        await first.stop(signal.SIGKILL)
+        # What the first controller sent was stored before it was sent.
+        with sqlite3.connect(Path(env["AIWG_STATE_DIR"]) / "controller.db") as db:
+            stored = [
+                json.loads(b) for (b,) in db.execute("SELECT body FROM task_events WHERE task_id = ?", (task_id,))
+            ]
+        sent_updates = [e.get("artifactUpdate") or e.get("statusUpdate") for e in seen[1:]]
+        assert all(update in stored for update in sent_updates)
+
+        second = ControllerProcess(env)
+        url = await second.start(nursery)
+        async with agent_client(url, instance_id, token) as client:
+            resumed: list[dict[str, Any]] = []
+            async with client.stream("POST", f"/tasks/{task_id}:subscribe") as stream:
+                assert stream.status_code == 200
+                async for line in stream.aiter_lines():
+                    if line.startswith("data: "):
+                        resumed.append(json.loads(line[6:]))
+                        gate.touch()  # the rest of the output comes while this subscriber reads
+            task = (await client.get(f"/tasks/{task_id}")).json()
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+        assert "".join(p["text"] for p in task["artifacts"][0]["parts"]) == EXPECTED  # no gap, no repeat
+        # The reconnected subscriber: the snapshot plus the updates after it are the whole output.
+        assert resumed[0]["task"]["id"] == task_id
+        assert artifact_text(resumed) == EXPECTED
+        assert resumed[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        positions = [
+            e["artifact"]["metadata"]["kagent.dev/a2a/timeline-position"]
+            for e in (
+                json.loads(b)
+                for (b,) in sqlite3.connect(Path(env["AIWG_STATE_DIR"]) / "controller.db").execute(
+                    "SELECT body FROM task_events WHERE task_id = ? AND kind = 'artifact' ORDER BY seq", (task_id,)
+                )
+            )
+        ]
+        assert positions == sorted(positions) and len(set(positions)) == len(positions)
+        assert await second.stop() == 0, second.output()
+        nursery.cancel_scope.cancel()
+
+
+async def test_ended_tasks_are_purged_after_the_retention(hostd: LiveHostd, short_dir: Path) -> None:
+    from controller.config import load_config
+    from tests.controller.a2a.helpers import new_agent
+    from tests.controller.conftest import serve_controller
+
+    config = load_config(env=controller_env(short_dir / "ctl", hostd.socket_path, AIWG_TASK_RETENTION_S="0.5"))
+    async with serve_controller(config) as live, live.client() as admin:
+        agent = await new_agent(admin, live, "purged", loadout="shell")
+        async with agent.client(live) as client:
+            running = (
+                await client.post(
+                    "/message:send", json={"message": message("sleep 3"), "configuration": {"returnImmediately": True}}
+                )
+            ).json()["task"]
+            done = (await client.post("/message:send", json={"message": message("true")})).json()["task"]
+            with trio.fail_after(15):
+                while (await client.get(f"/tasks/{done['id']}")).status_code != 404:
+                    await trio.sleep(0.05)
+            # A task still running is never purged, however old.
+            assert (await client.get(f"/tasks/{running['id']}")).status_code == 200
+            with sqlite3.connect(config.database_path) as db:
+                left = db.execute("SELECT COUNT(*) FROM task_events WHERE task_id = ?", (done["id"],)).fetchone()[0]
+            assert left == 0
+            await client.post(f"/tasks/{running['id']}:cancel")
