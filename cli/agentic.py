@@ -2,7 +2,8 @@
 
 A thin list of registrations: each group of commands lives in a module of its own and adds its
 subcommands with ``register(sub)``; a command is ``cmd(api, args) -> exit status``, or its async
-form, which runs under trio (the PTY attach). Connection options (``--url``, ``--token``,
+form, which runs under trio (the PTY attach). A controller error is one line on stderr and
+exit status 1. Connection options (``--url``, ``--token``,
 ``--token-file``) are shared (:mod:`cli.controllerapi`). Usage errors exit 2 (argparse's convention).
 """
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return status
     except ApiError as exc:
         print(f"agentic: {exc}", file=sys.stderr)
-        return 1 if exc.status in (0, 404, 409, 422) or exc.status >= 500 else 2
+        return 1
     except KeyboardInterrupt:
         return 130
 

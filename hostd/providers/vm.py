@@ -191,8 +191,15 @@ class VmProvider(Provider):
             await trio.to_thread.run_sync(hostdir.remove, Path(info.instance_dir))
 
     async def readopt(self, instance: Instance, saved: Saved) -> None:
+        try:
+            await self._readopt(instance)
+        finally:
+            # Only now: the watcher, already running, must not judge the saved state ("running")
+            # against a shut-off domain before re-adoption has (it would call that a stop of its own).
+            self._instances[instance.info.instance_id] = instance
+
+    async def _readopt(self, instance: Instance) -> None:
         info = instance.info
-        self._instances[info.instance_id] = instance
         vm = info.vm
         if vm is None:
             info.state, info.adopted, info.note = "failed", False, "no VM detail was saved for this instance"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,15 @@ from tests.hostd_process import ROOT
 UNIFIED = Path("/sys/fs/cgroup/unified")
 
 
+def _answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+        return True
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not (UNIFIED / "cgroup.procs").exists(), reason="needs root and cgroup v2")
 async def test_delegated_unit_cgroup_is_split_into_supervisor_and_instances(tmp_path: Path) -> None:
     unit = UNIFIED / f"test-unit-{os.getpid()}-{time.monotonic_ns()}.service"
@@ -28,6 +38,7 @@ async def test_delegated_unit_cgroup_is_split_into_supervisor_and_instances(tmp_
         "AIWG_STATE_DIR": str(state),
         "AIWG_HOSTD_SOCKET": str(tmp_path / "h.sock"),
         "INVOCATION_ID": "0123456789abcdef0123456789abcdef",  # what systemd sets for a service
+        "AIWG_LIBVIRT_URI": "",
         "PYTHONPATH": str(ROOT),
     }
 
@@ -38,8 +49,10 @@ async def test_delegated_unit_cgroup_is_split_into_supervisor_and_instances(tmp_
         [sys.executable, "-m", "hostd.main", "--dev"], env=env, preexec_fn=join_unit, cwd=ROOT, stderr=subprocess.PIPE
     )
     try:
+        # The socket file exists from bind() on; hostd answers only once it listens.
         with trio.fail_after(15):
-            while not (tmp_path / "h.sock").exists():
+            while not _answers(tmp_path / "h.sock"):
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
                 await trio.sleep(0.05)
         async with open_hostd(tmp_path / "h.sock") as client:
             status = await client.call(m.StatusRequest())
