@@ -44,6 +44,7 @@ from quart import Response, websocket
 from proto import HostdError, HostdStreamOverflow, bind_log_ids, new_id
 from proto import messages as m
 
+from ..auth import may_use_instance
 from ..errors import ControllerError, InvalidState, NotFound
 from ..hostlink import hostd_failure
 from ..state import AppState, app_state
@@ -99,6 +100,9 @@ async def attach(instance_id: str, session_id: str) -> Response | None:
     principal = state.auth.authenticate(_authorization(offered))
     if principal is None:
         return _refuse(401, "unauthenticated", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+    if not may_use_instance(principal, instance_id):
+        # Another instance's token learns nothing of this one, not even that it exists.
+        return _refuse(404, "instance.not_found", f"no instance {instance_id!r}")
     scopes = pty_scopes(principal, instance_id)
     if PTY_OBSERVE not in scopes:
         return _refuse(403, "forbidden", "the token lacks pty:observe on this instance")

@@ -13,17 +13,19 @@ principal   scopes                                      on which instances
 ==========  ==========================================  =============================
 admin       ``pty:admin``, ``pty:control``, ``pty:observe``  every instance
 operator    ``pty:control``, ``pty:observe``                 every instance
+instance    ``pty:control``, ``pty:observe``                 its own instance only
 ==========  ==========================================  =============================
 
 Operators run lifecycle verbs and storage writes on every instance, so they may drive its shells
-too (upstream's management server maps them the same way). There is no observe-only token yet.
-Per-instance bearer tokens (the A2A surface) are meant to map here as well: an instance's own
-token to ``pty:control`` on that instance only, and nothing on any other.
+too (upstream's management server maps them the same way). An instance's own bearer token (the
+A2A surface's, :mod:`controller.credentials`) drives that instance's shells and reaches no other
+instance's (the attach answers 404 there, as the A2A surface does). There is no observe-only
+token yet.
 """
 
 from __future__ import annotations
 
-from ..auth import ROLE_ADMIN, ROLE_OPERATOR, Principal
+from ..auth import ROLE_ADMIN, Principal, may_use_instance
 
 PTY_OBSERVE = "pty:observe"
 PTY_CONTROL = "pty:control"
@@ -32,9 +34,8 @@ PTY_ADMIN = "pty:admin"
 
 def pty_scopes(principal: Principal, instance_id: str) -> frozenset[str]:
     """The scopes ``principal`` holds on the PTY sessions of ``instance_id`` (empty: none)."""
-    del instance_id  # every token that exists today is host-wide; instance tokens will need it
+    if not may_use_instance(principal, instance_id):
+        return frozenset()
     if principal.role == ROLE_ADMIN:
         return frozenset({PTY_ADMIN, PTY_CONTROL, PTY_OBSERVE})
-    if principal.role == ROLE_OPERATOR:
-        return frozenset({PTY_CONTROL, PTY_OBSERVE})
-    return frozenset()
+    return frozenset({PTY_CONTROL, PTY_OBSERVE})  # an operator, or the instance's own token

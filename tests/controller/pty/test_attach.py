@@ -12,7 +12,7 @@ import trio
 from controller.config import load_config
 from controller.pty.attach import MAX_BAD_FRAMES
 
-from ..conftest import OPERATOR_TOKEN, LiveHostd, controller_env, serve_controller
+from ..conftest import OPERATOR_TOKEN, LiveHostd, controller_env, serve_controller, wait_operation
 from .conftest import Instance
 from .wsclient import WS, ConnectionClosed, InvalidStatus, cframe
 
@@ -79,11 +79,30 @@ async def test_upgrade_refusals(instance: Instance, hostd: LiveHostd) -> None:
     assert other.status_code == 202
     other_id = other.json()["result"]["instance_id"] if other.json().get("result") else None
     if other_id is None:
-        from ..conftest import wait_operation
-
         other_id = (await wait_operation(instance.admin, other.json()["id"]))["result"]["instance_id"]
     status, _ = await refused(instance.url(sid).replace(instance.id, other_id))
     assert status == 404
+
+
+async def test_an_instance_token_drives_its_own_shells_and_sees_no_other(instance: Instance) -> None:
+    sid = await instance.session(["/bin/cat"])
+    response = await instance.admin.post(
+        "/api/v2/admin/instances", json={"name": "pty-tokened", "runtime": "host", "start": True}
+    )
+    assert response.status_code == 202, response.text
+    token = response.json()["a2a_token"]
+    own_id = (await wait_operation(instance.admin, response.json()["id"]))["result"]["instance_id"]
+    own = Instance(instance.controller, instance.admin, str(own_id))
+    own_sid = await own.session(["/bin/cat"])
+
+    ws = await WS.connect(own.url(own_sid), token=token)
+    await ws.json()
+    assert (await ws.join())["role"] == "controller"  # its own instance: pty:control
+    await ws.close()
+    with pytest.raises(InvalidStatus) as info:  # another instance's session: not even its existence
+        await WS.connect(instance.url(sid), token=token)
+    assert info.value.response.status_code == 404
+    assert json.loads(info.value.response.body or b"{}")["error"]["code"] == "instance.not_found"
 
 
 async def test_subprotocol_choice_and_bearer_subprotocol(instance: Instance) -> None:
