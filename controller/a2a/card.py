@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..credentials import b64url
 from ..errors import InternalError
+from ..instances import HOSTD_RUNTIMES
 from ..store import InstanceRecord
 
 RUNTIME_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/runtime/v1"
@@ -47,7 +48,8 @@ def instance_url(base_url: str, instance_id: str) -> str:
 def runtime_params(rec: InstanceRecord) -> dict[str, Any]:
     """runtime/v1 params (``params.schema.json``): no ``image_ref`` for host instances."""
     params: dict[str, Any] = {
-        "runtime": rec.runtime,
+        # runtime/v1 names the broad kind (vm, container, host), not the admin contract's qemu/docker.
+        "runtime": HOSTD_RUNTIMES[rec.runtime][0] if rec.runtime in HOSTD_RUNTIMES else rec.runtime,
         "loadout": rec.loadout or DEFAULT_LOADOUT,
         "instance_id": rec.id,
     }

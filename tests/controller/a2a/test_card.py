@@ -18,8 +18,9 @@ from a2a.utils.signing import create_signature_verifier
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from jwt import PyJWK
 
-from controller.a2a.card import RUNTIME_EXTENSION
+from controller.a2a.card import RUNTIME_EXTENSION, runtime_params
 from controller.config import load_config
+from controller.store import InstanceRecord
 from tests.contracts import validate_runtime
 from tests.controller.a2a.helpers import new_agent
 from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller
@@ -125,3 +126,23 @@ async def test_signing_key_persists_across_restarts_and_server_jwks_lists_it(hos
     assert first["keys"][0] in server["keys"]
     assert first["keys"][0]["kty"] == "OKP" and first["keys"][0]["crv"] == "Ed25519"
     verify_by_hand(card, server)
+
+
+def test_runtime_params_name_the_runtime_v1_kind() -> None:
+    def record(runtime: str, provider: str | None) -> InstanceRecord:
+        iid = "0190a000-0000-7000-8000-000000000001"
+        return InstanceRecord(
+            id=iid, name="x", runtime=runtime, state="running", provider=provider, created_at=0, updated_at=0
+        )
+
+    kinds = {
+        runtime: runtime_params(record(runtime, provider))
+        for runtime, provider in (("host", None), ("docker", "podman"), ("qemu", "libvirt"))
+    }
+    assert {r: (p["runtime"], p["provider"]) for r, p in kinds.items()} == {
+        "host": ("host", "hostd"),
+        "docker": ("container", "podman"),
+        "qemu": ("vm", "libvirt"),
+    }
+    for params in kinds.values():
+        validate_runtime("params", params)
