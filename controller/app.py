@@ -111,7 +111,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     instances = InstanceService(store, link, operations, loadouts=loadouts, events=events, credentials=credentials)
     link.on_connected.append(instances.reconcile)
     watch = HostdWatch(link, instances, events, interval_s=config.watch_interval_s)
-    tasks = TaskService(store, link, loadouts, retention_s=config.task_retention_s)
+    tasks = TaskService(store, link, loadouts, events, retention_s=config.task_retention_s)
 
     app.extensions[EXTENSION_KEY] = AppState(
         config=config,

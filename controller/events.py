@@ -38,14 +38,15 @@ storage.object_deleted      ``storage/<scope>/<path>``      ``scope``, ``path``
 session.created             ``session/<id>``                ``instance_id``
 session.exited              ``session/<id>``                ``instance_id``, ``exit_code``, ``signal``,
                                                             ``end_reason``
+task.created                ``task/<id>``                   ``instance_id``, ``context_id``, ``state``
+task.status_changed         ``task/<id>``                   ``instance_id``, ``context_id``, ``state``
 ==========================  ==============================  =========================================
 
 Sessions are seen by :mod:`controller.watch`, which polls hostd (so a session made by any client,
 ``agentic-hostctl`` included, is reported once, within a poll interval); a surface that creates
-sessions need not publish ``session.created`` itself. Reserved domains for the surfaces coming
-next: ``task.*`` (A2A tasks: ``task.created``, ``task.status_changed``, ... with subject
-``task/<id>`` and ``instance_id`` in data) and ``session.*`` for further PTY facts
-(``session.attached``, ``session.detached``).
+sessions need not publish ``session.created`` itself. A2A tasks are published by
+:class:`controller.tasks.service.TaskService` once each change is stored (a task's artifacts stay
+on its own A2A stream). Reserved for further PTY facts: ``session.attached``, ``session.detached``.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ STORAGE_OBJECT_WRITTEN = "storage.object_written"
 STORAGE_OBJECT_DELETED = "storage.object_deleted"
 SESSION_CREATED = "session.created"
 SESSION_EXITED = "session.exited"
+TASK_CREATED = "task.created"
+TASK_STATUS_CHANGED = "task.status_changed"
 #: The notice a follower gets in place of events it lost (never stored in the ring).
 STREAM_LAGGED = "stream.lagged"
 
@@ -130,6 +133,10 @@ class EventBus:
         if note:
             data["note"] = note
         return self.publish(INSTANCE_STATE_CHANGED, f"instance/{instance_id}", data)
+
+    def task_changed(self, kind: str, task_id: str, *, instance_id: str, context_id: str, state: str) -> int:
+        data = {"instance_id": instance_id, "context_id": context_id, "state": state}
+        return self.publish(kind, f"task/{task_id}", data)
 
     def instance_removed(self, instance_id: str, *, name: str, operation_id: str | None, reason: str) -> int:
         data = {"name": name, "operation_id": operation_id, "reason": reason}

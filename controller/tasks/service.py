@@ -47,6 +47,7 @@ from ..errors import (
     Unimplemented,
     ValidationFailed,
 )
+from ..events import TASK_CREATED, TASK_STATUS_CHANGED, EventBus
 from ..hostlink import HostdLink
 from ..loadouts import LoadoutService
 from ..store import Append, InstanceRecord, Store, StoreClosed, TaskRecord
@@ -125,6 +126,7 @@ class TaskService:
         store: Store,
         link: HostdLink,
         loadouts: LoadoutService,
+        events: EventBus,
         *,
         retention_s: float = 7 * 24 * 3600.0,
         max_output_bytes: int = 16 * 1024 * 1024,
@@ -132,6 +134,7 @@ class TaskService:
         self.store = store
         self.link = link
         self.loadouts = loadouts
+        self.events = events
         self.hub = TaskHub()
         self.retention_s = retention_s
         self.max_output_bytes = max_output_bytes
@@ -157,6 +160,11 @@ class TaskService:
             self._canceling.discard(task_id)
         for event in stored:
             self.hub.pulse(task_id, event)
+            if event.kind == "status":
+                state = event.body["status"]["state"]
+                self.events.task_changed(
+                    TASK_STATUS_CHANGED, task_id, instance_id=rec.instance_id, context_id=rec.context_id, state=state
+                )
         return rec
 
     # -- reads ----------------------------------------------------------------------------------
@@ -268,6 +276,7 @@ class TaskService:
         await self.store.tasks.create(
             rec, Append(kind="message", body=message_dict(msg, task_id=task_id, context_id=context_id))
         )
+        self.events.task_changed(TASK_CREATED, task_id, instance_id=instance.id, context_id=context_id, state=rec.state)
         exec_id = new_id()
         call = m.ExecStartRequest(
             instance_id=instance.id,

@@ -14,6 +14,7 @@ import trio
 
 from controller.config import load_config
 from tests.contracts import component, response_schema, validate
+from tests.controller.a2a.helpers import new_agent
 
 from .conftest import (
     ADMIN_TOKEN,
@@ -250,3 +251,18 @@ async def test_logs_snapshot_and_follow(controller: LiveController, admin: httpx
         "controller.test_streams.child",
     )
     assert ADMIN_TOKEN not in r.text
+
+
+async def test_a2a_tasks_are_events_too(controller: LiveController, admin: httpx.AsyncClient) -> None:
+    agent = await new_agent(admin, controller, "evented", loadout="echo")
+    async with agent.client(controller) as client:
+        message = {"messageId": "m-evented-1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}
+        task = (await client.post("/message:send", json={"message": message})).json()["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+    items = (await admin.get(EVENTS, params={"kind": "task.*"})).json()["items"]
+    mine = [(e["kind"], e["data"]["state"]) for e in items if e["subject"] == f"task/{task['id']}"]
+    assert mine[0] == ("task.created", "TASK_STATE_SUBMITTED")
+    assert mine[-1] == ("task.status_changed", "TASK_STATE_COMPLETED")
+    assert all(e["data"]["instance_id"] == agent.instance_id for e in items if e["subject"] == f"task/{task['id']}")
+    for item in items:
+        validate(item, component("Event"))
