@@ -90,6 +90,8 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     loadouts_dir: str
     #: Base URL clients reach the controller at (AgentCard URLs); None = the request's host. AIWG_PUBLIC_URL
     public_url: str | None = None
+    #: host:port of the legacy v1 PTY WebSocket (upstream's 8121); None = not served. AIWG_LEGACY_PTY_LISTEN
+    legacy_pty_listen: str | None = None
     #: A PTY attach socket is sent an app-level ``ping`` this often. AIWG_PTY_PING_INTERVAL_S
     pty_ping_interval_s: float = 30.0
     #: A PTY attach socket silent this long (no frame, no ``pong``) is closed (1011) and its role
@@ -175,6 +177,7 @@ _ENV = {
     "storage_dir": "AIWG_STORAGE_DIR",
     "loadouts_dir": "AIWG_LOADOUTS_DIR",
     "public_url": "AIWG_PUBLIC_URL",
+    "legacy_pty_listen": "AIWG_LEGACY_PTY_LISTEN",
     "pty_ping_interval_s": "AIWG_PTY_PING_INTERVAL_S",
     "pty_ping_timeout_s": "AIWG_PTY_PING_TIMEOUT_S",
 }
@@ -263,6 +266,8 @@ def load_config(
     values.setdefault("loadouts_dir", os.path.join(state_dir, "loadouts"))
 
     _split_listen(values.get("listen", DEFAULT_LISTEN), "AIWG_LISTEN")
+    if values.get("legacy_pty_listen"):
+        _split_listen(values["legacy_pty_listen"], "AIWG_LEGACY_PTY_LISTEN")
     tls_cert, tls_key = values.get("tls_cert"), values.get("tls_key")
     if bool(tls_cert) != bool(tls_key):
         raise ConfigError("AIWG_TLS_CERT and AIWG_TLS_KEY must be given together")

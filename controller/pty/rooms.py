@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from proto import HostdClient, HostdError
+from proto import HostdClient, HostdError, HostdStreamOverflow
 from proto import messages as m
 
 from ..errors import Unavailable
@@ -160,16 +160,23 @@ class Room:
         if target < start:
             self.caught_up.set()
         self._last_keyframe = trio.current_time()
-        request = m.SessionSubscribeRequest(session_id=self.session_id, from_seq=start)
-        async with client.stream(request) as events:
-            async for event in events:
-                if isinstance(event, m.SessionOutput):
-                    self.screen.add(event.seq, event.data)
-                    if event.seq >= target:
-                        self.caught_up.set()
-                        await self._cadence()
-                elif isinstance(event, m.SessionLagged):
-                    self.screen.lost(event.resume_seq)
+        while True:
+            request = m.SessionSubscribeRequest(session_id=self.session_id, from_seq=start)
+            try:
+                async with client.stream(request) as events:
+                    async for event in events:
+                        if isinstance(event, m.SessionOutput):
+                            self.screen.add(event.seq, event.data)
+                            start = event.seq + 1
+                            if event.seq >= target:
+                                self.caught_up.set()
+                                await self._cadence()
+                        elif isinstance(event, m.SessionLagged):
+                            self.screen.lost(event.resume_seq)
+                            start = event.resume_seq
+                break
+            except HostdStreamOverflow:
+                continue  # this pump fell behind the client's buffer: pick up where it was
         self.caught_up.set()
 
 
