@@ -44,7 +44,7 @@ MAX_CONTROLLERS = 1
 MAX_MEMBERS = 33  # max_controllers + max_observers (32)
 KEYFRAME_FRAMES = 100
 KEYFRAME_INTERVAL_S = 5.0
-KEYFRAME_MIN_GAP_S = 1.0
+KEYFRAME_MIN_GAP_S = 2.0
 #: Output frames the screen pump reads back when a room opens (bounded again by the screen's tail).
 SCREEN_BOOT_FRAMES = 200
 #: How long a keyframe waits for the screen pump to catch up with the session.

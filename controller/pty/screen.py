@@ -17,8 +17,10 @@ from collections import deque
 
 import pyte
 
-#: Output kept for the next keyframe; older bytes since the previous keyframe are dropped.
-TAIL_BYTES = 256 * 1024
+#: Output kept for the next keyframe; older bytes since the previous keyframe are dropped. pyte
+#: takes about 4 s per MiB here, in the controller's event loop: 32 KiB (several full screens of
+#: text, a full-screen program's repaint) costs about 0.1 s a keyframe.
+TAIL_BYTES = 32 * 1024
 
 _COLOURS = {
     "black": 0,
