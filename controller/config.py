@@ -105,6 +105,8 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     max_stream_followers: int = DEFAULT_MAX_STREAM_FOLLOWERS
     #: Base URL clients reach the controller at (AgentCard URLs); None = the request's host. AIWG_PUBLIC_URL
     public_url: str | None = None
+    #: host:port of the legacy v1 PTY WebSocket (upstream's 8121); None = not served. AIWG_LEGACY_PTY_LISTEN
+    legacy_pty_listen: str | None = None
     #: A PTY attach socket is sent an app-level ``ping`` this often. AIWG_PTY_PING_INTERVAL_S
     pty_ping_interval_s: float = 30.0
     #: A PTY attach socket silent this long (no frame, no ``pong``) is closed (1011) and its role
@@ -200,6 +202,7 @@ _ENV = {
     "watch_interval_s": "AIWG_WATCH_INTERVAL_S",
     "sse_keepalive_s": "AIWG_SSE_KEEPALIVE_S",
     "max_stream_followers": "AIWG_MAX_STREAM_FOLLOWERS",
+    "legacy_pty_listen": "AIWG_LEGACY_PTY_LISTEN",
     "pty_ping_interval_s": "AIWG_PTY_PING_INTERVAL_S",
     "pty_ping_timeout_s": "AIWG_PTY_PING_TIMEOUT_S",
     "conformance_mode": "AIWG_CONFORMANCE_MODE",
@@ -315,6 +318,8 @@ def load_config(
     values.setdefault("loadouts_dir", os.path.join(state_dir, "loadouts"))
 
     _split_listen(values.get("listen", DEFAULT_LISTEN), "AIWG_LISTEN")
+    if values.get("legacy_pty_listen"):
+        _split_listen(values["legacy_pty_listen"], "AIWG_LEGACY_PTY_LISTEN")
     tls_cert, tls_key = values.get("tls_cert"), values.get("tls_key")
     if bool(tls_cert) != bool(tls_key):
         raise ConfigError("AIWG_TLS_CERT and AIWG_TLS_KEY must be given together")

@@ -98,8 +98,6 @@ def _remote_failure(exc: HostdRemoteError) -> ControllerError:
             return NotFound("session.not_found", exc.message, details=details)
         case ErrorCode.SESSION_EXITED:
             return InvalidState("session.exited", exc.message, details=details)
-        case ErrorCode.LIMIT_REACHED:
-            return Conflict("limit.reached", exc.message, details=details)
         case _:
             return Unavailable(UNAVAILABLE, f"hostd refused the call: {exc.code}: {exc.message}", details=details)
 

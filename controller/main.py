@@ -29,6 +29,7 @@ from .app import create_app
 from .config import ConfigError, ControllerConfig, load_config
 from .guard import install_process_guard
 from .pty.frames import MAX_CLIENT_FRAME_BYTES
+from .pty.legacy import LegacyPort
 from .state import AppState, state_of
 from .store import SchemaTooNew
 
@@ -85,6 +86,16 @@ async def _wait_for_signal(stop: trio.Event) -> None:
             return
 
 
+async def serve_legacy_pty(
+    app: QuartTrio, config: ControllerConfig, stop: trio.Event, task_status: trio.TaskStatus[list[str]]
+) -> None:
+    """The legacy v1 PTY WebSocket on its own listener (the app behind :class:`LegacyPort`)."""
+    hc = hypercorn_config(config)
+    hc.bind = [config.legacy_pty_listen or ""]
+    hc.certfile = hc.keyfile = None  # upstream's v1 port is plain ws://
+    await serve(LegacyPort(app), hc, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
+
+
 async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
     state = state_of(app)
     stop = trio.Event()
@@ -98,6 +109,9 @@ async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
         binds: list[str] = await nursery.start(serve_then_stop)
         base = config.public_url or binds[0]
         _say(f"agentic-controller listening on {binds[0]}")
+        if config.legacy_pty_listen:
+            legacy = await nursery.start(serve_legacy_pty, app, config, stop)
+            _say(f"  legacy v1 PTY WebSocket: {legacy[0].replace('http', 'ws', 1)}/sessions/<id>")
         _say(f"  admin API:   {base}/api/v2/admin/instances  (Authorization: Bearer <token>)")
         if config.admin_token is None:
             _say(f"  admin token: {config.admin_token_file}")

@@ -6,8 +6,8 @@ catalog and that a session belongs to the instance the caller named (a session i
 instance is ``session.not_found``, never another instance's shell), then asks hostd.
 
 Errors: :mod:`controller.errors` only (hostd's own arrive translated by :mod:`controller.hostlink`:
-``session.not_found``, ``session.exited``, ``instance.invalid_state``, ``limit.reached``, 503 when
-hostd is away).
+``session.not_found``, ``session.exited``, ``instance.invalid_state``; 503 when hostd is away or
+refuses, e.g. at its session limit).
 """
 
 from __future__ import annotations

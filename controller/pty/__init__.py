@@ -12,4 +12,4 @@ from quart import Blueprint
 
 pty = Blueprint("pty", __name__)
 
-from . import attach  # noqa: E402,F401  (the route registers on import)
+from . import attach, legacy  # noqa: E402,F401  (the routes register on import)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from proto import HostdClient, HostdError
+from proto import HostdClient, HostdError, HostdStreamOverflow
 from proto import messages as m
 
 from ..errors import Unavailable
@@ -44,7 +44,7 @@ MAX_CONTROLLERS = 1
 MAX_MEMBERS = 33  # max_controllers + max_observers (32)
 KEYFRAME_FRAMES = 100
 KEYFRAME_INTERVAL_S = 5.0
-KEYFRAME_MIN_GAP_S = 1.0
+KEYFRAME_MIN_GAP_S = 2.0
 #: Output frames the screen pump reads back when a room opens (bounded again by the screen's tail).
 SCREEN_BOOT_FRAMES = 200
 #: How long a keyframe waits for the screen pump to catch up with the session.
@@ -160,16 +160,23 @@ class Room:
         if target < start:
             self.caught_up.set()
         self._last_keyframe = trio.current_time()
-        request = m.SessionSubscribeRequest(session_id=self.session_id, from_seq=start)
-        async with client.stream(request) as events:
-            async for event in events:
-                if isinstance(event, m.SessionOutput):
-                    self.screen.add(event.seq, event.data)
-                    if event.seq >= target:
-                        self.caught_up.set()
-                        await self._cadence()
-                elif isinstance(event, m.SessionLagged):
-                    self.screen.lost(event.resume_seq)
+        while True:
+            request = m.SessionSubscribeRequest(session_id=self.session_id, from_seq=start)
+            try:
+                async with client.stream(request) as events:
+                    async for event in events:
+                        if isinstance(event, m.SessionOutput):
+                            self.screen.add(event.seq, event.data)
+                            start = event.seq + 1
+                            if event.seq >= target:
+                                self.caught_up.set()
+                                await self._cadence()
+                        elif isinstance(event, m.SessionLagged):
+                            self.screen.lost(event.resume_seq)
+                            start = event.resume_seq
+                break
+            except HostdStreamOverflow:
+                continue  # this pump fell behind the client's buffer: pick up where it was
         self.caught_up.set()
 
 

@@ -13,10 +13,14 @@ reset attributes, home and clear, every row with its SGR attributes, then the cu
 
 from __future__ import annotations
 
+from collections import deque
+
 import pyte
 
-#: Output kept for the next keyframe; older bytes since the previous keyframe are dropped.
-TAIL_BYTES = 256 * 1024
+#: Output kept for the next keyframe; older bytes since the previous keyframe are dropped. pyte
+#: takes about 4 s per MiB here, in the controller's event loop: 32 KiB (several full screens of
+#: text, a full-screen program's repaint) costs about 0.1 s a keyframe.
+TAIL_BYTES = 32 * 1024
 
 _COLOURS = {
     "black": 0,
@@ -73,7 +77,9 @@ class Screen:
     def __init__(self, cols: int, rows: int) -> None:
         self._screen = pyte.Screen(cols, rows)
         self._stream = pyte.ByteStream(self._screen)
-        self._pending = bytearray()
+        # Chunks as they came (no copying per chunk); whole old chunks drop off past TAIL_BYTES.
+        self._pending: deque[bytes] = deque()
+        self._pending_bytes = 0
         self._restart = False
         #: The last sequence added (what a snapshot shows the screen after).
         self.anchor = 0
@@ -83,15 +89,17 @@ class Screen:
         return self._screen.columns, self._screen.lines
 
     def add(self, seq: int, data: bytes) -> None:
-        self._pending += data
-        if len(self._pending) > TAIL_BYTES:
-            del self._pending[: len(self._pending) - TAIL_BYTES]
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        while self._pending_bytes - len(self._pending[0]) >= TAIL_BYTES:
+            self._pending_bytes -= len(self._pending.popleft())
             self._restart = True
         self.anchor = seq
 
     def lost(self, resume_seq: int) -> None:
         """Output up to ``resume_seq - 1`` will never arrive: start over from what comes next."""
         self._pending.clear()
+        self._pending_bytes = 0
         self._restart = True
         self.anchor = max(self.anchor, resume_seq - 1)
 
@@ -104,8 +112,9 @@ class Screen:
             self._screen.reset()
             self._restart = False
         if self._pending:
-            self._stream.feed(bytes(self._pending))
+            self._stream.feed(b"".join(self._pending))
             self._pending.clear()
+            self._pending_bytes = 0
 
     def snapshot(self) -> bytes:
         self._feed()

@@ -62,7 +62,8 @@ class Tmux:
                 if screen.count(text) >= count:
                     return screen
                 await trio.sleep(0.05)
-        raise AssertionError(f"{text!r} not on the screen of {name}:\n{self.screen(name)}")
+        others = "\n".join(f"--- {w}:\n{self.screen(w)}" for w in self.run("list-sessions", "-F", "#S").split())
+        raise AssertionError(f"{text!r} not on the screen of {name}:\n{others}")
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-S", self.sock, "kill-server"], capture_output=True)
@@ -151,6 +152,16 @@ async def test_reconnects_across_a_controller_restart_and_observes(
         tmux.start("c", [*AGENTIC, "attach", iid, sid], agentic_env(url))
         tmux.start("o", [*AGENTIC, "attach", "--observe", iid, sid], agentic_env(url))
         await tmux.wait_for("c", "$")
+        await tmux.wait_for("o", "$")  # both attached (the observer painted its keyframe)
+        # Keys typed while the controller client is still starting up have been seen to go missing
+        # (about 1 run in 6 on a loaded machine; not understood yet): type a probe until it echoes.
+        for attempt in range(10):
+            tmux.keys("c", f"echo pro''be-{attempt}", "Enter")
+            try:
+                await tmux.wait_for("c", f"probe-{attempt}", timeout=2)
+                break
+            except AssertionError:
+                continue
         tmux.keys("c", "sleep 2; echo dur''ing-outage", "Enter")
         await tmux.wait_for("c", "echo dur''ing-outage")  # the shell has the command
         assert await proc.stop(signal.SIGKILL) == -signal.SIGKILL
