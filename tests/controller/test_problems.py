@@ -128,7 +128,7 @@ def test_decode_json_accepts_a_valid_body() -> None:
         (HostdTimeout("slow"), 503, "internal.unavailable"),
         (HostdProtocolError("garbage"), 503, "internal.unavailable"),
         (HostdRemoteError("internal.error", "boom"), 503, "internal.unavailable"),
-        (HostdRemoteError("limit.reached", "full"), 409, "limit.reached"),
+        (HostdRemoteError("limit.reached", "full"), 503, "internal.unavailable"),
         (HostdRemoteError("instance.not_found", "no"), 404, "instance.not_found"),
         (HostdRemoteError("instance.invalid_state", "no"), 409, "instance.invalid_state"),
         (HostdRemoteError("instance.exists", "no"), 409, "instance.already_exists"),
