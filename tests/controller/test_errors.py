@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 import controller.errors as errors_module
-from controller.errors import ControllerError, OutcomeUnknown, ValidationFailed
+from controller.a2a.errors import BY_CLASS as A2A_BY_CLASS
+from controller.a2a.errors import INTERNAL as A2A_INTERNAL
+from controller.errors import ControllerError, InternalError, OperationFailed, OutcomeUnknown, ValidationFailed
 from controller.loadouts import LoadoutExists, LoadoutInvalid
 from controller.problems import STATUS, to_problem
 from controller.storage import InvalidPath, ObjectNotFound, ObjectTooLarge, ScopeReadOnly, StorageUnavailable
@@ -51,6 +53,16 @@ def test_every_member_is_drawn_in_the_tree_and_has_a_status() -> None:
         assert cls.__name__ in doc, f"{cls.__name__} is missing from the tree in controller/errors.py"
         assert any(base in STATUS for base in cls.__mro__), cls
     assert OutcomeUnknown not in STATUS  # inherits Unavailable's answer: one table, no repeats
+
+
+def test_every_member_has_its_own_a2a_answer() -> None:
+    """The A2A surface translates the same family once: no member falls through to INTERNAL by
+    accident (ControllerError itself and InternalError are the ones that mean it)."""
+    for cls in _family():
+        kind = next(A2A_BY_CLASS[base] for base in cls.__mro__ if base in A2A_BY_CLASS)
+        assert (
+            kind is not A2A_INTERNAL or cls in (ControllerError, InternalError) or issubclass(cls, OperationFailed)
+        ), cls
 
 
 @pytest.mark.parametrize(
