@@ -11,25 +11,21 @@ relaxed only where the difference is, and every other check still runs there.
 
 from __future__ import annotations
 
-import os
-import random
 import re
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import trio
 import yaml
 
 from proto import messages as m
 from proto import open_hostd
 
-from .conftest import ADMIN_TOKEN, ROOT, LiveController, LiveHostd
+from . import schemathesis_run
+from .conftest import ROOT, LiveController, LiveHostd
 
 DOCUMENT = ROOT / "contracts" / "upstream" / "admin-api.openapi.yaml"
 CHECKS = "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"
@@ -205,8 +201,7 @@ async def test_schemathesis_with_upstreams_document(
     global_dir.mkdir(parents=True, exist_ok=True)
     (global_dir / "readme.txt").write_text("shared\n")
 
-    seed = int(os.environ.get("AIWG_SCHEMATHESIS_SEED") or random.randrange(2**32))
-    print(f"schemathesis seed: {seed} (AIWG_SCHEMATHESIS_SEED={seed} repeats this run)")
+    seed = schemathesis_run.seed()
     config = tmp_path / "schemathesis.toml"
     config.write_text(schemathesis_config())
     # The derived copy sits beside a copy of the envelope its relative $ref names.
@@ -214,44 +209,13 @@ async def test_schemathesis_with_upstreams_document(
     shutil.copy(DOCUMENT.parent / "admin-api" / "error-envelope.schema.json", tmp_path / "admin-api")
     document = tmp_path / "admin-api.openapi.yaml"
     document.write_text(yaml.safe_dump(derived_document(), sort_keys=False))
-    argv = [
-        sys.executable,
-        "-m",
-        "schemathesis.cli",
-        "--config-file",
-        str(config),
-        "run",
+    await schemathesis_run.run(
+        config,
         str(document),
-        "--url",
         f"{controller.url}/api/v2/admin",
-        "--header",
-        f"Authorization: Bearer {ADMIN_TOKEN}",
-        "--max-examples",
-        "15",
-        "--phases",
-        "examples,coverage,fuzzing",
-        "--workers",
-        "1",
-        "--seed",
-        str(seed),
-        "--request-timeout",
-        "10",
-        "--generation-database",
-        "none",
-        "--no-color",
-        "--output-truncate",
-        "false",
-    ]
-    with trio.fail_after(150):
-        result = await trio.run_process(
-            argv,
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            capture_stdout=True,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    output = result.stdout.decode(errors="replace")
-    (tmp_path / "schemathesis.log").write_text(output)
-    print(output)
-    assert result.returncode == 0, f"schemathesis failed (seed {seed}); output above"
+        tmp_path,
+        seed=seed,
+        max_examples=15,
+        timeout_s=150,
+        extra=[],
+    )
