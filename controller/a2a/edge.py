@@ -36,12 +36,12 @@ from ..errors import (
 )
 from ..state import app_state
 from ..store import InstanceRecord
-from .card import RUNTIME_EXTENSION
+from .card import IDEMPOTENCY_EXTENSION, RUNTIME_EXTENSION
 
 A2A_JSON = "application/a2a+json"
 ACCEPTED_BODY_TYPES = ("application/json", "application/a2a+json")
 #: Extensions this controller implements (and declares on every card).
-DECLARED_EXTENSIONS = (RUNTIME_EXTENSION,)
+DECLARED_EXTENSIONS = (RUNTIME_EXTENSION, IDEMPOTENCY_EXTENSION)
 REQUIRED_EXTENSIONS = (RUNTIME_EXTENSION,)
 _VERSION_RE = re.compile(r"^(\d+)(?:\.(\d+))?$")
 
