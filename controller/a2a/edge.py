@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 from quart import Response, request
 
-from ..auth import Principal, may_use_instance
+from ..auth import ROLE_ADMIN, Principal, may_use_instance
 from ..errors import (
     EXTENSION_REQUIRED,
     VERSION_NOT_SUPPORTED,
@@ -36,12 +36,12 @@ from ..errors import (
 )
 from ..state import app_state
 from ..store import InstanceRecord
-from .card import IDEMPOTENCY_EXTENSION, RUNTIME_EXTENSION
+from .card import IDEMPOTENCY_EXTENSION, MULTI_TENANT_EXTENSION, RUNTIME_EXTENSION
 
 A2A_JSON = "application/a2a+json"
 ACCEPTED_BODY_TYPES = ("application/json", "application/a2a+json")
 #: Extensions this controller implements (and declares on every card).
-DECLARED_EXTENSIONS = (RUNTIME_EXTENSION, IDEMPOTENCY_EXTENSION)
+DECLARED_EXTENSIONS = (RUNTIME_EXTENSION, IDEMPOTENCY_EXTENSION, MULTI_TENANT_EXTENSION)
 REQUIRED_EXTENSIONS = (RUNTIME_EXTENSION,)
 _VERSION_RE = re.compile(r"^(\d+)(?:\.(\d+))?$")
 
@@ -55,7 +55,13 @@ class Caller:
 
     @property
     def discloses_host(self) -> bool:
-        """``runtime.host`` policy: operator tokens see the host name, instance tokens do not."""
+        """``runtime.host`` policy: operator tokens see the host name, instance tokens do not.
+
+        With multi-tenant/v1 active only the admin token does (runtime/v1 §8.2: multi-tenant
+        callers see it only with ``fleet:read-host``, a scope only the admin token holds here).
+        """
+        if any(uri.lower() == MULTI_TENANT_EXTENSION.lower() for uri in self.extensions):
+            return self.principal.role == ROLE_ADMIN
         return self.principal.instance_id is None
 
 
