@@ -11,7 +11,8 @@
    samples send none, missing means 1.0;
 4. ``A2A-Extensions``: the declared extensions the client asked for are activated (unknown ones
    are ignored, not echoed). runtime/v1 is required: without it → 400 ``EXTENSION_SUPPORT_REQUIRED``
-   naming ``EXTENSION_REQUIRED`` and the URI, except in conformance mode.
+   naming ``EXTENSION_REQUIRED`` and the URI, except in conformance mode. pty-extensions/v1 (a
+   WebSocket extension) activated here is 400 ``UNSUPPORTED_EXTENSION`` (its spec §5.2).
 
 :func:`a2a_response` answers ``application/a2a+json`` and echoes the activated extensions.
 """
@@ -28,12 +29,14 @@ from quart import Response, request
 from ..auth import ROLE_ADMIN, Principal, may_use_instance
 from ..errors import (
     EXTENSION_REQUIRED,
+    EXTENSION_UNSUPPORTED,
     VERSION_NOT_SUPPORTED,
     ControllerError,
     NotFound,
     Unauthenticated,
     ValidationFailed,
 )
+from ..pty.frames import PTY_EXTENSIONS_URI
 from ..state import app_state
 from ..store import InstanceRecord
 from .card import IDEMPOTENCY_EXTENSION, MULTI_TENANT_EXTENSION, RUNTIME_EXTENSION
@@ -43,6 +46,8 @@ ACCEPTED_BODY_TYPES = ("application/json", "application/a2a+json")
 #: Extensions this controller implements (and declares on every card).
 DECLARED_EXTENSIONS = (RUNTIME_EXTENSION, IDEMPOTENCY_EXTENSION, MULTI_TENANT_EXTENSION)
 REQUIRED_EXTENSIONS = (RUNTIME_EXTENSION,)
+#: Declared on the card but used on the PTY WebSocket only: activating them over HTTP is refused.
+WEBSOCKET_EXTENSIONS = frozenset({PTY_EXTENSIONS_URI.lower()})
 _VERSION_RE = re.compile(r"^(\d+)(?:\.(\d+))?$")
 
 
@@ -91,7 +96,16 @@ def requested_extensions() -> list[str]:
 
 def activate_extensions(*, enforce: bool) -> list[str]:
     declared = {uri.lower(): uri for uri in DECLARED_EXTENSIONS}
-    activated = [uri for uri in requested_extensions() if uri.lower() in declared]
+    requested = requested_extensions()
+    for uri in requested:
+        if uri.lower() in WEBSOCKET_EXTENSIONS:
+            raise ValidationFailed(
+                [],
+                f"UnsupportedExtension: {uri} is used on the PTY attach WebSocket, not on the HTTP bindings",
+                code=EXTENSION_UNSUPPORTED,
+                details={"extension": uri},
+            )
+    activated = [uri for uri in requested if uri.lower() in declared]
     if enforce and not app_state().config.conformance_mode:
         active = {uri.lower() for uri in activated}
         for uri in REQUIRED_EXTENSIONS:
