@@ -117,6 +117,10 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     conformance_mode: bool = False
     #: How long ended A2A tasks (with their events and artifacts) stay. AIWG_TASK_RETENTION_S
     task_retention_s: float = 7 * 24 * 3600.0
+    #: How long an idempotency/v1 entry replays its first response. AIWG_IDEMPOTENCY_TTL
+    idempotency_ttl_s: float = 86400.0
+    #: Most idempotency/v1 entries kept (the oldest go first). AIWG_IDEMPOTENCY_MAX_ENTRIES
+    idempotency_max_entries: int = 100_000
     dev: bool = False
 
     def __repr__(self) -> str:
@@ -207,6 +211,8 @@ _ENV = {
     "pty_ping_timeout_s": "AIWG_PTY_PING_TIMEOUT_S",
     "conformance_mode": "AIWG_CONFORMANCE_MODE",
     "task_retention_s": "AIWG_TASK_RETENTION_S",
+    "idempotency_ttl_s": "AIWG_IDEMPOTENCY_TTL",
+    "idempotency_max_entries": "AIWG_IDEMPOTENCY_MAX_ENTRIES",
 }
 _FLOATS = {
     "hostd_call_timeout_s": (0.01, 3600.0),
@@ -220,11 +226,13 @@ _FLOATS = {
     "pty_ping_timeout_s": (0.1, 3600.0),
     "watch_interval_s": (0.05, 3600.0),
     "sse_keepalive_s": (0.05, 3600.0),
+    "idempotency_ttl_s": (1.0, 365 * 24 * 3600.0),
 }
 _INTS = {
     "event_ring_size": (16, 1_000_000),
     "log_ring_size": (16, 1_000_000),
     "max_stream_followers": (1, 10_000),
+    "idempotency_max_entries": (1, 10_000_000),
 }
 
 

@@ -9,6 +9,8 @@
 * ``aiwg_instances{state}`` (catalog after reconciliation) and ``aiwg_open_sessions`` (hostd's
   running PTY sessions), refreshed when ``/metrics`` is scraped.
 * ``aiwg_v1_path_requests_total{path}``: ``path`` is the v1 route template (``/api/v1/vms/{id}``).
+* ``aiwg_idempotency_hit_total{operation}`` (upstream's name), ``aiwg_idempotency_miss_total`` and
+  ``aiwg_idempotency_collision_total``: idempotency/v1 outcomes of ``SendMessage``.
 * ``aiwg_operations_total{kind,state}``: operations that ended, by outcome.
 """
 
@@ -56,6 +58,18 @@ class Metrics:
         self.open_sessions = Gauge("aiwg_open_sessions", "Running PTY sessions on hostd", registry=r)
         self.v1_requests = Counter(
             "aiwg_v1_path_requests", "Requests to deprecated /api/v1 paths by route template", ["path"], registry=r
+        )
+        self.idempotency_hits = Counter(
+            "aiwg_idempotency_hit", "idempotency/v1 replays of a cached response", ["operation"], registry=r
+        )
+        self.idempotency_misses = Counter(
+            "aiwg_idempotency_miss", "idempotency/v1 requests executed and cached", ["operation"], registry=r
+        )
+        self.idempotency_collisions = Counter(
+            "aiwg_idempotency_collision",
+            "idempotency/v1 requests refused: a cached messageId with a different request",
+            ["operation"],
+            registry=r,
         )
         self.operations = Counter(
             "aiwg_operations", "Operations that ended, by kind and state", ["kind", "state"], registry=r

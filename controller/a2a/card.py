@@ -27,6 +27,8 @@ from ..instances import HOSTD_RUNTIMES
 from ..store import InstanceRecord
 
 RUNTIME_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/runtime/v1"
+IDEMPOTENCY_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/idempotency/v1"
+MULTI_TENANT_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/multi-tenant/v1"
 PROTOCOL_VERSION = "1.0"
 CARD_VERSION = "0.1.0"
 #: Bindings served at the instance's base URL, in the order clients should prefer them.

@@ -16,7 +16,7 @@ from quart import Response, request
 from ..http import base_url, json_response
 from ..state import app_state
 from ..store import InstanceRecord
-from . import a2a
+from . import a2a, idempotency, ptyext, tenancy
 from .card import build_card, instance_url, sign_card
 from .edge import A2A_JSON, instance_not_found
 
@@ -36,6 +36,11 @@ async def signed_card(rec: InstanceRecord) -> dict[str, object]:
         streaming=STREAMING,
         bindings=BINDINGS,
     )
+    card["capabilities"]["extensions"] += [
+        idempotency.card_extension(),
+        tenancy.card_extension(),
+        ptyext.card_extension(),
+    ]
     key_rec, key = await state.credentials.signing_key(rec.id)
     jku = f"{instance_url(base_url(), rec.id)}/.well-known/jwks.json"
     return sign_card(card, key, kid=key_rec.kid, jku=jku)

@@ -11,7 +11,8 @@
    samples send none, missing means 1.0;
 4. ``A2A-Extensions``: the declared extensions the client asked for are activated (unknown ones
    are ignored, not echoed). runtime/v1 is required: without it → 400 ``EXTENSION_SUPPORT_REQUIRED``
-   naming ``EXTENSION_REQUIRED`` and the URI, except in conformance mode.
+   naming ``EXTENSION_REQUIRED`` and the URI, except in conformance mode. pty-extensions/v1 (a
+   WebSocket extension) activated here is 400 ``UNSUPPORTED_EXTENSION`` (its spec §5.2).
 
 :func:`a2a_response` answers ``application/a2a+json`` and echoes the activated extensions.
 """
@@ -25,24 +26,28 @@ from typing import Any
 import msgspec
 from quart import Response, request
 
-from ..auth import Principal, may_use_instance
+from ..auth import ROLE_ADMIN, Principal, may_use_instance
 from ..errors import (
     EXTENSION_REQUIRED,
+    EXTENSION_UNSUPPORTED,
     VERSION_NOT_SUPPORTED,
     ControllerError,
     NotFound,
     Unauthenticated,
     ValidationFailed,
 )
+from ..pty.frames import PTY_EXTENSIONS_URI
 from ..state import app_state
 from ..store import InstanceRecord
-from .card import RUNTIME_EXTENSION
+from .card import IDEMPOTENCY_EXTENSION, MULTI_TENANT_EXTENSION, RUNTIME_EXTENSION
 
 A2A_JSON = "application/a2a+json"
 ACCEPTED_BODY_TYPES = ("application/json", "application/a2a+json")
 #: Extensions this controller implements (and declares on every card).
-DECLARED_EXTENSIONS = (RUNTIME_EXTENSION,)
+DECLARED_EXTENSIONS = (RUNTIME_EXTENSION, IDEMPOTENCY_EXTENSION, MULTI_TENANT_EXTENSION)
 REQUIRED_EXTENSIONS = (RUNTIME_EXTENSION,)
+#: Declared on the card but used on the PTY WebSocket only: activating them over HTTP is refused.
+WEBSOCKET_EXTENSIONS = frozenset({PTY_EXTENSIONS_URI.lower()})
 _VERSION_RE = re.compile(r"^(\d+)(?:\.(\d+))?$")
 
 
@@ -55,7 +60,13 @@ class Caller:
 
     @property
     def discloses_host(self) -> bool:
-        """``runtime.host`` policy: operator tokens see the host name, instance tokens do not."""
+        """``runtime.host`` policy: operator tokens see the host name, instance tokens do not.
+
+        With multi-tenant/v1 active only the admin token does (runtime/v1 §8.2: multi-tenant
+        callers see it only with ``fleet:read-host``, a scope only the admin token holds here).
+        """
+        if any(uri.lower() == MULTI_TENANT_EXTENSION.lower() for uri in self.extensions):
+            return self.principal.role == ROLE_ADMIN
         return self.principal.instance_id is None
 
 
@@ -85,7 +96,16 @@ def requested_extensions() -> list[str]:
 
 def activate_extensions(*, enforce: bool) -> list[str]:
     declared = {uri.lower(): uri for uri in DECLARED_EXTENSIONS}
-    activated = [uri for uri in requested_extensions() if uri.lower() in declared]
+    requested = requested_extensions()
+    for uri in requested:
+        if uri.lower() in WEBSOCKET_EXTENSIONS:
+            raise ValidationFailed(
+                [],
+                f"UnsupportedExtension: {uri} is used on the PTY attach WebSocket, not on the HTTP bindings",
+                code=EXTENSION_UNSUPPORTED,
+                details={"extension": uri},
+            )
+    activated = [uri for uri in requested if uri.lower() in declared]
     if enforce and not app_state().config.conformance_mode:
         active = {uri.lower() for uri in activated}
         for uri in REQUIRED_EXTENSIONS:

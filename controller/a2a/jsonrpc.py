@@ -32,7 +32,7 @@ from ..errors import (
 from ..http import request_body
 from ..tasks.model import SendMessageRequest
 from ..tasks.service import ListQuery
-from . import a2a, operations
+from . import a2a, idempotency, operations
 from .edge import A2A_JSON, ACCEPTED_BODY_TYPES, Caller, begin
 from .errors import A2AError, to_a2a
 from .sse import Framing, sse_response
@@ -149,11 +149,17 @@ async def jsonrpc(instance_id: str) -> Response:
                     caller, params_of(envelope, operations.TaskIdParams), framing
                 )
             return sse_response(caller, stream)
-        result = await _unary(caller, envelope)
-        response = rpc_response({"jsonrpc": "2.0", "id": call_id, "result": result})
-        if caller.extensions:
-            response.headers["A2A-Extensions"] = ", ".join(caller.extensions)
-        return response
+
+        async def run() -> Response:
+            result = await _unary(caller, envelope)
+            response = rpc_response({"jsonrpc": "2.0", "id": call_id, "result": result})
+            if caller.extensions:
+                response.headers["A2A-Extensions"] = ", ".join(caller.extensions)
+            return response
+
+        if envelope.method == "SendMessage":
+            return await idempotency.guarded(caller, "jsonrpc", envelope.params, run)
+        return await run()
     except ControllerError as exc:
         error = to_a2a(exc)
         status = error.http_status if exc.code in ("auth.unauthorized", "instance.not_found") else 200

@@ -16,6 +16,7 @@ from ..errors import PUSH_NOT_SUPPORTED, UNSUPPORTED_OPERATION, InvalidState, Un
 from ..state import app_state
 from ..tasks.model import Id, Metadata, SendMessageRequest
 from ..tasks.service import ListQuery
+from . import tenancy
 from .discovery import signed_card
 from .edge import Caller
 from .sse import Framing, task_events
@@ -42,6 +43,7 @@ async def view(caller: Caller, rec: Any, **kw: Any) -> dict[str, Any]:
 
 async def send_message(caller: Caller, req: SendMessageRequest) -> dict[str, Any]:
     tasks = app_state().tasks
+    req = tenancy.apply(caller.extensions, req)
     rec = await tasks.send(caller.instance, req)
     config = req.configuration
     if config is None or not config.return_immediately:
@@ -53,7 +55,7 @@ async def send_message(caller: Caller, req: SendMessageRequest) -> dict[str, Any
 async def send_streaming_message(
     caller: Caller, req: SendMessageRequest, framing: Framing | None = None
 ) -> AsyncIterator[bytes]:
-    rec = await app_state().tasks.send(caller.instance, req)
+    rec = await app_state().tasks.send(caller.instance, tenancy.apply(caller.extensions, req))
     # A new task streams from its creation; a follow-up from the task as it stands.
     return task_events(caller, rec.id, from_creation=req.message.task_id is None, framing=framing)
 

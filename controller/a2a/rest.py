@@ -31,15 +31,15 @@ from ..errors import CONTENT_TYPE_NOT_SUPPORTED, METHOD_NOT_FOUND, NotFound, Uns
 from ..http import request_body
 from ..tasks.model import SendMessageRequest
 from ..tasks.service import ListQuery
-from . import a2a, operations
+from . import a2a, idempotency, operations
 from .edge import ACCEPTED_BODY_TYPES, a2a_response, begin, is_legacy_path
 from .sse import sse_response
 
 P = "/agents/<instance_id>"
 
 
-async def read_body(type_: type[Any], *, optional: bool = False) -> Any:
-    body = await request_body()
+async def read_body(type_: type[Any], *, optional: bool = False, body: bytes | None = None) -> Any:
+    body = await request_body() if body is None else body
     if optional and not body.strip():
         return None
     if request.mimetype not in ACCEPTED_BODY_TYPES:
@@ -69,8 +69,13 @@ def split_ref(ref: str) -> tuple[str, str | None]:
 @a2a.post(f"{P}/v1/messages:send")
 async def send_message(instance_id: str) -> Response:
     caller = await begin(instance_id, legacy_path=is_legacy_path())
-    req: SendMessageRequest = await read_body(SendMessageRequest)
-    return a2a_response(await operations.send_message(caller, req), caller)
+    raw = await request_body()
+    req: SendMessageRequest = await read_body(SendMessageRequest, body=raw)
+
+    async def run() -> Response:
+        return a2a_response(await operations.send_message(caller, req), caller)
+
+    return await idempotency.guarded(caller, "http+json", msgspec.json.decode(raw), run)
 
 
 @a2a.post(f"{P}/message:stream")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .credentials import CredentialTable, SigningKeyRecord
 from .database import Database, SchemaTooNew, StoreClosed
+from .idempotency import CachedResponse, IdempotencyTable
 from .instances import InstanceRecord, InstanceTable, NameTaken
 from .operations import TERMINAL_STATES, OperationRecord, OperationTable
 from .schema import STEPS
@@ -28,6 +29,7 @@ from .tokens import TokenRecord, TokenTable
 __all__ = [
     "TERMINAL_STATES",
     "Append",
+    "CachedResponse",
     "InstanceRecord",
     "NameTaken",
     "OperationRecord",
@@ -51,6 +53,7 @@ class Store:
         self.tokens = TokenTable(db)
         self.credentials = CredentialTable(db)
         self.tasks = TaskTable(db)
+        self.idempotency = IdempotencyTable(db)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Store:

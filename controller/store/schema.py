@@ -95,4 +95,22 @@ CREATE TABLE IF NOT EXISTS task_artifacts (
 );
 """
 
-STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3)
+#: Step 4: the idempotency/v1 cache: per instance and binding, the first response to a messageId
+#: (status and body bytes as sent) with the hash of the request that produced it.
+STEP_4 = """
+CREATE TABLE IF NOT EXISTS idempotency_cache (
+    instance_id TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    response_status INTEGER NOT NULL,
+    response_body BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (instance_id, scope, message_id)
+);
+CREATE INDEX IF NOT EXISTS idempotency_by_created ON idempotency_cache (created_at);
+CREATE INDEX IF NOT EXISTS idempotency_by_expiry ON idempotency_cache (expires_at);
+"""
+
+STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4)

@@ -101,7 +101,7 @@ async def test_card_caching_headers_and_conditional_get(
     cached = await anon.get(path, headers={"If-None-Match": etag})
     assert cached.status_code == 304 and cached.content == b""
     # Without a loadout the card names the one its tasks run with.
-    [ext] = first.json()["capabilities"]["extensions"]
+    [ext] = [e for e in first.json()["capabilities"]["extensions"] if e["uri"] == RUNTIME_EXTENSION]
     assert ext["params"]["loadout"] == "shell"
 
 
