@@ -115,6 +115,18 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     conformance_mode: bool = False
     #: How long ended A2A tasks (with their events and artifacts) stay. AIWG_TASK_RETENTION_S
     task_retention_s: float = 7 * 24 * 3600.0
+    #: Push webhooks may be on loopback, private, link-local or reserved addresses (local
+    #: receivers, conformance runs). AIWG_PUSH_ALLOW_PRIVATE
+    push_allow_private: bool = False
+    #: One push delivery attempt (connect, send, answer) takes at most this. AIWG_PUSH_TIMEOUT_S
+    push_timeout_s: float = 10.0
+    #: A push event is retried (exponential backoff with jitter) for at most this long, then
+    #: dropped. AIWG_PUSH_RETRY_S
+    push_retry_s: float = 300.0
+    #: The first retry waits about this long; each next one twice as long (up to 30 s). AIWG_PUSH_BACKOFF_S
+    push_backoff_s: float = 0.5
+    #: Undelivered events a push config holds; older ones are dropped beyond it. AIWG_PUSH_MAX_QUEUE
+    push_max_queue: int = 1024
     dev: bool = False
 
     def __repr__(self) -> str:
@@ -204,6 +216,11 @@ _ENV = {
     "pty_ping_timeout_s": "AIWG_PTY_PING_TIMEOUT_S",
     "conformance_mode": "AIWG_CONFORMANCE_MODE",
     "task_retention_s": "AIWG_TASK_RETENTION_S",
+    "push_allow_private": "AIWG_PUSH_ALLOW_PRIVATE",
+    "push_timeout_s": "AIWG_PUSH_TIMEOUT_S",
+    "push_retry_s": "AIWG_PUSH_RETRY_S",
+    "push_backoff_s": "AIWG_PUSH_BACKOFF_S",
+    "push_max_queue": "AIWG_PUSH_MAX_QUEUE",
 }
 _FLOATS = {
     "hostd_call_timeout_s": (0.01, 3600.0),
@@ -217,11 +234,15 @@ _FLOATS = {
     "pty_ping_timeout_s": (0.1, 3600.0),
     "watch_interval_s": (0.05, 3600.0),
     "sse_keepalive_s": (0.05, 3600.0),
+    "push_timeout_s": (0.05, 300.0),
+    "push_retry_s": (0.0, 7 * 24 * 3600.0),
+    "push_backoff_s": (0.01, 3600.0),
 }
 _INTS = {
     "event_ring_size": (16, 1_000_000),
     "log_ring_size": (16, 1_000_000),
     "max_stream_followers": (1, 10_000),
+    "push_max_queue": (1, 1_000_000),
 }
 
 
@@ -266,7 +287,7 @@ def _coerce(key: str, raw: Any, source: str) -> Any:
         if not low_i <= number <= high_i:
             raise ConfigError(f"{source}={number} must be between {low_i} and {high_i}")
         return number
-    if key == "conformance_mode":
+    if key in ("conformance_mode", "push_allow_private"):
         if isinstance(raw, bool):
             return raw
         if str(raw).lower() in ("1", "true", "yes", "on"):

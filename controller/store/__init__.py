@@ -21,6 +21,7 @@ from .credentials import CredentialTable, SigningKeyRecord
 from .database import Database, SchemaTooNew, StoreClosed
 from .instances import InstanceRecord, InstanceTable, NameTaken
 from .operations import TERMINAL_STATES, OperationRecord, OperationTable
+from .push import PushConfigRecord, PushTable
 from .schema import STEPS
 from .tasks import Append, TaskEvent, TaskRecord, TaskTable
 from .tokens import TokenRecord, TokenTable
@@ -31,6 +32,8 @@ __all__ = [
     "InstanceRecord",
     "NameTaken",
     "OperationRecord",
+    "PushConfigRecord",
+    "PushTable",
     "SchemaTooNew",
     "SigningKeyRecord",
     "Store",
@@ -51,6 +54,7 @@ class Store:
         self.tokens = TokenTable(db)
         self.credentials = CredentialTable(db)
         self.tasks = TaskTable(db)
+        self.push = PushTable(db)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Store:

@@ -95,4 +95,21 @@ CREATE TABLE IF NOT EXISTS task_artifacts (
 );
 """
 
-STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3)
+#: Step 4: push notification configs of A2A tasks, each with its delivery cursor: the sequence of
+#: the last task event delivered (or given up on), so delivery resumes there after a restart.
+STEP_4 = """
+CREATE TABLE IF NOT EXISTS push_configs (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    id TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    url TEXT NOT NULL,
+    token TEXT,
+    auth_scheme TEXT,
+    auth_credentials TEXT,
+    delivered_seq INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (task_id, id)
+);
+"""
+
+STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4)
