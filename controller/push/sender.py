@@ -37,7 +37,8 @@ async def post(
     except trio.TooSlowError:
         raise DeliveryFailed(f"no answer within {timeout:g}s") from None
     except (OSError, trio.BrokenResourceError, h11.ProtocolError, ssl.SSLError) as exc:
-        raise DeliveryFailed(f"{type(exc).__name__}: {exc}") from None
+        cause = exc.__cause__ or exc  # trio wraps a TLS failure (a certificate refused) in BrokenResourceError
+        raise DeliveryFailed(f"{type(cause).__name__}: {cause}") from None
 
 
 async def _post(target: Target, body: bytes, headers: list[tuple[str, str]], tls: ssl.SSLContext | None) -> int:

@@ -8,6 +8,7 @@ connection open without a word).
 from __future__ import annotations
 
 import json
+import ssl
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -27,6 +28,10 @@ class Received:
 class Receiver:
     fail_first: int = 0
     hang: bool = False
+    #: The status of a successful answer (a 3xx to see that redirects are not followed).
+    status: int = 200
+    #: Serve https with this context.
+    tls: ssl.SSLContext | None = None
     received: list[Received] = field(default_factory=list)
     attempts: int = 0
     port: int = 0
@@ -34,7 +39,7 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/hook"
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -42,7 +47,10 @@ class Receiver:
         task_status.started()
         await trio.serve_listeners(partial(self._handle), listeners)
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, plain: trio.SocketStream) -> None:
+        stream: trio.abc.Stream = plain
+        if self.tls is not None:
+            stream = trio.SSLStream(plain, self.tls, server_side=True)
         conn = h11.Connection(h11.SERVER)
         request: h11.Request | None = None
         body = b""
@@ -68,16 +76,19 @@ class Receiver:
             if self.attempts <= self.fail_first:
                 status = 500
             else:
-                status = 200
+                status = self.status
                 headers = {k.decode().lower(): v.decode() for k, v in request.headers}
                 self.received.append(Received(request.target.decode(), headers, json.loads(body)))
                 self._pulse()
-            out = conn.send(h11.Response(status_code=status, headers=[("Content-Length", "0")]))
+            head = [("Content-Length", "0"), ("Location", "http://127.0.0.1:9/elsewhere")]
+            out = conn.send(h11.Response(status_code=status, headers=head))
             await stream.send_all(out + conn.send(h11.EndOfMessage()))
-        except (trio.BrokenResourceError, h11.ProtocolError):
+        except (trio.BrokenResourceError, h11.ProtocolError, ssl.SSLError):
             return
         finally:
-            await stream.aclose()
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                await stream.aclose()
 
     def _pulse(self) -> None:
         self._news.set()

@@ -110,9 +110,10 @@ async def test_a_receiver_that_never_answers_is_given_up_on(
         nursery.cancel_scope.cancel()
 
 
-async def test_events_queued_at_a_sigkill_are_delivered_after_restart(hostd: LiveHostd, tmp_path: Path) -> None:
-    env = controller_env(tmp_path / "c", hostd.socket_path, **{**PUSH_ENV, "AIWG_PUSH_RETRY_S": "600"})
+async def run_across_sigkill(hostd: LiveHostd, tmp_path: Path, script: str, **extra: str) -> dict[str, Any]:
+    env = controller_env(tmp_path / "c", hostd.socket_path, **{**PUSH_ENV, "AIWG_PUSH_RETRY_S": "600", **extra})
     receiver = Receiver(fail_first=10**9)  # nothing gets through while the first controller runs
+    out: dict[str, Any] = {"receiver": receiver}
     async with trio.open_nursery() as nursery:
         await nursery.start(receiver.serve)
         first = ControllerProcess(env)
@@ -124,7 +125,7 @@ async def test_events_queued_at_a_sigkill_are_delivered_after_restart(hostd: Liv
                     await trio.sleep(0.05)
             agent = await new_agent(admin, live, "push-crash", loadout="shell")
         async with agent.client(live) as client:
-            sent = await client.post("/message:send", json=send_with_push("echo survived", receiver))
+            sent = await client.post("/message:send", json=send_with_push(script, receiver))
             task_id = sent.json()["task"]["id"]
             with trio.fail_after(30):
                 while (await client.get(f"/tasks/{task_id}")).json()["status"]["state"] != END:
@@ -135,10 +136,30 @@ async def test_events_queued_at_a_sigkill_are_delivered_after_restart(hostd: Liv
         receiver.fail_first = 0
 
         second = ControllerProcess(env)
-        await second.start(nursery)
+        url = await second.start(nursery)
         await receiver.wait_for(lambda: END in receiver.states())
-        assert receiver.states() == ["TASK_STATE_WORKING", END]
-        artifacts = [r.body["artifactUpdate"] for r in receiver.received if "artifactUpdate" in r.body]
-        assert "".join(p["text"] for a in artifacts for p in a["artifact"]["parts"]) == "survived\n"
+        async with httpx.AsyncClient(base_url=url) as anon:
+            out["failures"] = await metric(anon, "aiwg_push_failures_total", agent.instance_id)
         assert await second.stop() == 0, second.output()
         nursery.cancel_scope.cancel()
+    return out
+
+
+async def test_events_queued_at_a_sigkill_are_delivered_after_restart(hostd: LiveHostd, tmp_path: Path) -> None:
+    out = await run_across_sigkill(hostd, tmp_path, "echo survived")
+    receiver: Receiver = out["receiver"]
+    assert receiver.states() == ["TASK_STATE_WORKING", END]
+    artifacts = [r.body["artifactUpdate"] for r in receiver.received if "artifactUpdate" in r.body]
+    assert "".join(p["text"] for a in artifacts for p in a["artifact"]["parts"]) == "survived\n"
+    assert out["failures"] == 0
+
+
+async def test_a_config_holds_a_bounded_queue(hostd: LiveHostd, tmp_path: Path) -> None:
+    # 20 outputs a line apart queue far more than 2 events behind the failing receiver; after the
+    # restart the config is over its bound, so only the newest 2 are sent and the rest counted.
+    script = "for i in $(seq 20); do echo $i; sleep 0.02; done"
+    out = await run_across_sigkill(hostd, tmp_path, script, AIWG_PUSH_MAX_QUEUE="2")
+    receiver: Receiver = out["receiver"]
+    assert 1 <= len(receiver.received) <= 2 and receiver.states()[-1] == END
+    assert "TASK_STATE_WORKING" not in receiver.states()
+    assert out["failures"] >= 1
