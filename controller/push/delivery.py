@@ -93,7 +93,9 @@ class PushDelivery:
                     if backlog > self.config.push_max_queue:
                         await self._drop_oldest(cfg, task.last_seq - self.config.push_max_queue)
                         continue
-                    events = await self.store.tasks.events_after(task_id, cfg.delivered_seq, limit=BATCH)
+                    events = watch.tail_after(cfg.delivered_seq)  # recent events from memory, else the store
+                    if events is None:
+                        events = await self.store.tasks.events_after(task_id, cfg.delivered_seq, limit=BATCH)
                     if not events:
                         if task.terminal:
                             return
