@@ -44,6 +44,7 @@ from .metrics import Metrics
 from .operations import OperationService
 from .problems import error_body, from_http_exception, problem_response, trace_id
 from .pty.rooms import Rooms
+from .push import PushService
 from .runtimes import RuntimeService
 from .sessions import SessionService
 from .state import EXTENSION_KEY, AppState
@@ -112,6 +113,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     link.on_connected.append(instances.reconcile)
     watch = HostdWatch(link, instances, events, interval_s=config.watch_interval_s)
     tasks = TaskService(store, link, loadouts, events, retention_s=config.task_retention_s)
+    push = PushService(store, tasks.hub, config, metrics.registry)
 
     app.extensions[EXTENSION_KEY] = AppState(
         config=config,
@@ -133,6 +135,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         sessions=SessionService(instances, link),
         rooms=Rooms(link),
         tasks=tasks,
+        push=push,
     )
 
     from .a2a import a2a, error_response
@@ -162,6 +165,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         tasks.attach(app.nursery)
         await tasks.recover()
         await app.nursery.start(tasks.run_purger)
+        push.delivery.attach(app.nursery)
+        await push.delivery.recover()
         if config.conformance_mode:
             app.nursery.start_soon(_conformance_instance)
 

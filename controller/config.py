@@ -121,6 +121,18 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     idempotency_ttl_s: float = 86400.0
     #: Most idempotency/v1 entries kept (the oldest go first). AIWG_IDEMPOTENCY_MAX_ENTRIES
     idempotency_max_entries: int = 100_000
+    #: Push webhooks may be on loopback, private, link-local or reserved addresses (local
+    #: receivers, conformance runs). AIWG_PUSH_ALLOW_PRIVATE
+    push_allow_private: bool = False
+    #: One push delivery attempt (connect, send, answer) takes at most this. AIWG_PUSH_TIMEOUT_S
+    push_timeout_s: float = 10.0
+    #: A push event is retried (exponential backoff with jitter) for at most this long, then
+    #: dropped. AIWG_PUSH_RETRY_S
+    push_retry_s: float = 300.0
+    #: The first retry waits about this long; each next one twice as long (up to 30 s). AIWG_PUSH_BACKOFF_S
+    push_backoff_s: float = 0.5
+    #: Undelivered events a push config holds; older ones are dropped beyond it. AIWG_PUSH_MAX_QUEUE
+    push_max_queue: int = 1024
     dev: bool = False
 
     def __repr__(self) -> str:
@@ -213,6 +225,11 @@ _ENV = {
     "task_retention_s": "AIWG_TASK_RETENTION_S",
     "idempotency_ttl_s": "AIWG_IDEMPOTENCY_TTL",
     "idempotency_max_entries": "AIWG_IDEMPOTENCY_MAX_ENTRIES",
+    "push_allow_private": "AIWG_PUSH_ALLOW_PRIVATE",
+    "push_timeout_s": "AIWG_PUSH_TIMEOUT_S",
+    "push_retry_s": "AIWG_PUSH_RETRY_S",
+    "push_backoff_s": "AIWG_PUSH_BACKOFF_S",
+    "push_max_queue": "AIWG_PUSH_MAX_QUEUE",
 }
 _FLOATS = {
     "hostd_call_timeout_s": (0.01, 3600.0),
@@ -227,12 +244,16 @@ _FLOATS = {
     "watch_interval_s": (0.05, 3600.0),
     "sse_keepalive_s": (0.05, 3600.0),
     "idempotency_ttl_s": (1.0, 365 * 24 * 3600.0),
+    "push_timeout_s": (0.05, 300.0),
+    "push_retry_s": (0.0, 7 * 24 * 3600.0),
+    "push_backoff_s": (0.01, 3600.0),
 }
 _INTS = {
     "event_ring_size": (16, 1_000_000),
     "log_ring_size": (16, 1_000_000),
     "max_stream_followers": (1, 10_000),
     "idempotency_max_entries": (1, 10_000_000),
+    "push_max_queue": (1, 1_000_000),
 }
 
 
@@ -277,7 +298,7 @@ def _coerce(key: str, raw: Any, source: str) -> Any:
         if not low_i <= number <= high_i:
             raise ConfigError(f"{source}={number} must be between {low_i} and {high_i}")
         return number
-    if key == "conformance_mode":
+    if key in ("conformance_mode", "push_allow_private"):
         if isinstance(raw, bool):
             return raw
         if str(raw).lower() in ("1", "true", "yes", "on"):

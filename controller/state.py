@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .metrics import Metrics
     from .operations import OperationService
     from .pty.rooms import Rooms
+    from .push import PushService
     from .runtimes import RuntimeService
     from .sessions import SessionService
     from .storage import StorageService
@@ -60,6 +61,7 @@ class AppState:
     sessions: SessionService
     rooms: Rooms
     tasks: TaskService
+    push: PushService
     openapi: dict[str, Any] | None = field(default=None)
     #: Open SSE followers per stream ("events", "logs"), bounded by ``max_stream_followers``.
     followers: dict[str, int] = field(default_factory=dict)

@@ -83,7 +83,7 @@ def build_card(
         ],
         "capabilities": {
             "streaming": streaming,
-            "pushNotifications": False,
+            "pushNotifications": True,
             "extendedAgentCard": True,
             "extensions": [
                 {

@@ -4,7 +4,7 @@ The binding a2a-sdk clients pick by default. Methods (params are the v1.0 reques
 same operations as the HTTP+JSON binding (:mod:`controller.a2a.operations`): ``SendMessage``,
 ``SendStreamingMessage`` and ``SubscribeToTask`` (SSE: each event a JSON-RPC response with the
 request's id and a StreamResponse result), ``GetTask``, ``ListTasks``, ``CancelTask``, the four
-push config methods (``PUSH_NOTIFICATION_NOT_SUPPORTED``) and ``GetExtendedAgentCard``.
+push config methods (:mod:`controller.push`) and ``GetExtendedAgentCard``.
 
 Errors are JSON-RPC errors with the v1.0.1 codes (-32001 ... -32009, -32600 ... -32700) and the
 A2A error details (ErrorInfo, BadRequest) as ``error.data``. They are answered with HTTP 200, as
@@ -28,8 +28,10 @@ from ..errors import (
     MalformedInput,
     NotFound,
     UnsupportedMedia,
+    ValidationFailed,
 )
 from ..http import request_body
+from ..push.configs import ConfigRef, ListParams, PushConfigIn
 from ..tasks.model import SendMessageRequest
 from ..tasks.service import ListQuery
 from . import a2a, idempotency, operations
@@ -50,7 +52,6 @@ GATED = frozenset(
         "DeleteTaskPushNotificationConfig",
     }
 )
-PUSH_METHODS = frozenset(m for m in GATED if "PushNotificationConfig" in m)
 STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 PARSE_ERROR = -32700
 
@@ -99,6 +100,13 @@ def params_of(envelope: Envelope, type_: type[Any]) -> Any:
         raise validation_failure(exc) from None
 
 
+async def create_push_config(caller: Caller, envelope: Envelope) -> dict[str, Any]:
+    cfg: PushConfigIn = params_of(envelope, PushConfigIn)
+    if not cfg.task_id:
+        raise ValidationFailed([{"field": "taskId", "message": "is required", "code": "required"}])
+    return await operations.create_push_config(caller, cfg.task_id, cfg)
+
+
 async def _unary(caller: Caller, envelope: Envelope) -> dict[str, Any]:
     method = envelope.method
     calls: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
@@ -107,9 +115,15 @@ async def _unary(caller: Caller, envelope: Envelope) -> dict[str, Any]:
         "ListTasks": lambda: operations.list_tasks(caller, params_of(envelope, ListQuery)),
         "CancelTask": lambda: operations.cancel_task(caller, params_of(envelope, operations.TaskIdParams)),
         "GetExtendedAgentCard": lambda: operations.extended_agent_card(caller),
+        "CreateTaskPushNotificationConfig": lambda: create_push_config(caller, envelope),
+        "GetTaskPushNotificationConfig": lambda: operations.get_push_config(caller, params_of(envelope, ConfigRef)),
+        "ListTaskPushNotificationConfigs": lambda: operations.list_push_configs(
+            caller, params_of(envelope, ListParams)
+        ),
+        "DeleteTaskPushNotificationConfig": lambda: operations.delete_push_config(
+            caller, params_of(envelope, ConfigRef)
+        ),
     }
-    if method in PUSH_METHODS:
-        return await operations.push_config(caller)
     call = calls.get(method)
     if call is None:
         raise NotFound(METHOD_NOT_FOUND, f"no JSON-RPC method {method[:64]!r}")

@@ -12,7 +12,10 @@ from typing import Annotated, Any
 
 import msgspec
 
-from ..errors import PUSH_NOT_SUPPORTED, UNSUPPORTED_OPERATION, InvalidState, Unimplemented
+from ..errors import UNSUPPORTED_OPERATION, InvalidState
+from ..push.configs import ConfigRef, ListParams, PushConfigIn, convert
+from ..push.configs import view as push_view
+from ..push.target import parse_url, resolve
 from ..state import app_state
 from ..tasks.model import Id, Metadata, SendMessageRequest
 from ..tasks.service import ListQuery
@@ -41,10 +44,28 @@ async def view(caller: Caller, rec: Any, **kw: Any) -> dict[str, Any]:
     return await task_view(app_state().store, rec, caller.instance, disclose_host=caller.discloses_host, **kw)
 
 
+async def send(caller: Caller, req: SendMessageRequest) -> Any:
+    """The task service's send, with the configuration's inline push config (if any) made for
+    the task: checked before the send, delivering from the task's start (a new task) or from
+    the message sent (a follow-up)."""
+    state = app_state()
+    config = req.configuration
+    if config is None or config.task_push_notification_config is None:
+        return await state.tasks.send(caller.instance, req)
+    push = convert(config.task_push_notification_config, PushConfigIn)
+    await resolve(parse_url(push.url), allow_private=state.config.push_allow_private)
+    from_seq = 0
+    if req.message.task_id is not None:
+        from_seq = (await state.tasks.get(caller.instance.id, req.message.task_id)).last_seq
+    plain = msgspec.structs.replace(config, task_push_notification_config=None)
+    rec = await state.tasks.send(caller.instance, msgspec.structs.replace(req, configuration=plain))
+    await state.push.create(caller.instance.id, rec.id, push, from_seq=from_seq)
+    return rec
+
+
 async def send_message(caller: Caller, req: SendMessageRequest) -> dict[str, Any]:
     tasks = app_state().tasks
-    req = tenancy.apply(caller.extensions, req)
-    rec = await tasks.send(caller.instance, req)
+    rec = await send(caller, tenancy.apply(caller.extensions, req))
     config = req.configuration
     if config is None or not config.return_immediately:
         rec = await tasks.wait_settled(rec.id)
@@ -55,7 +76,7 @@ async def send_message(caller: Caller, req: SendMessageRequest) -> dict[str, Any
 async def send_streaming_message(
     caller: Caller, req: SendMessageRequest, framing: Framing | None = None
 ) -> AsyncIterator[bytes]:
-    rec = await app_state().tasks.send(caller.instance, tenancy.apply(caller.extensions, req))
+    rec = await send(caller, tenancy.apply(caller.extensions, req))
     # A new task streams from its creation; a follow-up from the task as it stands.
     return task_events(caller, rec.id, from_creation=req.message.task_id is None, framing=framing)
 
@@ -93,8 +114,32 @@ async def subscribe_to_task(
     return task_events(caller, rec.id, from_creation=False, framing=framing)
 
 
-async def push_config(caller: Caller) -> dict[str, Any]:
-    raise Unimplemented(PUSH_NOT_SUPPORTED, "this agent does not send push notifications")
+async def create_push_config(caller: Caller, task_id: str, cfg: PushConfigIn) -> dict[str, Any]:
+    state = app_state()
+    rec = await state.tasks.get(caller.instance.id, task_id)
+    # Delivery starts with the task's next event (the config is for what happens from now on).
+    made = await state.push.create(caller.instance.id, rec.id, cfg, from_seq=rec.last_seq)
+    return push_view(made)
+
+
+async def get_push_config(caller: Caller, ref: ConfigRef) -> dict[str, Any]:
+    state = app_state()
+    await state.tasks.get(caller.instance.id, ref.task_id)
+    return push_view(await state.push.configs.get(ref.task_id, ref.id))
+
+
+async def list_push_configs(caller: Caller, params: ListParams) -> dict[str, Any]:
+    state = app_state()
+    await state.tasks.get(caller.instance.id, params.task_id)
+    recs, next_token = await state.push.configs.list(params)
+    return {"configs": [push_view(rec) for rec in recs], "nextPageToken": next_token}
+
+
+async def delete_push_config(caller: Caller, ref: ConfigRef) -> dict[str, Any]:
+    state = app_state()
+    await state.tasks.get(caller.instance.id, ref.task_id)
+    await state.push.configs.delete(ref.task_id, ref.id)
+    return {}
 
 
 async def extended_agent_card(caller: Caller) -> dict[str, Any]:

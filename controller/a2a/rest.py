@@ -29,6 +29,7 @@ from quart import Response, request
 from ..decoding import decode_json, validation_failure
 from ..errors import CONTENT_TYPE_NOT_SUPPORTED, METHOD_NOT_FOUND, NotFound, UnsupportedMedia, ValidationFailed
 from ..http import request_body
+from ..push.configs import ConfigRef, ListParams, PushConfigIn
 from ..tasks.model import SendMessageRequest
 from ..tasks.service import ListQuery
 from . import a2a, idempotency, operations
@@ -140,7 +141,16 @@ async def list_tasks(instance_id: str) -> Response:
 @a2a.route(f"{P}/v1/tasks/<task_id>/pushNotificationConfigs/<config_id>", methods=["GET", "DELETE"])
 async def push_configs(instance_id: str, task_id: str, config_id: str | None = None) -> Response:
     caller = await begin(instance_id, legacy_path=is_legacy_path())
-    return a2a_response(await operations.push_config(caller), caller)
+    if config_id is not None:
+        ref = ConfigRef(task_id=task_id, id=config_id)
+        if request.method == "DELETE":
+            return a2a_response(await operations.delete_push_config(caller, ref), caller)
+        return a2a_response(await operations.get_push_config(caller, ref), caller)
+    if request.method == "GET":
+        params = query(ListParams, taskId=task_id)
+        return a2a_response(await operations.list_push_configs(caller, params), caller)
+    cfg: PushConfigIn = await read_body(PushConfigIn)
+    return a2a_response(await operations.create_push_config(caller, task_id, cfg), caller)
 
 
 @a2a.get(f"{P}/extendedAgentCard")

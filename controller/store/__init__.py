@@ -22,6 +22,7 @@ from .database import Database, SchemaTooNew, StoreClosed
 from .idempotency import CachedResponse, IdempotencyTable
 from .instances import InstanceRecord, InstanceTable, NameTaken
 from .operations import TERMINAL_STATES, OperationRecord, OperationTable
+from .push import PushConfigRecord, PushTable
 from .schema import STEPS
 from .tasks import Append, TaskEvent, TaskRecord, TaskTable
 from .tokens import TokenRecord, TokenTable
@@ -33,6 +34,8 @@ __all__ = [
     "InstanceRecord",
     "NameTaken",
     "OperationRecord",
+    "PushConfigRecord",
+    "PushTable",
     "SchemaTooNew",
     "SigningKeyRecord",
     "Store",
@@ -54,6 +57,7 @@ class Store:
         self.credentials = CredentialTable(db)
         self.tasks = TaskTable(db)
         self.idempotency = IdempotencyTable(db)
+        self.push = PushTable(db)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Store:

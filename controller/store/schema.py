@@ -113,4 +113,21 @@ CREATE INDEX IF NOT EXISTS idempotency_by_created ON idempotency_cache (created_
 CREATE INDEX IF NOT EXISTS idempotency_by_expiry ON idempotency_cache (expires_at);
 """
 
-STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4)
+#: Step 5: push notification configs of A2A tasks, each with its delivery cursor: the sequence of
+#: the last task event delivered (or given up on), so delivery resumes there after a restart.
+STEP_5 = """
+CREATE TABLE IF NOT EXISTS push_configs (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    id TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    url TEXT NOT NULL,
+    token TEXT,
+    auth_scheme TEXT,
+    auth_credentials TEXT,
+    delivered_seq INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (task_id, id)
+);
+"""
+
+STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5)

@@ -269,7 +269,7 @@ class TaskTable:
 
     async def purge(self, ended_before: float) -> int:
         """Delete terminal tasks whose last status is older than ``ended_before`` (with their
-        events and artifacts); returns how many."""
+        events, artifacts and push configs); returns how many."""
         marks = ",".join("?" * len(TERMINAL))
         doomed = f"SELECT id FROM tasks WHERE state IN ({marks}) AND status_at < ?"
         args = (*TERMINAL, ended_before)
@@ -277,6 +277,7 @@ class TaskTable:
         def purge(db: sqlite3.Connection) -> int:
             db.execute(f"DELETE FROM task_events WHERE task_id IN ({doomed})", args)
             db.execute(f"DELETE FROM task_artifacts WHERE task_id IN ({doomed})", args)
+            db.execute(f"DELETE FROM push_configs WHERE task_id IN ({doomed})", args)
             return int(db.execute(f"DELETE FROM tasks WHERE id IN ({doomed})", args).rowcount)
 
         return await self._db.run(self._db.transaction(purge))

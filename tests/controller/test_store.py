@@ -9,16 +9,20 @@ import stat
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 
 from controller.store import (
+    Append,
     InstanceRecord,
     NameTaken,
     OperationRecord,
+    PushConfigRecord,
     SchemaTooNew,
     Store,
     StoreClosed,
+    TaskRecord,
     TokenRecord,
 )
 from controller.store.database import migrate, schema_version
@@ -269,3 +273,24 @@ def test_a_failing_step_leaves_the_version_before_it(tmp_path: Path) -> None:
     assert tables == {"a"}  # step 2's table went with its failed transaction
     assert not db.in_transaction
     db.close()
+
+
+async def test_push_configs_keep_a_cursor_and_go_with_their_task(store: Store) -> None:
+    now = time.time()
+    status = {"state": "TASK_STATE_COMPLETED"}
+    task = TaskRecord(
+        id="t1", instance_id="i1", context_id="c1", state=status["state"], status=status,
+        last_at=now, created_at=now, status_at=now - 10,
+    )  # fmt: skip
+    await store.tasks.create(task, Append(kind="message", body={"messageId": "m", "role": "ROLE_USER", "parts": []}))
+    config = PushConfigRecord(id="p1", task_id="t1", instance_id="i1", url="http://h/", created_at=now)
+    assert await store.push.create(config, limit=1)
+    assert not await store.push.create(msgspec.structs.replace(config, id="p2"), limit=1)
+    assert await store.push.create(msgspec.structs.replace(config, url="http://h/new"), limit=1)  # replaced
+    await store.push.advance("t1", "p1", 1)
+    await store.push.advance("t1", "p1", 0)  # a cursor never moves back
+    [got] = await store.push.list("t1")
+    assert (got.url, got.delivered_seq) == ("http://h/new", 1)
+    assert await store.push.pending() == []  # ended, and everything done
+    assert await store.tasks.purge(ended_before=now) == 1
+    assert await store.push.list("t1") == [] and await store.push.get("t1", "p1") is None

@@ -54,7 +54,7 @@ async def test_card_is_v1_signed_and_verifies_with_the_sdk_and_by_hand(
     assert all(i["protocolVersion"] == "1.0" for i in card["supportedInterfaces"])
     for gone in ("url", "preferredTransport", "protocolVersion", "additionalInterfaces", "security"):
         assert gone not in card
-    assert card["capabilities"]["pushNotifications"] is False
+    assert card["capabilities"]["pushNotifications"] is True
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
     assert "full host access" in card["description"]
     [ext] = [e for e in card["capabilities"]["extensions"] if e["uri"] == RUNTIME_EXTENSION]

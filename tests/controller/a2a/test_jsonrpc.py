@@ -55,7 +55,7 @@ async def test_jsonrpc_methods_and_errors(admin: httpx.AsyncClient, controller: 
             (dict(json=rpc("GetTask", {"id": "nope"})), -32001, "TASK_NOT_FOUND"),
             (dict(json=rpc("CancelTask", {"id": task_id})), -32002, "TASK_NOT_CANCELABLE"),
             (dict(json=rpc("SubscribeToTask", {"id": task_id})), -32004, "UNSUPPORTED_OPERATION"),
-            (dict(json=rpc("CreateTaskPushNotificationConfig", {"taskId": task_id, "url": "x"})), -32003, None),
+            (dict(json=rpc("CreateTaskPushNotificationConfig", {"taskId": task_id, "url": "x"})), -32602, None),
             (dict(json=rpc("SendMessage", {"message": {"role": "ROLE_USER"}})), -32602, "INVALID_PARAMS"),
             (dict(content=b"{}", headers={"content-type": "text/plain"}), -32005, "CONTENT_TYPE_NOT_SUPPORTED"),
         ]

@@ -162,7 +162,7 @@ async def test_bad_input_gets_a2a_errors(admin: httpx.AsyncClient, controller: L
             (dict(json={"message": message("x", referenceTaskIds=["nope"])}), "TASK_NOT_FOUND"),
             (
                 dict(json={"message": message("x"), "configuration": {"taskPushNotificationConfig": {"url": "x"}}}),
-                "PUSH_NOTIFICATION_NOT_SUPPORTED",
+                "INVALID_PARAMS",
             ),
         ]
         for kwargs, reason in cases:
@@ -176,7 +176,7 @@ async def test_bad_input_gets_a2a_errors(admin: httpx.AsyncClient, controller: L
         assert big.status_code == 413 and error_reason(big) == "INVALID_REQUEST"
         for path in ("/tasks/x/pushNotificationConfigs", "/v1/tasks/x/pushNotificationConfigs"):
             response = await client.post(path, json={"url": "http://127.0.0.1/"})
-            assert response.status_code == 400 and error_reason(response) == "PUSH_NOTIFICATION_NOT_SUPPORTED"
+            assert response.status_code == 404 and error_reason(response) == "TASK_NOT_FOUND"
         unknown = await client.get("/tasks/01930000-0000-7000-8000-000000000000")
         assert unknown.status_code == 404 and error_reason(unknown) == "TASK_NOT_FOUND"
         assert (await client.get("/tasks/x", params={"historyLength": "-1"})).status_code == 400

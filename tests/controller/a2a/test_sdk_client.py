@@ -33,7 +33,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import (
     ExtensionSupportRequiredError,
-    PushNotificationNotSupportedError,
+    InvalidParamsError,
     TaskNotCancelableError,
     TaskNotFoundError,
 )
@@ -151,7 +151,7 @@ async def test_sdk_client_drives_every_operation(
     assert out["listed"] == [out["task_id"]] and out["total"] == 1
     assert out["cancel_done"] is TaskNotCancelableError
     assert out["get_unknown"] is TaskNotFoundError
-    assert out["push"] is PushNotificationNotSupportedError
+    assert out["push"] is InvalidParamsError  # a loopback webhook, refused by default
     assert out["card_name"] == f"sdk-{len(bindings)}-{int(streaming)}"
     assert out["canceled"] == "TASK_STATE_CANCELED"
     assert out["no_extension"] is ExtensionSupportRequiredError

@@ -1,0 +1,31 @@
+"""A2A push notifications: configs of a task's webhooks, and delivery of its events to them.
+
+Modules: ``target`` (a webhook URL parsed, resolved once and checked against private addresses),
+``sender`` (one POST to the checked address), ``configs`` (the configs' operations), ``delivery``
+(the durable, ordered, retrying workers), ``metrics``. :class:`PushService` holds them together.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from ..config import ControllerConfig
+from ..store import PushConfigRecord, Store
+from ..tasks.hub import TaskHub
+from .configs import ListParams, PushConfigIn, PushConfigs
+from .delivery import PushDelivery
+from .metrics import PushMetrics
+
+
+class PushService:
+    def __init__(self, store: Store, hub: TaskHub, config: ControllerConfig, registry: CollectorRegistry) -> None:
+        self.configs = PushConfigs(store, allow_private=config.push_allow_private)
+        self.delivery = PushDelivery(store, hub, config, PushMetrics(registry))
+
+    async def create(self, instance_id: str, task_id: str, cfg: PushConfigIn, *, from_seq: int) -> PushConfigRecord:
+        rec = await self.configs.create(instance_id, task_id, cfg, from_seq=from_seq)
+        self.delivery.start(rec)
+        return rec
+
+
+__all__ = ["ListParams", "PushConfigIn", "PushService"]
