@@ -17,11 +17,10 @@ import psutil
 import pytest
 import trio
 
-from proto import messages as m
-from proto import open_hostd
 from tests.hostd_process import ROOT
 from tests.podman_service import podman_available
 from tests.processes import alive
+from tests.shells import type_into_a_session
 
 
 def devrun_podman_env(state_dir: str) -> dict[str, str]:
@@ -139,7 +138,7 @@ def test_make_run_serves_a_busybox_container(tmp_path: Path) -> None:
             assert op["state"] == "succeeded", op
             iid = op["result"]["instance_id"]
             assert admin.get(f"/api/v2/admin/instances/{iid}").json()["state"] == "running"
-            out = trio.run(_type_into_a_session, str(tmp_path / "run" / "hostd.sock"), iid)
+            out = trio.run(type_into_a_session, str(tmp_path / "run" / "hostd.sock"), iid)
             assert b"42-typed" in out
             assert admin.delete(f"/api/v2/admin/instances/{iid}", params={"force": "true"}).status_code == 202
             while admin.get(f"/api/v2/admin/instances/{iid}").status_code != 404:
@@ -154,19 +153,3 @@ def test_make_run_serves_a_busybox_container(tmp_path: Path) -> None:
         if proc.stdout is not None:
             proc.stdout.close()
         shutil.rmtree(runroot, ignore_errors=True)
-
-
-async def _type_into_a_session(socket_path: str, instance_id: str) -> bytes:
-    async with open_hostd(socket_path, client_name="test") as client:
-        session = (await client.call(m.SessionCreateRequest(instance_id=instance_id, argv=["sh"]))).session
-        await client.call(m.SessionWriteRequest(session_id=session.session_id, data=b"echo $((40+2))-typed\n"))
-        out = b""
-        with trio.fail_after(20):
-            async with client.stream(m.SessionSubscribeRequest(session_id=session.session_id, from_seq=1)) as events:
-                async for ev in events:
-                    if isinstance(ev, m.SessionOutput):
-                        out += ev.data
-                        if b"42-typed" in out:
-                            break
-        await client.call(m.SessionKillRequest(session_id=session.session_id))
-        return out

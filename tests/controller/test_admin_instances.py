@@ -22,6 +22,7 @@ from proto import open_hostd
 from tests.contracts import component, validate
 from tests.libvirt_service import fake_guest_image
 from tests.podman_service import PodmanStorage
+from tests.shells import type_into_a_session
 
 from .conftest import (
     ADMIN_TOKEN,
@@ -405,23 +406,6 @@ async def podman_admin(
         await live.close()
 
 
-async def _session_answers(hostd: LiveHostd, iid: str) -> bytes:
-    """Type a command into a PTY session in the instance; what came back."""
-    async with open_hostd(hostd.socket_path, client_name="test") as client:
-        session = (await client.call(m.SessionCreateRequest(instance_id=iid, argv=["sh"]))).session
-        await client.call(m.SessionWriteRequest(session_id=session.session_id, data=b"echo $((40+2))-typed\n"))
-        out = b""
-        with trio.fail_after(20):
-            async with client.stream(m.SessionSubscribeRequest(session_id=session.session_id, from_seq=1)) as events:
-                async for ev in events:
-                    if isinstance(ev, m.SessionOutput):
-                        out += ev.data
-                        if b"42-typed" in out:
-                            break
-        await client.call(m.SessionDeleteRequest(session_id=session.session_id))
-        return out
-
-
 @pytest.mark.podman
 async def test_container_instance_through_the_admin_api(podman_admin: tuple[httpx.AsyncClient, LiveHostd]) -> None:
     admin, hostd = podman_admin
@@ -442,7 +426,7 @@ async def test_container_instance_through_the_admin_api(podman_admin: tuple[http
     assert state["limits"] == {"cpus": 0.5, "pids": 64, "memory_bytes": None}
     listed = (await admin.get("/api/v2/admin/instances", params={"runtime": "container"})).json()["items"]
     assert [i["id"] for i in listed] == [iid]
-    assert b"42-typed" in await _session_answers(hostd, iid)
+    assert b"42-typed" in await type_into_a_session(hostd.socket_path, iid)
 
     assert (await _verb(admin, iid, "stop"))["state"] == "succeeded"
     stopped = await _instance(admin, iid)
