@@ -111,6 +111,8 @@ def test_stopping_the_wrapper_stops_both_halves(tmp_path: Path, signals: list[in
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+        # The wrapper gave hostd a podman service whose run root lives in /tmp, not in tmp_path.
+        shutil.rmtree(devrun_podman_env(str(tmp_path / "run"))["AIWG_PODMAN_RUNROOT"], ignore_errors=True)
 
 
 @pytest.mark.podman
