@@ -141,16 +141,25 @@ async def wait_operation(client: httpx.AsyncClient, op_id: str, poll_s: float) -
             await trio.sleep(poll_s)
 
 
-async def admin_provision(client: httpx.AsyncClient, name: str, poll_s: float) -> str:
-    """Provision and start a host instance through the admin API; its id once it runs."""
-    response = await client.post(f"{API}/instances", json={"name": name, "runtime": "host", "start": True})
+async def admin_provision(
+    client: httpx.AsyncClient,
+    name: str,
+    poll_s: float,
+    *,
+    fields: dict[str, object] | None = None,
+    timeout_s: float = STEP_TIMEOUT_S,
+) -> str:
+    """Provision an instance through the admin API (by default a host instance, started); its id
+    once it runs. ``fields`` replaces the default runtime fields of the request."""
+    body = {"name": name, **(fields if fields is not None else {"runtime": "host", "start": True})}
+    response = await client.post(f"{API}/instances", json=body)
     if response.status_code != 202:
         raise RuntimeError(f"provision {name}: {response.status_code} {response.text}")
     op = await wait_operation(client, response.json()["id"], poll_s)
     if op["state"] != "succeeded":
         raise RuntimeError(f"provision {name}: {op}")
     instance_id = str(op["result"]["instance_id"])  # type: ignore[index]
-    with trio.fail_after(STEP_TIMEOUT_S):
+    with trio.fail_after(timeout_s):
         while (await client.get(f"{API}/instances/{instance_id}")).json()["state"] != "running":
             await trio.sleep(poll_s)
     return instance_id

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 import trio
-from bench_admin import Controller, admin_client, admin_decommission, wait_operation, wait_ready
+from bench_admin import Controller, admin_client, admin_decommission, admin_provision, wait_ready
 from common import ROOT, Report, Result, Target, compare, emit, latency_result, parser, print_versions, temp_dir
 from common import Hostd as BenchHostd
 
@@ -64,17 +64,8 @@ def build_image(env: dict[str, str]) -> None:
 
 
 async def admin_container(client: httpx.AsyncClient, name: str, poll_s: float) -> str:
-    response = await client.post(f"{API}/instances", json={"name": name, "runtime": "container", "image": IMAGE})
-    if response.status_code != 202:
-        raise RuntimeError(f"provision {name}: {response.status_code} {response.text}")
-    op = await wait_operation(client, response.json()["id"], poll_s)
-    if op["state"] != "succeeded":
-        raise RuntimeError(f"provision {name}: {op}")
-    instance_id = str(op["result"]["instance_id"])  # type: ignore[index]
-    with trio.fail_after(STEP_TIMEOUT_S):
-        while (await client.get(f"{API}/instances/{instance_id}")).json()["state"] != "running":
-            await trio.sleep(poll_s)
-    return instance_id
+    fields: dict[str, object] = {"runtime": "container", "image": IMAGE}
+    return await admin_provision(client, name, poll_s, fields=fields, timeout_s=STEP_TIMEOUT_S)
 
 
 def podman_run(url: str, name: str) -> int:
