@@ -16,6 +16,7 @@ from proto import PROTOCOL_VERSION
 from proto import messages as m
 
 from .config import HostdConfig
+from .errors import RpcError
 from .execs import ExecRegistry
 from .images import ImageCatalog
 from .instances import InstanceRegistry
@@ -123,6 +124,19 @@ class Handlers:
 
     async def call(self, request: m.Request) -> m.Response:
         return await self._table[type(request)](request)
+
+    def pin(self, request: m.Request) -> None:
+        """Fix a subscription's "only new output" (``from_seq=None``) to the sequence next when the
+        request is read, however late its task starts: it then sees the effect of every request
+        read after it (the echo of a keystroke sent right behind the subscribe). An unknown id is
+        left for the stream to refuse."""
+        try:
+            if isinstance(request, m.SessionSubscribeRequest) and request.from_seq is None:
+                request.from_seq = self.sessions.get(request.session_id).next_seq
+            elif isinstance(request, m.ExecSubscribeRequest) and request.from_seq is None:
+                request.from_seq = self.execs.get(request.exec_id).next_seq
+        except RpcError:
+            pass
 
     async def stream(self, request: m.Request, send: Send) -> None:
         if isinstance(request, m.SessionSubscribeRequest):

@@ -117,6 +117,7 @@ class PtyChild:
         Cancellation never loses output: it is only delivered before a chunk was read.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        waited = False
         while True:
             if self.closed:
                 return b""
@@ -127,13 +128,17 @@ class PtyChild:
                     await trio.lowlevel.wait_readable(self.fd)
                 except trio.ClosedResourceError:
                     return b""
+                waited = True
                 continue
             except OSError as exc:
                 if exc.errno in (errno.EIO, errno.EBADF):
                     return b""
                 raise
-            # A child writing flat out would otherwise keep its reader from ever yielding.
-            await trio.lowlevel.cancel_shielded_checkpoint()
+            if not waited:
+                # Output was already there: a child writing flat out would otherwise keep its
+                # reader from ever yielding. After a wait the reader has just been scheduled, and
+                # a second pass through the scheduler would only delay a keystroke's echo.
+                await trio.lowlevel.cancel_shielded_checkpoint()
             return data
 
     def read_nowait(self, max_bytes: int = 65536) -> bytes:

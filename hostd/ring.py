@@ -15,14 +15,15 @@ reads from either (from disk in a worker thread).
 Readers keep their own cursor (there is no per-reader queue) and call :meth:`OutputRing.read`
 from it. A reader whose cursor fell below :attr:`OutputRing.first_seq` has lagged: the chunks
 it missed are gone, and it resumes from ``first_seq`` (the caller tells its client so).
-:meth:`OutputRing.wait_beyond` parks a reader until there is something new or the ring closed.
+:meth:`OutputRing.wait_beyond` parks a reader until there is something new, the ring closed or it
+was poked.
 :func:`follow` is that whole reader loop, shared by session and exec subscribers.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import NamedTuple
 
 import msgspec
@@ -105,6 +106,7 @@ class OutputRing:
         # with nobody waiting costs nothing beyond the deque operations.
         self._event: trio.Event | None = None
         self._waiters = 0
+        self._pokes = 0
 
     def append(self, data: bytes, kind: int = 0) -> int:
         """Store ``data`` under the next sequence number and return it; evict past the bounds."""
@@ -229,13 +231,21 @@ class OutputRing:
             raise SeqOutOfRange(self.first_seq, self.next_seq, seq)
         return found
 
+    def poke(self) -> None:
+        """Wake every reader parked in :meth:`wait_beyond` without appending: they look again at
+        why they follow (a deleted session, say), at no cost to a send they are in."""
+        self._pokes += 1
+        self._wake()
+
     async def wait_beyond(self, seq: int) -> None:
         """Return once ``next_seq > seq`` (chunk ``seq`` has been appended: a reader whose
-        cursor is ``seq`` has something to read) or the ring is closed. Always checkpoints."""
+        cursor is ``seq`` has something to read), the ring is closed or :meth:`poke` was called.
+        Always checkpoints."""
         if self.next_seq > seq or self.closed:
             await trio.lowlevel.checkpoint()
             return
-        while self.next_seq <= seq and not self.closed:
+        pokes = self._pokes
+        while self.next_seq <= seq and not self.closed and self._pokes == pokes:
             if self._event is None:
                 self._event = trio.Event()
             event = self._event
@@ -262,6 +272,10 @@ class OutputRing:
 
 # ---------------------------------------------------------------------------------------------
 # Following a ring: what every subscriber does, whatever it turns the entries into.
+
+
+#: Batches a follower may take from memory in a row without passing through the scheduler.
+_YIELD_EVERY = 16
 
 
 class Lag(NamedTuple):
@@ -297,24 +311,28 @@ async def follow(
     max_items: int,
     max_bytes: int | None = None,
     stop: Callable[[], bool],
-    wait: Callable[[int], Awaitable[None]] | None = None,
 ) -> AsyncGenerator[list[Entry] | Lag, None]:
     """Replay from ``seq``, then live: yield batches of entries and a :class:`Lag` whenever the
     follower fell behind the oldest entry held, gap-free otherwise.
 
     Ends once the ring is closed and everything in it was yielded, or as soon as ``stop()`` is
-    true. Waits for new entries with ``wait(seq)`` (default :meth:`OutputRing.wait_beyond`).
+    true (a caller that sets what ``stop`` reads pokes the ring). Waits with :meth:`OutputRing.wait_beyond`.
     A batch is taken from the ring before it is yielded, so eviction while the caller sends it
     cannot tear it.
     """
-    wait = wait or ring.wait_beyond
+    unyielded = 0
     while not stop():
         if seq < ring.first_seq:
             yield Lag(seq, ring.first_seq)
             seq = ring.first_seq
             continue
         try:
-            batch = await ring.read_any(seq, max_items, max_bytes)
+            if seq >= ring.memory_first_seq:
+                # No pass through the scheduler for what memory holds: a live follower has just
+                # been woken for it, and its caller's send yields whenever the client is slow.
+                batch = ring.read(seq, max_items, max_bytes)
+            else:
+                batch = await ring.read_any(seq, max_items, max_bytes)
         except SeqOutOfRange:
             # Gone during the read (the spool dropped it, or the disk failed): resume where the
             # ring can still answer, and say what was missed.
@@ -325,7 +343,13 @@ async def follow(
         if batch:
             yield batch
             seq = batch[-1][0] + 1
+            unyielded += 1
+            if unyielded >= _YIELD_EVERY:
+                # A replay whose client keeps up never waits: let every other task in.
+                unyielded = 0
+                await trio.lowlevel.checkpoint()
             continue
         if ring.closed:
             return
-        await wait(seq)
+        unyielded = 0
+        await ring.wait_beyond(seq)

@@ -27,7 +27,9 @@ connection only.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import msgspec
 import trio
@@ -72,6 +74,7 @@ class Connection:
     def __init__(self, server: RpcServer, stream: trio.SocketStream, peer: tuple[int, int, int]) -> None:
         self.server = server
         self.stream = stream
+        self._fd = stream.socket.fileno()
         self.peer_pid, self.peer_uid, self.peer_gid = peer
         self._encoder = FrameEncoder(server.config.max_frame_bytes)
         self._send_lock = trio.Lock()
@@ -86,13 +89,20 @@ class Connection:
         return f"<connection pid={self.peer_pid} uid={self.peer_uid}>"
 
     async def send(self, frames: m.Frame | list[m.Frame]) -> None:
-        """Send one frame, or several in one write (streams batch what the ring holds)."""
+        """Send one frame, or several in one write (streams batch what the ring holds).
+
+        The keystroke path: when no other send is in progress and the socket takes the whole
+        write at once, this returns without yielding (a trio ``send_all`` would pass through the
+        scheduler twice, which is most of an echo's cost in hostd). Otherwise the rest is written
+        whole, waiting for the client, under the connection's send lock.
+        """
         if self._closed:
             raise trio.ClosedResourceError("connection closed")
+        data: bytes | bytearray | memoryview
         if isinstance(frames, list):
-            data = bytearray()
+            data = batch = bytearray()
             for frame in frames:
-                self._encoder.append(frame, data)
+                self._encoder.append(frame, batch)
         else:
             data = self._encoder.encode(frames)
         # Take an uncontended lock without yielding: trio's acquire() schedules first, which lets a
@@ -102,6 +112,18 @@ class Connection:
         except trio.WouldBlock:
             await self._send_lock.acquire()
         try:
+            if self._closed:
+                raise trio.ClosedResourceError("connection closed")
+            try:
+                sent = os.write(self._fd, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                self._closed = True
+                raise trio.BrokenResourceError(f"{self!r}: {exc}") from exc
+            if sent == len(data):
+                return
+            data = memoryview(data)[sent:]
             # A frame is written whole or the connection is closed: a send cut short by a
             # cancellation (StreamCancel, a deadline) would leave half a frame on the wire and
             # the peer's decoder lost. A peer that stops reading altogether is cut off instead.
@@ -172,7 +194,7 @@ class Connection:
                 raise _CloseConnection from exc
             if frame is not None:
                 return frame
-            data = await self.stream.receive_some(READ_CHUNK_BYTES)
+            data = await self._receive()
             if not data:
                 return None
             try:
@@ -180,6 +202,30 @@ class Connection:
             except FrameTooLarge as exc:
                 await self._fatal(ErrorCode.PROTOCOL_FRAME_TOO_LARGE, str(exc))
                 raise _CloseConnection from exc
+
+    async def _receive(self) -> bytes:
+        """The client's next bytes; ``b""`` at its end.
+
+        Passes through the scheduler once per read: when nothing is waiting it sleeps until the
+        socket is readable; when data was already there it still yields (a client sending flat
+        out must not starve the other tasks). trio's ``receive_some`` would do both.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        waited = False
+        while True:
+            if self._closed:  # never read an fd number the closed socket may have passed on
+                raise trio.ClosedResourceError("connection closed")
+            try:
+                data = os.read(self._fd, READ_CHUNK_BYTES)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self._fd)
+                waited = True
+                continue
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"{self!r}: {exc}") from exc
+            if not waited:
+                await trio.lowlevel.cancel_shielded_checkpoint()  # what was read is never lost
+            return data
 
     async def _handshake(self, buffer: FrameBuffer) -> None:
         with trio.move_on_after(HELLO_TIMEOUT_S):
@@ -229,7 +275,11 @@ class Connection:
             elif kind in ORDERED:
                 await self._enqueue_ordered(frame)
             elif kind in STREAMS:
-                self._spawn(self._run_stream, frame)
+                handlers.pin(frame)
+                # Registered now, not when its task starts: a StreamCancel read right behind the
+                # request must find it.
+                scope = self._streams[frame.id] = trio.CancelScope()
+                self._spawn(partial(self._run_stream, scope), frame)
             else:
                 self._spawn(self._run_call, frame)
 
@@ -307,11 +357,10 @@ class Connection:
                     return
                 await self._answer(frame, self.server.handlers.call(frame))
 
-    async def _run_stream(self, frame: m.Request) -> None:
+    async def _run_stream(self, scope: trio.CancelScope, frame: m.Request) -> None:
         if not self._reading:
+            self._forget_stream(frame.id, scope)
             return
-        scope = trio.CancelScope()
-        self._streams[frame.id] = scope
         try:
             with scope, log_context(**request_log_ids(frame)):
                 try:
@@ -327,7 +376,11 @@ class Connection:
                 with trio.move_on_after(5):
                     await self.send(m.StreamEnd(id=frame.id, reason="canceled"))
         finally:
-            self._streams.pop(frame.id, None)
+            self._forget_stream(frame.id, scope)
+
+    def _forget_stream(self, stream_id: int, scope: trio.CancelScope) -> None:
+        if self._streams.get(stream_id) is scope:  # a client may reuse an id: never drop another's
+            del self._streams[stream_id]
 
 
 class RpcServer:

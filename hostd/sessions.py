@@ -90,8 +90,6 @@ class _Session(Child):
         #: Held while the tree is signalled, so the leader is not reaped (and its pid freed
         #: for reuse) in the middle of it.
         self.reap_lock = trio.Lock()
-        #: Cancel scopes of subscribers parked in ``wait_beyond``; delete cancels them.
-        self.parked: set[trio.CancelScope] = set()
         #: Input the PTY did not take at once, in arrival order; drained by ``_feed``.
         self.pending_input = bytearray()
         self.input_waiting = trio.Event()
@@ -359,8 +357,7 @@ class SessionRegistry(ChildRegistry[_Session]):
     @staticmethod
     def _mark_deleted(s: _Session) -> None:
         s.deleted = True
-        for scope in list(s.parked):
-            scope.cancel()
+        s.ring.poke()  # parked subscribers wake and see it; a send in progress is not cut
 
     async def _forget(self, s: _Session) -> None:
         self._mark_deleted(s)
@@ -386,19 +383,10 @@ class SessionRegistry(ChildRegistry[_Session]):
         ring = s.ring
         start = start_seq(ring, from_seq)
 
-        async def park(seq: int) -> None:
-            # Registered so that delete can wake it without cancelling a send in progress.
-            with trio.CancelScope() as parked:
-                s.parked.add(parked)
-                try:
-                    await ring.wait_beyond(seq)
-                finally:
-                    s.parked.discard(parked)
-
         s.subscribers += 1
         try:
             await send(m.StreamOpened(id=stream_id, first_seq=ring.first_seq, next_seq=ring.next_seq))
-            entries = follow(ring, start, max_items=_BATCH, max_bytes=_BATCH_BYTES, stop=lambda: s.deleted, wait=park)
+            entries = follow(ring, start, max_items=_BATCH, max_bytes=_BATCH_BYTES, stop=lambda: s.deleted)
             async with aclosing(entries):
                 async for item in entries:
                     if isinstance(item, Lag):

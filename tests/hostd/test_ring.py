@@ -102,6 +102,23 @@ async def test_wait_beyond_wakes_on_append_and_close() -> None:
     assert ring.statistics().waiters == 0
 
 
+async def test_a_poke_wakes_waiters_without_an_append() -> None:
+    ring = OutputRing(max_frames=4, max_bytes=100)
+    woke = trio.Event()
+
+    async def waiter() -> None:
+        await ring.wait_beyond(1)
+        woke.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        ring.poke()
+        with trio.fail_after(1):
+            await woke.wait()
+    assert ring.next_seq == 1 and ring.statistics().waiters == 0
+
+
 async def test_wait_beyond_returns_at_once_when_data_is_there() -> None:
     ring = OutputRing(max_frames=4, max_bytes=100)
     ring.append(b"1")

@@ -508,3 +508,71 @@ async def test_posted_writes_need_no_reply_and_errors_arrive_in_order(hostd: Hos
                 await trio.sleep(0.01)
         assert [e.code for e in errors] == ["session.not_found", "session.not_found"]  # type: ignore[attr-defined]
         await client.call(m.InstanceDestroyRequest(instance_id="typing", grace_s=0.5))
+
+
+async def test_a_subscription_from_now_sees_what_the_next_request_causes(hostd: HostdProcess) -> None:
+    """``from_seq=None`` means "from when hostd read the subscribe", not "from when its task ran":
+    a write sent in the same packet right behind it has its echo on the stream."""
+    async with open_hostd(hostd.socket_path) as client:
+        await client.call(m.InstanceProvisionRequest(instance_id="pin", name="pin"))
+        argv = ["sh", "-c", "stty raw -echo; echo READY; exec cat"]
+        sid = (await client.call(m.SessionCreateRequest(instance_id="pin", argv=argv))).session.session_id
+        with trio.fail_after(10):
+            while (await client.call(m.SessionGetRequest(session_id=sid))).session.next_seq < 2:
+                await trio.sleep(0.01)
+    encoder = FrameEncoder()
+    packet = bytearray(hello_bytes())
+    for round_ in range(20):  # the race this guards against lost about one round in three
+        encoder.append(m.SessionSubscribeRequest(id=100 + round_, session_id=sid, from_seq=None), packet)
+        encoder.append(m.SessionWriteRequest(id=200 + round_, session_id=sid, data=b"%d," % round_), packet)
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.connect(str(hostd.socket_path))
+    async with trio.SocketStream(sock) as stream:
+        await stream.send_all(bytes(packet))
+        seen: dict[int, bytes] = {}
+        buf = FrameBuffer()
+        with trio.fail_after(10):
+            while len(seen) < 20 or any(not seen[100 + r].endswith(b"19,") for r in range(20)):
+                buf.feed(await stream.receive_some(65536))
+                while (frame := buf.next_message(SERVER)) is not None:
+                    if isinstance(frame, m.SessionOutput):
+                        seen[frame.id] = seen.get(frame.id, b"") + frame.data
+                    elif isinstance(frame, m.StreamOpened):
+                        seen.setdefault(frame.id, b"")
+    everything = b"".join(b"%d," % r for r in range(20))
+    for round_ in range(20):
+        # Subscribe r was read before write r: its stream holds write r's echo and all that follow
+        # (and maybe the echo of an earlier write that was still on its way).
+        stream = seen[100 + round_]
+        assert everything.endswith(stream)
+        assert stream.endswith(b"".join(b"%d," % r for r in range(round_, 20)))
+    async with open_hostd(hostd.socket_path) as client:
+        await client.call(m.InstanceDestroyRequest(instance_id="pin", grace_s=0.5))
+
+
+async def test_a_stream_cancelled_before_its_task_ran_is_ended(hostd: HostdProcess) -> None:
+    """A StreamCancel read right behind its subscribe (one packet) still finds the stream."""
+    async with open_hostd(hostd.socket_path) as client:
+        await client.call(m.InstanceProvisionRequest(instance_id="cancel", name="cancel"))
+        sid = (await client.call(m.SessionCreateRequest(instance_id="cancel", argv=["/bin/cat"]))).session.session_id
+    encoder = FrameEncoder()
+    packet = bytearray(hello_bytes())
+    for stream_id in range(10, 20):
+        encoder.append(m.SessionSubscribeRequest(id=stream_id, session_id=sid, from_seq=1), packet)
+        encoder.append(m.StreamCancel(stream_id=stream_id), packet)
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.connect(str(hostd.socket_path))
+    async with trio.SocketStream(sock) as stream:
+        await stream.send_all(bytes(packet))
+        ended: set[int] = set()
+        buf = FrameBuffer()
+        with trio.fail_after(10):
+            while len(ended) < 10:
+                buf.feed(await stream.receive_some(65536))
+                while (frame := buf.next_message(SERVER)) is not None:
+                    if isinstance(frame, m.StreamEnd):
+                        assert frame.reason == "canceled"
+                        ended.add(frame.id)
+        async with open_hostd(hostd.socket_path) as client:
+            assert (await client.call(m.SessionGetRequest(session_id=sid))).session.subscribers == 0
+            await client.call(m.InstanceDestroyRequest(instance_id="cancel", grace_s=0.5))
