@@ -24,6 +24,7 @@ import errno
 import math
 import os
 import socket
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
@@ -49,6 +50,8 @@ DEFAULT_CALL_TIMEOUT_S = 30.0
 DEFAULT_STREAM_BUFFER = 1024
 READ_CHUNK_BYTES = 256 * 1024
 SEND_STALL_S = 10.0
+#: Events a stream's consumer may take from its buffer in a row without passing through the scheduler.
+_YIELD_EVERY = 64
 #: Posted requests (see :meth:`HostdClient.post`) that may wait for their answers at once.
 MAX_POSTS = 4096
 
@@ -77,11 +80,48 @@ class _Call:
 
 
 class _Stream:
-    __slots__ = ("overflowed", "receive", "send")
+    """What the reader has delivered to one stream and its consumer has not taken yet.
+
+    Bounded by ``size``; the consumer takes what is there without passing through the scheduler
+    per event (a trio channel's ``receive`` makes a pass each time), and sleeps only when it is
+    empty. ``closed`` ends it once drained: the consumer then looks at ``overflowed`` or the
+    client's ``broken``.
+    """
+
+    __slots__ = ("_waiter", "closed", "items", "overflowed", "size")
 
     def __init__(self, size: int) -> None:
-        self.send, self.receive = trio.open_memory_channel[Any](size)
+        self.items: deque[Any] = deque()
+        self.size = size
         self.overflowed = False
+        self.closed = False
+        self._waiter: trio.Event | None = None
+
+    def put(self, item: Any) -> bool:
+        """Add ``item``; False (and nothing added) when the consumer is ``size`` items behind."""
+        if len(self.items) >= self.size:
+            return False
+        self.items.append(item)
+        self._wake()
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    async def get(self) -> Any:
+        """The next item, waiting while there is none; ``trio.EndOfChannel`` once closed and drained."""
+        while not self.items:
+            if self.closed:
+                raise trio.EndOfChannel
+            self._waiter = trio.Event()
+            await self._waiter.wait()
+        return self.items.popleft()
 
 
 class HostdClient:
@@ -89,6 +129,7 @@ class HostdClient:
 
     def __init__(self, sock: trio.SocketStream, *, max_frame_bytes: int, stream_buffer: int) -> None:
         self._sock = sock
+        self._fd = sock.socket.fileno()
         self._encoder = FrameEncoder(max_frame_bytes)
         self._max_frame_bytes = max_frame_bytes
         self._stream_buffer = stream_buffer
@@ -96,7 +137,7 @@ class HostdClient:
         self._next_id = 1
         self._calls: dict[int, _Call] = {}
         self._streams: dict[int, _Stream] = {}
-        self._posts: dict[int, Callable[[HostdError], None]] = {}
+        self._posts: dict[int, tuple[Callable[[HostdError], None], Callable[[], None] | None]] = {}
         self._broken: HostdError | None = None
         self._reader_done = trio.Event()
         self.hello: m.HelloResponse | None = None
@@ -135,24 +176,36 @@ class HostdClient:
             raise error
         return reply
 
-    async def post(self, request: m.Request, on_error: Callable[[HostdError], None]) -> None:
+    async def post(
+        self,
+        request: m.Request,
+        on_error: Callable[[HostdError], None],
+        on_success: Callable[[], None] | None = None,
+    ) -> None:
         """Send one request without waiting for its answer: the keystroke path, where an echo must
         not wait for a reply to the write that caused it.
 
-        A success answer is dropped when it arrives. An error answer is given to ``on_error`` as a
-        ``HostdRemoteError``, in the order hostd sent it (so, for ordered requests such as session
-        writes, in request order); a connection lost before the answer gives ``on_error`` that
-        error. ``on_error`` runs in the client's reader task: it must not block. At most
-        :data:`MAX_POSTS` posts wait for their answers; past that, ``HostdTimeout``.
+        A success answer calls ``on_success`` (if given) when it arrives. An error answer is given
+        to ``on_error`` as a ``HostdRemoteError``, in the order hostd sent it (so, for ordered
+        requests such as session writes, in request order); a connection lost before the answer
+        gives ``on_error`` that error. Both run in the client's reader task (or in this call, for
+        a failure while sending): they must not block. Exactly one of them is called for every post
+        that returns; a post that raises calls neither: the client was broken already, more than
+        :data:`MAX_POSTS` posts wait for their answers (``HostdTimeout``), or the caller was
+        cancelled before anything was sent.
         """
         self._raise_if_broken()
         if len(self._posts) >= MAX_POSTS:
             raise HostdTimeout(f"{MAX_POSTS} posted requests are still unanswered")
         post_id = self._allocate_id()
         request.id = post_id
-        self._posts[post_id] = on_error
+        self._posts[post_id] = (on_error, on_success)
         try:
             await self._send(request)
+        except HostdError as exc:
+            post = self._posts.pop(post_id, None)
+            if post is not None:  # else the failure reached it with every other post
+                post[0](exc)
         except BaseException:
             self._posts.pop(post_id, None)
             raise
@@ -176,28 +229,43 @@ class HostdClient:
         try:
             await self._send(request)
 
+            unyielded = 0
+
+            async def next_item() -> Any:
+                nonlocal finished, unyielded
+                try:
+                    if state.items:
+                        # Taken without a pass through the scheduler, but a consumer that never
+                        # finds its buffer empty still lets the other tasks in now and then.
+                        unyielded += 1
+                        if unyielded >= _YIELD_EVERY:
+                            unyielded = 0
+                            await trio.lowlevel.checkpoint()
+                        else:
+                            await trio.lowlevel.checkpoint_if_cancelled()
+                        return state.items.popleft()  # only this consumer takes from it
+                    unyielded = 0
+                    return await state.get()
+                except trio.EndOfChannel:
+                    # An overflowed stream is still open on hostd: the finally cancels it.
+                    finished = not state.overflowed
+                    if state.overflowed:
+                        raise HostdStreamOverflow(
+                            f"stream {stream_id} fell more than {self._stream_buffer} events behind"
+                        ) from None
+                    raise self._broken or HostdConnectionLost("stream closed") from None
+
             async def events() -> AsyncIterator[m.Event]:
                 nonlocal finished
-                first = True
+                # Only the answer that opens the stream has a deadline: a cancel scope per event
+                # would cost every keystroke echo a little.
+                with trio.move_on_after(math.inf if open_timeout is None else open_timeout) as scope:
+                    item = await next_item()
+                if scope.cancelled_caught:
+                    raise HostdTimeout(f"{type(request).__name__} got no answer within {open_timeout} s")
+                if isinstance(item, m.StreamOpened):
+                    item = await next_item()
                 while True:
-                    limit = open_timeout if first and open_timeout is not None else math.inf
-                    with trio.move_on_after(limit) as scope:
-                        try:
-                            item = await state.receive.receive()
-                        except trio.EndOfChannel:
-                            # An overflowed stream is still open on hostd: the finally cancels it.
-                            finished = not state.overflowed
-                            if state.overflowed:
-                                raise HostdStreamOverflow(
-                                    f"stream {stream_id} fell more than {self._stream_buffer} events behind"
-                                ) from None
-                            raise self._broken or HostdConnectionLost("stream closed") from None
-                    if scope.cancelled_caught:
-                        raise HostdTimeout(f"{type(request).__name__} got no answer within {open_timeout} s")
-                    if first:
-                        first = False
-                        if isinstance(item, m.StreamOpened):
-                            continue
                     if isinstance(item, BaseException):
                         finished = True
                         raise item
@@ -208,6 +276,7 @@ class HostdClient:
                         finished = True
                         raise HostdRemoteError(item.code, item.message, dict(item.details))
                     yield item
+                    item = await next_item()
 
             yield events()
         finally:
@@ -245,11 +314,19 @@ class HostdClient:
         try:
             self._raise_if_broken()
             try:
+                # The keystroke path: what the socket takes at once is written without a pass
+                # through the scheduler (trio's send_all makes two); only a rest waits.
+                try:
+                    sent = os.write(self._fd, data)
+                except BlockingIOError:
+                    sent = 0
+                if sent == len(data):
+                    return
                 # Whole frames only: a send cut short by the caller's deadline or cancellation
                 # would leave half a frame on the wire for every other call on the connection.
                 # A hostd that takes no bytes at all for SEND_STALL_S breaks the connection.
                 with trio.CancelScope(shield=True), trio.move_on_after(SEND_STALL_S) as stall:
-                    await self._sock.send_all(data)
+                    await self._sock.send_all(memoryview(data)[sent:])
                 if stall.cancelled_caught:
                     self._fail(HostdConnectionLost(f"hostd took no data for {SEND_STALL_S} s"))
                     raise self._broken  # type: ignore[misc]
@@ -269,28 +346,28 @@ class HostdClient:
             return
         self._broken = error
         posts, self._posts = self._posts, {}
-        for on_error in posts.values():
+        for on_error, _ in posts.values():
             on_error(error)
         for call in self._calls.values():
             if not call.done.is_set():  # an answer already delivered stands
                 call.reply = error
                 call.done.set()
         for stream in self._streams.values():
-            try:
-                stream.send.send_nowait(error)
-            except trio.WouldBlock:
-                # Full buffer: the consumer sees the error after draining, via close.
-                pass
-            stream.send.close()
+            # A full buffer: the consumer sees the error after draining, via close.
+            stream.put(error)
+            stream.close()
         # Closing the socket makes a concurrent send or receive fail fast.
         self._sock.socket.close()
 
     def _deliver(self, frame: Any) -> None:
         frame_id = frame.id
-        on_error = self._posts.pop(frame_id, None)
-        if on_error is not None:
+        post = self._posts.pop(frame_id, None)
+        if post is not None:
+            on_error, on_success = post
             if isinstance(frame, m.ErrorResponse):
                 on_error(HostdRemoteError(frame.code, frame.message, dict(frame.details)))
+            elif on_success is not None:
+                on_success()
             return
         call = self._calls.get(frame_id)
         if call is not None and not call.done.is_set():
@@ -300,21 +377,32 @@ class HostdClient:
         stream = self._streams.get(frame_id)
         if stream is None or stream.overflowed:
             return  # late answer to a call that timed out or a stream already left
-        try:
-            stream.send.send_nowait(frame)
-        except trio.WouldBlock:
+        if not stream.closed and not stream.put(frame):
             stream.overflowed = True
-            stream.send.close()
-        except trio.ClosedResourceError:
-            pass
+            stream.close()
         if isinstance(frame, (m.StreamEnd, m.ErrorResponse)):
             self._streams.pop(frame_id, None)
 
     async def _read_loop(self) -> None:
         buffer = FrameBuffer(self._max_frame_bytes)
+        fd = self._fd
         try:
             while True:
-                data = await self._sock.receive_some(READ_CHUNK_BYTES)
+                # One pass through the scheduler per read, as in hostd's server: sleep until the
+                # socket is readable, or yield once when data was already there.
+                await trio.lowlevel.checkpoint_if_cancelled()
+                waited = False
+                while True:
+                    if self._broken is not None:
+                        return  # the socket is closed: its fd number may already name another file
+                    try:
+                        data = os.read(fd, READ_CHUNK_BYTES)
+                        break
+                    except BlockingIOError:
+                        await trio.lowlevel.wait_readable(fd)
+                        waited = True
+                if not waited:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 if not data:
                     raise HostdConnectionLost("hostd closed the connection")
                 buffer.feed(data)
