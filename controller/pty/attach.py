@@ -13,13 +13,13 @@ upgraded, when a check fails), in this order:
 4. ``?replay_from=N``: a non-negative integer, else 400.
 
 The socket (:class:`AttachSocket`) is one nursery of pumps; whichever ends cancels the rest: the
-receiver (client frames, handled in order), the sender (the socket's
-:class:`~controller.pty.outbox.Outbox` to the client), the output feeder (started by the join:
-hostd subscription to the outbox), the input writer (keys to hostd, one write in flight,
-coalescing what queued behind it, so a flood of input frames is backpressure on that client's own
-socket and never a burden on the shared hostd connection) and the heartbeat (an app-level
-``ping`` every ``pty_ping_interval_s``; a socket silent for ``pty_ping_timeout_s`` is closed and its
-role freed). Leaving the nursery leaves the room and tells the other members.
+receiver (client frames, handled in order; input is posted to hostd from here, its answer never
+awaited, at most :data:`MAX_POSTED_WRITES` unanswered, so a flood of input frames is backpressure
+on that client's own socket and never a burden on the shared hostd connection), the sender (the
+socket's :class:`~controller.pty.outbox.Outbox` to the client), the output feeder (started by the
+join: hostd subscription to the outbox) and the heartbeat (an app-level ``ping`` every
+``pty_ping_interval_s``; a socket silent for ``pty_ping_timeout_s`` is closed and its role freed).
+Leaving the nursery leaves the room and tells the other members.
 
 Errors: a bad client frame gets an ``Error`` frame (the binding's codes) and the socket stays;
 :data:`MAX_BAD_FRAMES` in a row close it with 4400. PTY failures are ``pty.session_frame`` errors
@@ -57,7 +57,7 @@ from .scopes import PTY_CONTROL, PTY_OBSERVE, pty_scopes
 log = logging.getLogger(__name__)
 
 MAX_BAD_FRAMES = 32
-INPUT_QUEUE = 64
+MAX_POSTED_WRITES = 16
 KEYFRAME_REQUEST_GAP_S = 1.0
 
 
@@ -142,7 +142,9 @@ class AttachSocket:
         self.last_seen = trio.current_time()
         self.bad_frames = 0
         self.last_keyframe_request = -KEYFRAME_REQUEST_GAP_S
-        self.input_send, self.input_receive = trio.open_memory_channel[bytes](INPUT_QUEUE)
+        self._posted = 0
+        self._send_lock = trio.Lock()
+        self._write_answered = trio.Event()
         self._stack = AsyncExitStack()
         self._nursery: trio.Nursery | None = None
 
@@ -156,7 +158,6 @@ class AttachSocket:
                 nursery.start_soon(self._ending, self._sender)
                 nursery.start_soon(self._ending, self._receiver)
                 nursery.start_soon(self._ending, self._heartbeat)
-                nursery.start_soon(self._ending, self._writer)
         finally:
             self._leave()
 
@@ -174,14 +175,40 @@ class AttachSocket:
     async def _sender(self) -> None:
         while True:
             item = await self.outbox.get()
-            if item is None:
-                log.info("attach socket on session %s closed: the client reads nothing", self.session_id)
-                await websocket.close(f.CLOSE_SERVER_ERROR, "client too slow")
+            # Taken at once after the item (no checkpoint between): the feeder's direct sends see
+            # the outbox non-empty or the lock held, never a gap to overtake this item in.
+            try:
+                self._send_lock.acquire_nowait()
+            except trio.WouldBlock:
+                await self._send_lock.acquire()
+            try:
+                if item is None:
+                    log.info("attach socket on session %s closed: the client reads nothing", self.session_id)
+                    await websocket.close(f.CLOSE_SERVER_ERROR, "client too slow")
+                    return
+                if isinstance(item, Close):
+                    await websocket.close(item.code, item.reason)
+                    return
+                await websocket.send(item)
+            finally:
+                self._send_lock.release()
+
+    async def _output(self, item: str | bytes) -> None:
+        """Send one output frame in order: at once from the feeder when nothing is queued or being
+        sent before it (an echo then makes one pass through the scheduler fewer), else behind
+        what is queued, through the outbox and the sender."""
+        if self.outbox.empty():
+            try:
+                self._send_lock.acquire_nowait()
+            except trio.WouldBlock:
+                pass
+            else:
+                try:
+                    await websocket.send(item)
+                finally:
+                    self._send_lock.release()
                 return
-            if isinstance(item, Close):
-                await websocket.close(item.code, item.reason)
-                return
-            await websocket.send(item)
+        await self.outbox.put_output(item)
 
     async def _receiver(self) -> None:
         while True:
@@ -208,29 +235,37 @@ class AttachSocket:
                 return  # ends the nursery: the role is freed on the way out
             self.outbox.put_control(f.encode("ping", {"client_ts": f.now_ts()}))
 
-    async def _writer(self) -> None:
-        """Keys to hostd, one write at a time; what queued meanwhile goes in the next one."""
-        held: bytes | None = None
-        while True:
-            data = held if held is not None else await self.input_receive.receive()
-            held = None
-            parts, size = [data], len(data)
-            while True:
-                try:
-                    more = self.input_receive.receive_nowait()
-                except trio.WouldBlock:
-                    break
-                if size + len(more) > m.MAX_INPUT_BYTES:
-                    held = more
-                    break
-                parts.append(more)
-                size += len(more)
-            try:
-                await self.state.link.call(m.SessionWriteRequest(session_id=self.session_id, data=b"".join(parts)))
-            except InvalidState as exc:
-                self._pty_error("PTY_WRITE_FAILED", f"the session has exited: {exc.message}")
-            except ControllerError as exc:
-                self._pty_error("PTY_WRITE_FAILED", exc.message)
+    async def _write(self, data: bytes) -> None:
+        """Post one input frame's keys to hostd: the echo never waits for the write's answer, and
+        an error answer reaches the client in order. At most :data:`MAX_POSTED_WRITES` writes are
+        unanswered at once; past that this waits, so a flood of input frames is backpressure on
+        this client's own socket, never a burden on the shared hostd connection."""
+        while self._posted >= MAX_POSTED_WRITES:
+            self._write_answered = trio.Event()
+            await self._write_answered.wait()
+        request = m.SessionWriteRequest(session_id=self.session_id, data=data)
+        try:
+            await self.state.link.client().post(request, self._write_failed, self._write_done)
+        except ControllerError as exc:
+            self._pty_error("PTY_WRITE_FAILED", exc.message)
+            return
+        except HostdError as exc:
+            self._pty_error("PTY_WRITE_FAILED", hostd_failure(exc).message)
+            return
+        # Counted after the post: an answer that came while it sent has already taken one off.
+        self._posted += 1
+
+    def _write_done(self) -> None:
+        self._posted -= 1
+        self._write_answered.set()
+
+    def _write_failed(self, exc: HostdError) -> None:
+        self._write_done()
+        failure = hostd_failure(exc)
+        if isinstance(failure, InvalidState):
+            self._pty_error("PTY_WRITE_FAILED", f"the session has exited: {failure.message}")
+        else:
+            self._pty_error("PTY_WRITE_FAILED", failure.message)
 
     def _pty_error(self, code: str, message: str) -> None:
         self.outbox.put_control(f.session_frame(f.PtyError(code=code, message=message[:1024])))
@@ -328,7 +363,7 @@ class AttachSocket:
             raise f.FrameError("INVALID_REQUEST", "input before pty.join_session", request_id)
         self._require_control("input", request_id)
         if data:
-            await self.input_send.send(data)
+            await self._write(data)
 
     async def _resize(self, cols: int, rows: int, request_id: str | None) -> None:
         self._require_control("resize", request_id)
@@ -387,7 +422,8 @@ class AttachSocket:
                 async with client.stream(request) as events:
                     async for event in events:
                         if isinstance(event, m.SessionOutput):
-                            await self.outbox.put_output(encode(event.seq, event.data))
+                            room.offer(event.seq, event.data)
+                            await self._output(encode(event.seq, event.data))
                             start = event.seq + 1
                             if keyframe_at is not None and event.seq >= keyframe_at:
                                 keyframe_at = None

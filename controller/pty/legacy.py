@@ -215,6 +215,7 @@ class LegacySocket:
                 async with self.state.link.client().stream(request) as events:
                     async for event in events:
                         if isinstance(event, m.SessionOutput):
+                            room.offer(event.seq, event.data)
                             data = base64.b64encode(event.data).decode()
                             await self.frame("Output", seq=event.seq, stream="stdout", data=data)
                             start = event.seq + 1

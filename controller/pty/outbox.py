@@ -55,6 +55,9 @@ class Outbox:
         self._output.append(item)
         self._ready.set()
 
+    def empty(self) -> bool:
+        return not self._control and not self._output
+
     async def get(self) -> Item | None:
         """The next frame to send, control first; None once the control lane overflowed."""
         while not self._control and not self._output and not self.overflowed:

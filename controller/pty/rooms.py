@@ -3,31 +3,38 @@
 A :class:`Room` exists while at least one socket is attached to its session (:meth:`Rooms.enter`).
 It holds the members (controllers and observers, ``max_controllers`` of the former), broadcasts
 membership, resize and keyframe frames into each member's :class:`~controller.pty.outbox.Outbox`,
-and keeps the session's :class:`~controller.pty.screen.Screen` for keyframes, fed by a hostd
-subscription of its own (the screen pump). Output itself does not pass through the room: each
-socket has its own hostd subscription, so replay positions differ per client and a slow client
-slows no one else.
+and keeps the session's :class:`~controller.pty.screen.Screen` for keyframes. Output itself does not
+pass through the room: each socket has its own hostd subscription, so replay positions differ per
+client and a slow client slows no one else.
 
-Resource handling: the screen pump runs in the nursery given to :meth:`Rooms.attach` (the app's),
-not in any socket's, and is cancelled when the last member leaves; the room is then forgotten.
-Nothing here survives a controller restart, and nothing needs to: a reconnecting client joins a new
-room and replays from hostd.
+The screen is fed by the members' own subscriptions (:meth:`Room.offer`: the first feed to see the
+next sequence gives it to the screen), so live output crosses the hostd link once per member, not
+once more for the screen. It reads the session back itself (:meth:`Room.catch_up`, a subscription
+that ends once it reaches what the members have seen) only when the room opens, from up to
+:data:`SCREEN_BOOT_FRAMES` back, and when the members' feeds skipped output the screen never got
+(every member was behind).
+
+Resource handling: the catch-up and the keyframe cadence run in the nursery given to
+:meth:`Rooms.attach` (the app's), not in any socket's, and are cancelled when the last member
+leaves; the room is then forgotten. Nothing here survives a controller restart, and nothing needs
+to: a reconnecting client joins a new room and replays from hostd.
 
 Keyframes: every :data:`KEYFRAME_FRAMES` output frames or :data:`KEYFRAME_INTERVAL_S` of activity,
-at most one per :data:`KEYFRAME_MIN_GAP_S` (each costs pyte work on up to the screen's tail).
+at most one per :data:`KEYFRAME_MIN_GAP_S` (each costs pyte work on up to the screen's tail),
+computed and broadcast by the room's cadence task, never in a member's feed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import trio
 
-from proto import HostdClient, HostdError, HostdStreamOverflow
+from proto import ErrorCode, HostdClient, HostdError, HostdRemoteError, HostdStreamOverflow
 from proto import messages as m
 
 from ..errors import Unavailable
@@ -47,8 +54,9 @@ KEYFRAME_INTERVAL_S = 5.0
 KEYFRAME_MIN_GAP_S = 2.0
 #: Output frames the screen pump reads back when a room opens (bounded again by the screen's tail).
 SCREEN_BOOT_FRAMES = 200
-#: How long a keyframe waits for the screen pump to catch up with the session.
+#: How long a keyframe waits for the screen to catch up with the session.
 CATCH_UP_S = 2.0
+SEQ_OUT_OF_RANGE = ErrorCode.SEQ_OUT_OF_RANGE.value
 
 
 @dataclass(eq=False)
@@ -72,9 +80,17 @@ class Room:
         self.session_id = session_id
         self.members: dict[str, Member] = {}
         self.screen = Screen(cols, rows)
+        #: Set while the screen has everything up to what the members have seen.
         self.caught_up = trio.Event()
+        self.caught_up.set()
         self._frames_since_keyframe = 0
         self._last_keyframe = 0.0
+        self._keyframe_due = trio.Event()
+        #: The newest sequence any member's feed has seen.
+        self._latest = 0
+        self._catching_up = False
+        #: Starts a catch-up from the given sequence (set by :class:`Rooms`).
+        self._start_catch_up: Callable[[int], None] = lambda _seq: None
         self.pump_scope = trio.CancelScope()
 
     # -- membership -----------------------------------------------------------------------------
@@ -144,40 +160,85 @@ class Room:
         self.screen.resize(cols, rows)
         self.broadcast(f.session_frame(f.Resize(cols=cols, rows=rows)))
 
-    async def _cadence(self) -> None:
-        self._frames_since_keyframe += 1
-        now = trio.current_time()
-        if now - self._last_keyframe < KEYFRAME_MIN_GAP_S:
-            return
-        if self._frames_since_keyframe >= KEYFRAME_FRAMES or now - self._last_keyframe >= KEYFRAME_INTERVAL_S:
-            self.broadcast(f.session_frame(await self.keyframe()))
+    def offer(self, seq: int, data: bytes) -> None:
+        """A member's feed saw output ``seq``: the screen takes it if it is the one it needs next.
 
-    async def pump(self, client: HostdClient, info: m.SessionInfo) -> None:
-        """Feed the screen from hostd until cancelled or the session's output ends."""
-        start = max(info.first_seq, info.next_seq - SCREEN_BOOT_FRAMES)
-        target = info.next_seq - 1
-        self.screen.anchor = max(start - 1, 0)
-        if target < start:
+        Cheap and synchronous (it runs for every output frame of every member): a keyframe that
+        falls due is left to the cadence task.
+        """
+        if seq > self._latest:
+            self._latest = seq
+        if self._catching_up:
+            return  # the catch-up reads it, in order
+        expected = self.screen.anchor + 1
+        if seq != expected:
+            if seq > expected:
+                # The screen missed output no member gave it (all were behind): read it back.
+                self.begin_catch_up(expected)
+            return
+        self.screen.add(seq, data)
+        self._frames_since_keyframe += 1
+        if self._frames_since_keyframe >= KEYFRAME_FRAMES or (
+            trio.current_time() - self._last_keyframe >= KEYFRAME_INTERVAL_S
+        ):
+            self._keyframe_due.set()
+
+    def hold_for_catch_up(self) -> None:
+        """From now until a catch-up ends, the screen takes output only from the catch-up."""
+        self._catching_up = True
+        if self.caught_up.is_set():
+            self.caught_up = trio.Event()
+
+    def begin_catch_up(self, start: int) -> None:
+        if not self._catching_up:
+            self.hold_for_catch_up()
+            self._start_catch_up(start)
+
+    async def catch_up(self, client: HostdClient, start: int, target: int) -> None:
+        """Read the session from ``start`` into the screen until it has ``target`` and the newest
+        sequence a member has seen (or the session's output ended); then members feed it again."""
+        if start > self.screen.anchor + 1:
+            self.screen.lost(start)
+        try:
+            while True:
+                request = m.SessionSubscribeRequest(session_id=self.session_id, from_seq=start)
+                try:
+                    async with client.stream(request) as events:
+                        if start > max(target, self._latest):
+                            return
+                        async for event in events:
+                            if isinstance(event, m.SessionOutput):
+                                if event.seq == self.screen.anchor + 1:
+                                    self.screen.add(event.seq, event.data)
+                                start = event.seq + 1
+                                if event.seq >= max(target, self._latest):
+                                    return
+                            elif isinstance(event, m.SessionLagged):
+                                self.screen.lost(event.resume_seq)
+                                start = event.resume_seq
+                    return
+                except HostdStreamOverflow:
+                    continue  # fell behind the client's buffer: pick up where it was
+                except HostdRemoteError as exc:
+                    first = exc.details.get("first_seq")
+                    if exc.code != SEQ_OUT_OF_RANGE or not isinstance(first, int) or first <= start:
+                        raise
+                    self.screen.lost(first)  # what the screen lacks is gone from hostd too
+                    start = first
+        finally:
+            self._catching_up = False
             self.caught_up.set()
+
+    async def cadence(self) -> None:
+        """Broadcast a keyframe whenever one falls due (see :meth:`offer`), at most one per
+        :data:`KEYFRAME_MIN_GAP_S`."""
         self._last_keyframe = trio.current_time()
         while True:
-            request = m.SessionSubscribeRequest(session_id=self.session_id, from_seq=start)
-            try:
-                async with client.stream(request) as events:
-                    async for event in events:
-                        if isinstance(event, m.SessionOutput):
-                            self.screen.add(event.seq, event.data)
-                            start = event.seq + 1
-                            if event.seq >= target:
-                                self.caught_up.set()
-                                await self._cadence()
-                        elif isinstance(event, m.SessionLagged):
-                            self.screen.lost(event.resume_seq)
-                            start = event.resume_seq
-                break
-            except HostdStreamOverflow:
-                continue  # this pump fell behind the client's buffer: pick up where it was
-        self.caught_up.set()
+            await self._keyframe_due.wait()
+            await trio.sleep_until(self._last_keyframe + KEYFRAME_MIN_GAP_S)
+            keyframe = await self.keyframe()  # what made it due starts over here
+            self._keyframe_due = trio.Event()
+            self.broadcast(f.session_frame(keyframe))
 
 
 class Rooms:
@@ -218,14 +279,23 @@ class Rooms:
         link = self._link
         if self._nursery is None:
             raise Unavailable("internal.unavailable", "the PTY rooms are not attached to a nursery yet")
+        target = info.next_seq - 1
+        boot = max(info.first_seq, info.next_seq - SCREEN_BOOT_FRAMES)
+        room.screen.anchor = boot - 1
+        room.hold_for_catch_up()  # keyframes wait for the boot below; members' output too
+
+        async def catch_up(start: int) -> None:
+            try:
+                await room.catch_up(link.client(), start, target)
+            except (HostdError, Unavailable) as exc:
+                # Keyframes then show what the screen had; the sockets report hostd themselves.
+                log.info("screen of session %s stopped catching up: %s", room.session_id, exc)
 
         async def run() -> None:
             with room.pump_scope:
-                try:
-                    await room.pump(link.client(), info)
-                except (HostdError, Unavailable) as exc:
-                    # Keyframes then show what the screen had; the sockets report hostd themselves.
-                    log.info("screen pump of session %s ended: %s", room.session_id, exc)
-                    room.caught_up.set()
+                async with trio.open_nursery() as nursery:
+                    room._start_catch_up = lambda start: nursery.start_soon(catch_up, start)
+                    nursery.start_soon(catch_up, boot)
+                    await room.cadence()
 
         self._nursery.start_soon(run)
