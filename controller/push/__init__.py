@@ -22,8 +22,10 @@ class PushService:
         self.configs = PushConfigs(store, allow_private=config.push_allow_private)
         self.delivery = PushDelivery(store, hub, config, PushMetrics(registry))
 
-    async def create(self, instance_id: str, task_id: str, cfg: PushConfigIn, *, from_seq: int) -> PushConfigRecord:
-        rec = await self.configs.create(instance_id, task_id, cfg, from_seq=from_seq)
+    async def create(
+        self, instance_id: str, task_id: str, cfg: PushConfigIn, *, from_seq: int, extensions: list[str]
+    ) -> PushConfigRecord:
+        rec = await self.configs.create(instance_id, task_id, cfg, from_seq=from_seq, extensions=extensions)
         self.delivery.start(rec)
         return rec
 

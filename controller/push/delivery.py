@@ -28,6 +28,7 @@ from ..config import ControllerConfig
 from ..errors import ValidationFailed
 from ..store import PushConfigRecord, Store
 from ..tasks.hub import TaskHub
+from ..tasks.prompts import activated, shown_event
 from .metrics import PushMetrics
 from .sender import DeliveryFailed, post
 from .target import parse_url, resolve
@@ -104,7 +105,7 @@ class PushDelivery:
                     for event in events:
                         member = KIND_MEMBER.get(event.kind)
                         if member is not None:
-                            body = msgspec.json.encode({member: event.body})
+                            body = msgspec.json.encode({member: shown_event(event, activated(cfg.extensions))})
                             delivered = await self._deliver(cfg, body)
                             if not delivered and await self.store.push.get(task_id, config_id) is None:
                                 return  # deleted while we retried
