@@ -18,13 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
+from a2a.types import SendMessageRequest, TaskState
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.struct_pb2 import Struct
 
 from controller.a2a.card import RUNTIME_EXTENSION
 from controller.tasks.prompts import HITL_EXTENSION
 from tests.contracts import hitl_file, validate_hitl
 from tests.controller.a2a.helpers import Agent, error_reason, new_agent
 from tests.controller.a2a.test_rest import message, settled, text_of
+from tests.controller.a2a.test_sdk_client import run_in_asyncio, sdk_client, user_message
 from tests.controller.a2a.test_sse import read_stream
 from tests.controller.conftest import (
     ADMIN_TOKEN,
@@ -373,3 +378,36 @@ async def test_a_waiting_task_and_an_accepted_answer_survive_controller_sigkills
         assert payloads == [{"approved": True}, {"approved": False}]
         assert await third.stop() == 0, third.output()
         nursery.cancel_scope.cancel()
+
+
+async def sdk_answers(agent: Agent, bindings: list[str]) -> dict[str, Any]:
+    """The a2a-sdk client: send to the prompt loadout, read the prompt off the Task, answer it."""
+    out: dict[str, Any] = {}
+    headers = {"Authorization": f"Bearer {agent.token}", **ACTIVE}
+    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+        client = await sdk_client(agent, http, bindings, streaming=False)
+        [event] = [e async for e in client.send_message(SendMessageRequest(message=user_message("Name?")))]
+        task = event.task
+        out["state"] = TaskState.Name(task.status.state)
+        envelope = MessageToDict(task.status.message.metadata)[HITL_EXTENSION]
+        out["envelope"] = envelope
+        metadata = Struct()
+        metadata.update({"hitl_response_for": {"prompt_id": envelope["prompt_id"], "payload": {"answer": "sdk"}}})
+        reply = user_message("here", task_id=task.id, metadata=metadata)
+        [done] = [e async for e in client.send_message(SendMessageRequest(message=reply))]
+        out["final"] = TaskState.Name(done.task.status.state)
+        out["stdout"] = "".join(p.text for a in done.task.artifacts for p in a.parts if a.artifact_id == "stdout")
+        await client.close()
+    return out
+
+
+@pytest.mark.parametrize("bindings", [[], ["HTTP+JSON"]], ids=["jsonrpc-default", "http-json"])
+async def test_sdk_client_sees_and_answers_a_prompt(
+    admin: httpx.AsyncClient, controller: LiveController, bindings: list[str]
+) -> None:
+    agent = await new_agent(admin, controller, f"hitl-sdk-{len(bindings)}", loadout="prompt")
+    out = await run_in_asyncio(lambda: sdk_answers(agent, bindings))
+    assert out["state"] == "TASK_STATE_INPUT_REQUIRED"
+    validate_hitl("envelope", out["envelope"])
+    assert out["envelope"]["prompt"] == "Name?"
+    assert out["final"] == "TASK_STATE_COMPLETED" and out["stdout"] == "asked: Name?\nanswered: sdk\n"
