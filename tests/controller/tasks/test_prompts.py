@@ -70,7 +70,7 @@ def test_an_input_request_becomes_an_envelope_upstream_validates() -> None:
     ],
 )
 def test_input_requests_that_cannot_be_prompts(fields: dict[str, Any], why: str) -> None:
-    with pytest.raises(PromptInvalid, match="^input_request: ") as raised:
+    with pytest.raises(PromptInvalid, match=r"^input_request: ") as raised:
         envelope_of(request(**fields), time.time())
     assert why in str(raised.value)
 
