@@ -6,6 +6,8 @@ with empty ``params`` as its spec says (an empty object is left out too, see
 :func:`controller.a2a.card.check_signable`); a request activates it with ``A2A-Extensions``, which
 both shows the prompt envelope on the Tasks and events it gets and lets it answer a prompt
 (:attr:`controller.a2a.edge.Caller.sees_prompts`).
+
+The deprecated v1 path ``/api/v1/hitl/{task_id}`` is :mod:`controller.a2a.v1hitl`.
 """
 
 from __future__ import annotations
