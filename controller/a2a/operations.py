@@ -79,10 +79,17 @@ async def send_message(caller: Caller, req: SendMessageRequest) -> dict[str, Any
 
 async def send_streaming_message(
     caller: Caller, req: SendMessageRequest, framing: Framing | None = None
-) -> AsyncIterator[bytes]:
+) -> tuple[dict[str, Any], AsyncIterator[bytes]]:
+    """The stream of the task the message went to, and what names it (``taskId``, and
+    ``fromCreation``: a new task streams from its creation, a follow-up from the task as it stands)
+    so that idempotency/v1 can attach a repeat to the same stream (:func:`attach_stream`)."""
     rec = await send(caller, tenancy.apply(caller.extensions, req))
-    # A new task streams from its creation; a follow-up from the task as it stands.
-    return task_events(caller, rec.id, from_creation=req.message.task_id is None, framing=framing)
+    stream = {"taskId": rec.id, "fromCreation": req.message.task_id is None}
+    return stream, attach_stream(caller, stream, framing)
+
+
+def attach_stream(caller: Caller, stream: dict[str, Any], framing: Framing | None = None) -> AsyncIterator[bytes]:
+    return task_events(caller, stream["taskId"], from_creation=stream["fromCreation"], framing=framing)
 
 
 async def get_task(caller: Caller, params: GetTaskParams) -> dict[str, Any]:

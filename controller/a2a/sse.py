@@ -28,6 +28,7 @@ from ..errors import ControllerError
 from ..state import AppState, app_state
 from ..store import Store, TaskRecord
 from ..store.tasks import INTERRUPTED, TERMINAL, rfc3339_us
+from ..tasks.agentio import OUTCOME_KEYS
 from ..tasks.prompts import shown_event
 from .edge import Caller
 from .errors import A2AError, internal_error, to_a2a
@@ -60,6 +61,7 @@ async def creation_view(store: Store, caller: Caller, rec: TaskRecord) -> tuple[
     )
     view.pop("artifacts", None)
     view["status"] = {"state": "TASK_STATE_SUBMITTED", "timestamp": rfc3339_us(rec.created_at)}
+    view["metadata"] = {k: v for k, v in view["metadata"].items() if k not in OUTCOME_KEYS}  # not set yet then
     [first] = await store.tasks.events_after(rec.id, 0, limit=1)
     view["history"] = [first.body]
     return view, first.seq

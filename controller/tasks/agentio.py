@@ -40,7 +40,9 @@ from .model import Message
 
 MAX_STDIN_BYTES = 1024 * 1024
 OWNED_PREFIXES = ("runtime.",)
-OWNED_KEYS = frozenset({"kagent.dev/a2a/timeline-position", "kagent.dev/a2a/task-created-at", "fail_kind", "exit_code"})
+#: Set on a task when it ends (by the runner), so never at its creation.
+OUTCOME_KEYS = frozenset({"fail_kind", "exit_code", "output_truncated"})
+OWNED_KEYS = frozenset({"kagent.dev/a2a/timeline-position", "kagent.dev/a2a/task-created-at"}) | OUTCOME_KEYS
 
 
 def strip_owned(metadata: dict[str, Any] | None) -> dict[str, Any] | None:

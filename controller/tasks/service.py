@@ -20,7 +20,7 @@
   (their exec may still run in hostd; the stream resumes after the last stored event).
 
 Metadata rules (kagent gateway note): caller values of keys the controller owns (``runtime.*``,
-the ``kagent.dev/a2a/`` timeline keys, ``fail_kind``, ``exit_code``) are removed before the
+the ``kagent.dev/a2a/`` timeline keys, ``fail_kind``, ``exit_code``, ``output_truncated``) are removed before the
 controller sets its own; ``kagent.dev/a2a/task-created-at`` is set on every task.
 
 Errors: :mod:`controller.errors` only, with the A2A codes of :mod:`controller.a2a.errors`.
