@@ -149,7 +149,7 @@ async def list_push_configs(caller: Caller, params: ListParams) -> dict[str, Any
 async def delete_push_config(caller: Caller, ref: ConfigRef) -> dict[str, Any]:
     state = app_state()
     await state.tasks.get(caller.instance.id, ref.task_id)
-    await state.push.configs.delete(ref.task_id, ref.id)
+    await state.push.delete(ref.task_id, ref.id)
     return {}
 
 

@@ -201,3 +201,31 @@ async def test_prompts_reach_receivers_whose_config_activated_hitl(
         assert HITL_EXTENSION not in bare["statusUpdate"]["status"]["message"]["metadata"]
         await client.post(f"/tasks/{task_id}:cancel")
         nursery.cancel_scope.cancel()
+
+
+async def test_deliveries_share_a_kept_alive_connection_and_the_cursor_catches_up(
+    push_admin: httpx.AsyncClient, push_controller: LiveController
+) -> None:
+    agent = await new_agent(push_admin, push_controller, "push-keep", loadout="shell")
+    receiver = Receiver(keep_alive=True)
+    async with trio.open_nursery() as nursery, agent.client(push_controller) as client:
+        await nursery.start(receiver.serve)
+        script = "for i in $(seq 40); do echo $i; done"
+        sent = await client.post("/message:send", json=send_with_push(script, receiver))
+        task_id = sent.json()["task"]["id"]
+        await receiver.wait_for(lambda: END in receiver.states())
+        assert receiver.connections == 1  # every delivery on one connection
+        artifacts = [r.body["artifactUpdate"] for r in receiver.received if "artifactUpdate" in r.body]
+        assert "".join(p["text"] for a in artifacts for p in a["artifact"]["parts"]) == "".join(
+            f"{i}\n" for i in range(1, 41)
+        )
+        # The cursor, written in batches, ends at the task's last event once the worker is done.
+        store = push_controller.state.store
+        with trio.fail_after(10):
+            while True:
+                task = await store.tasks.get(task_id)
+                [cfg] = await store.push.list(task_id)
+                if task is not None and cfg.delivered_seq == task.last_seq:
+                    break
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
