@@ -27,17 +27,15 @@ from google.protobuf.struct_pb2 import Struct
 from controller.a2a.card import RUNTIME_EXTENSION
 from controller.tasks.prompts import HITL_EXTENSION
 from tests.contracts import hitl_file, validate_hitl
-from tests.controller.a2a.helpers import Agent, error_reason, new_agent
+from tests.controller.a2a.helpers import Agent, error_reason, new_agent, process_agent
 from tests.controller.a2a.test_rest import message, settled, text_of
 from tests.controller.a2a.test_sdk_client import run_in_asyncio, sdk_client, user_message
 from tests.controller.a2a.test_sse import read_stream
 from tests.controller.conftest import (
-    ADMIN_TOKEN,
     ControllerProcess,
     LiveController,
     LiveHostd,
     controller_env,
-    wait_operation,
 )
 
 ACTIVE = {"A2A-Extensions": f"{RUNTIME_EXTENSION}, {HITL_EXTENSION}"}
@@ -322,15 +320,8 @@ async def test_a_waiting_task_and_an_accepted_answer_survive_controller_sigkills
     async with trio.open_nursery() as nursery:
         first = ControllerProcess(env)
         url = await first.start(nursery)
-        async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
-            with trio.fail_after(15):
-                while (await admin.get("/readyz")).status_code != 200:
-                    await trio.sleep(0.05)
-            body = {"name": "hitl-durable", "runtime": "host", "loadout": "shell", "start": True}
-            response = await admin.post("/api/v2/admin/instances", json=body)
-            token = response.json()["a2a_token"]
-            instance_id = (await wait_operation(admin, response.json()["id"]))["result"]["instance_id"]
-        agent = Agent(instance_id, token, f"{url}/agents/{instance_id}")
+        agent = await process_agent(url, "hitl-durable", "shell")
+        instance_id = agent.instance_id
         async with agent.client(LiveController(url, None, None), **ACTIVE) as client:  # type: ignore[arg-type]
             task = await waiting(client, ask_script(times=2))
         envelope = envelope_of(task)
