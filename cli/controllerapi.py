@@ -36,10 +36,12 @@ class ApiError(Exception):
     """Something the user should read (no traceback). ``status`` 0: the controller was not reached
     (or no call was made)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, body: Any = None) -> None:
         super().__init__(f"{code}: {message}" if code else message)
         self.status = status
         self.code = code
+        #: The error body as sent (its details: field violations, validation errors).
+        self.body = body
 
 
 def _http_error(exc: urllib.error.HTTPError) -> ApiError:
@@ -49,7 +51,7 @@ def _http_error(exc: urllib.error.HTTPError) -> ApiError:
         return ApiError(exc.code, "", f"HTTP {exc.code} {exc.reason}")
     if isinstance(body, dict) and isinstance(body.get("error"), dict):  # A2A
         error = body["error"]
-        return ApiError(exc.code, str(error.get("status", "")), str(error.get("message", "")))
+        return ApiError(exc.code, str(error.get("status", "")), str(error.get("message", "")), body)
     if isinstance(body, dict) and ("code" in body or "detail" in body):  # problem+json
         return ApiError(exc.code, str(body.get("code", "")), str(body.get("detail") or body.get("title", "")))
     return ApiError(exc.code, "", f"HTTP {exc.code} {exc.reason}")

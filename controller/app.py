@@ -178,6 +178,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
 
     @app.after_serving
     async def _close_store() -> None:
+        push.delivery.close()
         logs.uninstall()
         logs.ring.detach()
         events.ring.detach()

@@ -170,3 +170,8 @@ METHOD_NOT_ALLOWED = "a2a.method_not_allowed"
 IDEMPOTENCY_KEY_REUSED = "idempotency.key_reused"
 IDEMPOTENCY_MESSAGE_ID_MALFORMED = "idempotency.message_id_malformed"
 EXTENSION_UNSUPPORTED = "extension.unsupported_on_binding"
+# hitl-prompt/v1 (its spec: 409 / -32010, 422 / -32011; the other two name what the answer lacks).
+HITL_UNKNOWN = "hitl.already_answered_or_unknown"
+HITL_RESPONSE_INVALID = "hitl.response_invalid"
+HITL_NOT_ACTIVATED = "hitl.extension_not_activated"
+HITL_MISSING_TASK_ID = "hitl.missing_task_id"

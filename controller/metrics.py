@@ -10,7 +10,7 @@
   running PTY sessions), refreshed when ``/metrics`` is scraped.
 * ``aiwg_v1_path_requests_total{path}``: ``path`` is the v1 route template (``/api/v1/vms/{id}``).
 * ``aiwg_idempotency_hit_total{operation}`` (upstream's name), ``aiwg_idempotency_miss_total`` and
-  ``aiwg_idempotency_collision_total``: idempotency/v1 outcomes of ``SendMessage``.
+  ``aiwg_idempotency_collision_total``: idempotency/v1 outcomes of ``SendMessage`` and ``SendStreamingMessage``.
 * ``aiwg_operations_total{kind,state}``: operations that ended, by outcome.
 """
 

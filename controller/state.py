@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from quart import current_app
 
 if TYPE_CHECKING:
+    import trio
     from quart import Quart
 
     from .auth import Authenticator
@@ -65,6 +66,8 @@ class AppState:
     openapi: dict[str, Any] | None = field(default=None)
     #: Open SSE followers per stream ("events", "logs"), bounded by ``max_stream_followers``.
     followers: dict[str, int] = field(default_factory=dict)
+    #: idempotency/v1 keys (instance, scope, messageId) being served now; a duplicate waits on it.
+    idempotency_inflight: dict[tuple[str, str, str], trio.Event] = field(default_factory=dict)
 
 
 def state_of(app: Quart) -> AppState:

@@ -10,11 +10,13 @@ Every response to a path under ``/api/v1/`` (404s included) carries ``Sunset`` (
 ``aiwg_v1_path_requests_total{path}`` under its route template (``/api/v1/vms/{id}``), never the raw
 path.
 
-Two v1 paths answer through the A2A surface instead (the guide's semantic and transport shifts):
+Three v1 paths answer through the A2A surface instead (the guide's semantic and transport shifts):
 ``POST /api/v1/sessions/{id}/dispatch`` is ``messages:send`` of instance ``{id}`` (the body an A2A
-SendMessageRequest, the answer its Task), and ``GET /api/v1/ws/missions/{id}`` is the SSE event
-stream (subscribe) of task ``{id}``, found on whichever instance holds it. They take the A2A
-tokens and answer with the deprecation headers; their errors, like every v1 error, are problems.
+SendMessageRequest, the answer its Task), ``GET /api/v1/ws/missions/{id}`` is the SSE event
+stream (subscribe) of task ``{id}``, found on whichever instance holds it, and
+``GET|POST /api/v1/hitl/{id}`` reads and answers the hitl-prompt/v1 prompt task ``{id}`` waits on
+(:mod:`controller.a2a.v1hitl`). They take the A2A tokens and answer with the deprecation headers;
+their errors, like every v1 error, are problems.
 """
 
 from __future__ import annotations
@@ -121,6 +123,15 @@ async def mission_stream(task_id: str) -> Any:
     if rec is None:
         raise TaskMissing(TASK_NOT_FOUND, f"no mission {task_id[:256]!r}")
     return await rest.subscribe(rec.instance_id, task_id)
+
+
+@v1.route("/hitl/<task_id>", methods=["GET", "POST"])
+async def hitl(task_id: str) -> Any:
+    from .a2a import v1hitl
+
+    if request.method == "GET":
+        return await v1hitl.v1_prompt(task_id)
+    return await v1hitl.v1_answer(task_id)
 
 
 _PARAM_RE = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")

@@ -117,3 +117,18 @@ def runtime_schema(name: str) -> dict[str, Any]:
 def validate_runtime(name: str, instance: Any) -> None:
     schema = runtime_schema(name)
     jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(instance)
+
+
+# -- hitl-prompt/v1 ------------------------------------------------------------------------------
+
+
+@functools.cache
+def hitl_file(name: str) -> dict[str, Any]:
+    """A hitl-prompt/v1 file: ``envelope.schema.json``, ``response.schema.json``, ``examples/...``."""
+    data: dict[str, Any] = json.loads(_require(CONTRACTS / "extensions" / "hitl-prompt" / "v1" / name).read_text())
+    return data
+
+
+def validate_hitl(name: str, instance: Any) -> None:
+    """``instance`` against the ``envelope`` or ``response`` schema, with format checks."""
+    validate(instance, hitl_file(f"{name}.schema.json"))

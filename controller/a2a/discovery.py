@@ -16,7 +16,7 @@ from quart import Response, request
 from ..http import base_url, json_response
 from ..state import app_state
 from ..store import InstanceRecord
-from . import a2a, idempotency, ptyext, tenancy
+from . import a2a, hitl, idempotency, ptyext, tenancy
 from .card import build_card, instance_url, sign_card
 from .edge import A2A_JSON, instance_not_found
 
@@ -38,6 +38,7 @@ async def signed_card(rec: InstanceRecord) -> dict[str, object]:
     )
     card["capabilities"]["extensions"] += [
         idempotency.card_extension(),
+        hitl.card_extension(),
         tenancy.card_extension(),
         ptyext.card_extension(),
     ]

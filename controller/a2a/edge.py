@@ -39,12 +39,13 @@ from ..errors import (
 from ..pty.frames import PTY_EXTENSIONS_URI
 from ..state import app_state
 from ..store import InstanceRecord
+from ..tasks.prompts import HITL_EXTENSION, activated
 from .card import IDEMPOTENCY_EXTENSION, MULTI_TENANT_EXTENSION, RUNTIME_EXTENSION
 
 A2A_JSON = "application/a2a+json"
 ACCEPTED_BODY_TYPES = ("application/json", "application/a2a+json")
 #: Extensions this controller implements (and declares on every card).
-DECLARED_EXTENSIONS = (RUNTIME_EXTENSION, IDEMPOTENCY_EXTENSION, MULTI_TENANT_EXTENSION)
+DECLARED_EXTENSIONS = (RUNTIME_EXTENSION, IDEMPOTENCY_EXTENSION, HITL_EXTENSION, MULTI_TENANT_EXTENSION)
 REQUIRED_EXTENSIONS = (RUNTIME_EXTENSION,)
 #: Declared on the card but used on the PTY WebSocket only: activating them over HTTP is refused.
 WEBSOCKET_EXTENSIONS = frozenset({PTY_EXTENSIONS_URI.lower()})
@@ -68,6 +69,11 @@ class Caller:
         if any(uri.lower() == MULTI_TENANT_EXTENSION.lower() for uri in self.extensions):
             return self.principal.role == ROLE_ADMIN
         return self.principal.instance_id is None
+
+    @property
+    def sees_prompts(self) -> bool:
+        """hitl-prompt/v1 is active: prompt envelopes are shown, and prompts may be answered."""
+        return activated(self.extensions)
 
 
 def instance_not_found(instance_id: str) -> NotFound:

@@ -14,6 +14,10 @@ of the v1.0.1 table, each with its HTTP status, gRPC status and JSON-RPC code), 
 (:data:`BY_CLASS`, nearest base wins). The dotted domain code rides in the ErrorInfo metadata, with
 the error's ``details``. Validation failures add a BadRequest with one violation per field. The
 JSON-RPC binding takes ``jsonrpc_code`` and the same ``details`` as ``error.data``.
+
+A hitl-prompt/v1 answer that breaks its prompt's schema (422 / -32011) carries one more detail,
+``{"@type": HITL_VALIDATION_ERRORS, "extension", "prompt_id", "validation_errors": [{path, keyword,
+message}]}``: the array the extension's spec names, in the one error model both bindings share.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from ..errors import (
     EXTENDED_CARD_NOT_CONFIGURED,
     EXTENSION_REQUIRED,
     EXTENSION_UNSUPPORTED,
+    HITL_NOT_ACTIVATED,
+    HITL_RESPONSE_INVALID,
+    HITL_UNKNOWN,
     IDEMPOTENCY_KEY_REUSED,
     IDEMPOTENCY_MESSAGE_ID_MALFORMED,
     METHOD_NOT_ALLOWED,
@@ -59,6 +66,7 @@ log = logging.getLogger(__name__)
 DOMAIN = "a2a-protocol.org"
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
+HITL_VALIDATION_ERRORS = "https://agentic-sandbox.aiwg.io/extensions/hitl-prompt/v1/ValidationErrors"
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,11 @@ BY_CODE: dict[str, Kind] = {
     # idempotency/v1 (its error-codes.json).
     IDEMPOTENCY_KEY_REUSED: Kind(422, "FAILED_PRECONDITION", "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD", -32422),
     IDEMPOTENCY_MESSAGE_ID_MALFORMED: Kind(400, "INVALID_ARGUMENT", "IDEMPOTENCY_MESSAGE_ID_MALFORMED", -32602),
+    # hitl-prompt/v1 (its spec §4.3: 409 / -32010, 422 / -32011); answering without activating it is
+    # the request lacking an extension it needs.
+    HITL_UNKNOWN: Kind(409, "ABORTED", "HITL_ALREADY_ANSWERED_OR_UNKNOWN", -32010),
+    HITL_RESPONSE_INVALID: Kind(422, "INVALID_ARGUMENT", "HITL_RESPONSE_INVALID", -32011),
+    HITL_NOT_ACTIVATED: Kind(400, "FAILED_PRECONDITION", "EXTENSION_SUPPORT_REQUIRED", -32008),
 }
 
 INTERNAL = Kind(500, "INTERNAL", "INTERNAL_ERROR", -32603)
@@ -122,6 +135,8 @@ class A2AError:
     message: str
     metadata: dict[str, str]
     violations: list[dict[str, str]] = field(default_factory=list)
+    #: Details beyond ErrorInfo and BadRequest (hitl-prompt/v1's validation errors).
+    extra: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def http_status(self) -> int:
@@ -133,7 +148,7 @@ class A2AError:
         ]
         if self.violations:
             out.append({"@type": BAD_REQUEST, "fieldViolations": self.violations})
-        return out
+        return out + self.extra
 
     def body(self) -> dict[str, Any]:
         """The HTTP+JSON (and SSE ``event: error``) body."""
@@ -158,7 +173,11 @@ def to_a2a(exc: ControllerError) -> A2AError:
     kind = BY_CODE.get(exc.code) or next(BY_CLASS[cls] for cls in type(exc).__mro__ if cls in BY_CLASS)
     metadata = {"code": exc.code, **{k: str(v) for k, v in exc.details.items()}}
     violations = [{"field": f.get("field", "$"), "description": f.get("message", "")} for f in exc.fields]
-    return A2AError(kind, exc.message, metadata, violations)
+    extra: list[dict[str, Any]] = []
+    if exc.code == HITL_RESPONSE_INVALID:
+        errors = [{"path": f["field"], "keyword": f["code"], "message": f["message"]} for f in exc.fields]
+        extra.append({"@type": HITL_VALIDATION_ERRORS, **exc.details, "validation_errors": errors})
+    return A2AError(kind, exc.message, metadata, violations, extra)
 
 
 def internal_error() -> A2AError:

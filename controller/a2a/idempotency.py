@@ -1,8 +1,10 @@
-"""idempotency/v1: a repeated ``SendMessage`` with the same ``messageId`` replays the first response.
+"""idempotency/v1: a repeated ``SendMessage`` or ``SendStreamingMessage`` with the same ``messageId``
+gets the first outcome again.
 
 Active for a request only when the client activates the extension (``A2A-Extensions``); the card
 declares it ``required: true`` as upstream's card does, but only runtime/v1 is enforced (upstream's
-migration guide: idempotency is opt-in). When active, :func:`guarded` wraps the operation:
+migration guide: idempotency is opt-in). When active, :func:`guarded` (unary) and
+:func:`guarded_stream` wrap the operation:
 
 * ``message.messageId`` must be a UUID in canonical form, version 7 or version 4 (the RFC 9562
   form of a 128-bit random value); anything else is 400 ``IDEMPOTENCY_MESSAGE_ID_MALFORMED``
@@ -13,12 +15,22 @@ migration guide: idempotency is opt-in). When active, :func:`guarded` wraps the 
   ``Idempotent-Replayed: true`` (never sent on a miss); no task is created. With a different
   hash: 422 ``IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD`` with ``message_id``,
   ``original_request_hash`` and ``submitted_request_hash``; the entry stays.
-* A miss runs the operation and stores its response (successes only: an error is not a result a
-  retry should be pinned to) in SQLite, so replays survive a restart.
+* A miss runs the operation and stores its outcome in SQLite, so replays survive a restart. Errors
+  the operation answers (4xx and 5xx: a refused answer, a task that could not be started) are
+  stored too, as the spec says: the outcome of a messageId is fixed, and a client that wants
+  another try sends a new messageId. (An unexpected fault of ours, answered 500 by the surface's
+  last-resort handler, is not stored.)
+* A stream's entry names its task: a repeat attaches to that task's stream, replaying it from the
+  task's creation (from the task as it then stands, for a follow-up message) and following it live
+  while it runs, framed with the first call's JSON-RPC ``id``.
+* Requests with the same key wait for each other (in this process): a retry that arrives while the
+  first is still running (a blocking send outlasting a client's timeout) gets the first's outcome
+  once it is there, instead of running it a second time.
 
 Entries live ``AIWG_IDEMPOTENCY_TTL`` seconds and at most ``AIWG_IDEMPOTENCY_MAX_ENTRIES`` are kept.
-Entries are per instance and per binding (``scope``): the JSON-RPC response (with the first
-call's ``id``) and the HTTP+JSON one differ for the same request.
+Entries are per instance and per scope: the binding (the JSON-RPC response, with the first call's
+``id``, and the HTTP+JSON one differ for the same request) and the operation (a stream is not a
+send: the same messageId on both is two requests).
 """
 
 from __future__ import annotations
@@ -26,19 +38,30 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 import rfc8785
+import trio
 from quart import Response
 
-from ..errors import IDEMPOTENCY_KEY_REUSED, IDEMPOTENCY_MESSAGE_ID_MALFORMED, Conflict, ValidationFailed
+from ..errors import (
+    IDEMPOTENCY_KEY_REUSED,
+    IDEMPOTENCY_MESSAGE_ID_MALFORMED,
+    Conflict,
+    ControllerError,
+    ValidationFailed,
+)
 from ..state import app_state
 from ..store import CachedResponse
 from .card import IDEMPOTENCY_EXTENSION
 from .edge import A2A_JSON, Caller
+from .sse import sse_response
 
 OPERATION = "SendMessage"
+STREAM_OPERATION = "SendStreamingMessage"
 REPLAYED_HEADER = "Idempotent-Replayed"
 _MESSAGE_ID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[47][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.IGNORECASE)
 
@@ -48,8 +71,9 @@ def card_extension() -> dict[str, Any]:
     return {
         "uri": IDEMPOTENCY_EXTENSION,
         "description": (
-            "Retries of SendMessage with the same messageId replay the first response; activate it with "
-            "A2A-Extensions (it is not enforced: requests without it are served without deduplication)."
+            "Retries of SendMessage (or SendStreamingMessage) with the same messageId get the first outcome "
+            "again; activate it with A2A-Extensions (it is not enforced: requests without it are served "
+            "without deduplication)."
         ),
         "required": True,
         "params": {
@@ -93,41 +117,122 @@ def _replay(caller: Caller, cached: CachedResponse) -> Response:
     return response
 
 
-async def guarded(caller: Caller, scope: str, params: Any, run: Callable[[], Awaitable[Response]]) -> Response:
-    """``run()``'s response, or the cached first response to this messageId (see the module docstring)."""
-    if not is_active(caller):
-        return await run()
+@asynccontextmanager
+async def _exclusive(key: tuple[str, str, str]) -> AsyncIterator[None]:
+    """One request per key at a time: a duplicate waits until the first has stored its outcome."""
+    running = app_state().idempotency_inflight
+    while (busy := running.get(key)) is not None:
+        await busy.wait()
+    done = running[key] = trio.Event()
+    try:
+        yield
+    finally:
+        del running[key]
+        done.set()
+
+
+async def _lookup(
+    caller: Caller, scope: str, params: Any, message_id: str, operation: str
+) -> tuple[str, CachedResponse | None]:
+    """(the request's hash, the live entry if any); raises on a collision."""
     state = app_state()
-    message_id = message_id_of(params)
     submitted = request_hash(params)
+    cached = await state.store.idempotency.get(caller.instance.id, scope, message_id, time.time())
+    if cached is None:
+        state.metrics.idempotency_misses.labels(operation).inc()
+    elif cached.request_hash != submitted:
+        state.metrics.idempotency_collisions.labels(operation).inc()
+        raise Conflict(
+            IDEMPOTENCY_KEY_REUSED,
+            f"IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD: messageId {message_id} was first sent with a "
+            "different request; retry with the original request or use a new messageId",
+            details={
+                "message_id": message_id,
+                "original_request_hash": cached.request_hash,
+                "submitted_request_hash": submitted,
+            },
+        )
+    else:
+        state.metrics.idempotency_hits.labels(operation).inc()
+    return submitted, cached
+
+
+async def _remember(caller: Caller, scope: str, message_id: str, submitted: str, status: int, body: bytes) -> None:
+    state = app_state()
     now = time.time()
-    cached = await state.store.idempotency.get(caller.instance.id, scope, message_id, now)
-    if cached is not None:
-        if cached.request_hash != submitted:
-            state.metrics.idempotency_collisions.labels(OPERATION).inc()
-            raise Conflict(
-                IDEMPOTENCY_KEY_REUSED,
-                f"IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD: messageId {message_id} was first sent with a "
-                "different request; retry with the original request or use a new messageId",
-                details={
-                    "message_id": message_id,
-                    "original_request_hash": cached.request_hash,
-                    "submitted_request_hash": submitted,
-                },
-            )
-        state.metrics.idempotency_hits.labels(OPERATION).inc()
-        return _replay(caller, cached)
-    state.metrics.idempotency_misses.labels(OPERATION).inc()
-    response = await run()
-    body = await response.get_data(as_text=False)
     entry = CachedResponse(
         request_hash=submitted,
-        status=response.status_code,
-        body=body if isinstance(body, bytes) else body.encode(),
+        status=status,
+        body=body,
         created_at=now,
         expires_at=now + state.config.idempotency_ttl_s,
     )
     await state.store.idempotency.put(
         caller.instance.id, scope, message_id, entry, max_entries=state.config.idempotency_max_entries
     )
-    return response
+
+
+async def _outcome(response: Response) -> bytes:
+    body = await response.get_data(as_text=False)
+    return body if isinstance(body, bytes) else body.encode()
+
+
+async def guarded(
+    caller: Caller,
+    scope: str,
+    params: Any,
+    run: Callable[[], Awaitable[Response]],
+    on_error: Callable[[ControllerError], Response],
+) -> Response:
+    """``run()``'s response, or the first outcome for this messageId (see the module docstring);
+    ``on_error`` answers a domain error the way the binding does (what is stored for it)."""
+    if not is_active(caller):
+        return await run()
+    message_id = message_id_of(params)
+    async with _exclusive((caller.instance.id, scope, message_id)):
+        submitted, cached = await _lookup(caller, scope, params, message_id, OPERATION)
+        if cached is not None:
+            return _replay(caller, cached)
+        try:
+            response = await run()
+        except ControllerError as exc:
+            response = on_error(exc)
+        await _remember(caller, scope, message_id, submitted, response.status_code, await _outcome(response))
+        return response
+
+
+#: The status of a stream's entry, whose body names the task a repeat attaches to (``{"taskId",
+#: "fromCreation", "id"}``); any other status is an error answer stored as it was sent.
+STREAM_ENTRY = 0
+
+
+async def guarded_stream(
+    caller: Caller,
+    scope: str,
+    params: Any,
+    start: Callable[[], Awaitable[tuple[dict[str, Any], AsyncIterator[bytes]]]],
+    attach: Callable[[dict[str, Any]], AsyncIterator[bytes]],
+    on_error: Callable[[ControllerError], Response],
+) -> Response:
+    """A stream: ``start()`` sends the message and gives (its entry, its stream); a repeat gets
+    ``attach(entry)``, the same task's stream again (see the module docstring)."""
+    if not is_active(caller):
+        _, body = await start()
+        return sse_response(caller, body)
+    message_id = message_id_of(params)
+    async with _exclusive((caller.instance.id, scope, message_id)):
+        submitted, cached = await _lookup(caller, scope, params, message_id, STREAM_OPERATION)
+        if cached is not None and cached.status == STREAM_ENTRY:
+            response = sse_response(caller, attach(msgspec.json.decode(cached.body)))
+            response.headers[REPLAYED_HEADER] = "true"
+            return response
+        if cached is not None:
+            return _replay(caller, cached)
+        try:
+            entry, body = await start()
+        except ControllerError as exc:
+            response = on_error(exc)
+            await _remember(caller, scope, message_id, submitted, response.status_code, await _outcome(response))
+            return response
+        await _remember(caller, scope, message_id, submitted, STREAM_ENTRY, msgspec.json.encode(entry))
+        return sse_response(caller, body)

@@ -52,7 +52,6 @@ GATED = frozenset(
         "DeleteTaskPushNotificationConfig",
     }
 )
-STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 PARSE_ERROR = -32700
 
 
@@ -152,17 +151,11 @@ async def jsonrpc(instance_id: str) -> Response:
         if envelope.jsonrpc != "2.0":
             raise MalformedInput('not a JSON-RPC 2.0 request: jsonrpc must be "2.0"')
         caller = await begin(instance_id, enforce_extensions=envelope.method in GATED)
-        if envelope.method in STREAMING:
-            framing = RpcFraming(call_id)
-            if envelope.method == "SendStreamingMessage":
-                stream = await operations.send_streaming_message(
-                    caller, params_of(envelope, SendMessageRequest), framing
-                )
-            else:
-                stream = await operations.subscribe_to_task(
-                    caller, params_of(envelope, operations.TaskIdParams), framing
-                )
-            return sse_response(caller, stream)
+        if envelope.method == "SubscribeToTask":
+            params = params_of(envelope, operations.TaskIdParams)
+            return sse_response(caller, await operations.subscribe_to_task(caller, params, RpcFraming(call_id)))
+        if envelope.method == "SendStreamingMessage":
+            return await _send_streaming(caller, envelope, call_id)
 
         async def run() -> Response:
             result = await _unary(caller, envelope)
@@ -172,9 +165,32 @@ async def jsonrpc(instance_id: str) -> Response:
             return response
 
         if envelope.method == "SendMessage":
-            return await idempotency.guarded(caller, "jsonrpc", envelope.params, run)
+            return await idempotency.guarded(caller, "jsonrpc", envelope.params, run, lambda e: failure(call_id, e))
         return await run()
     except ControllerError as exc:
-        error = to_a2a(exc)
-        status = error.http_status if exc.code in ("auth.unauthorized", "instance.not_found") else 200
-        return rpc_response(rpc_error(call_id, error), status, error.headers() if status != 200 else None)
+        return failure(call_id, exc)
+
+
+def failure(call_id: JsonId, exc: ControllerError) -> Response:
+    """A domain error as this binding answers it: HTTP 200 with the JSON-RPC error, except what HTTP
+    itself says (401 without a valid token, 404 for an instance the caller cannot see)."""
+    error = to_a2a(exc)
+    status = error.http_status if exc.code in ("auth.unauthorized", "instance.not_found") else 200
+    return rpc_response(rpc_error(call_id, error), status, error.headers() if status != 200 else None)
+
+
+async def _send_streaming(caller: Caller, envelope: Envelope, call_id: JsonId) -> Response:
+    """SendStreamingMessage; with idempotency/v1, a repeat attaches to the first call's stream,
+    framed with that call's id (kept in the entry)."""
+
+    async def start() -> tuple[dict[str, Any], Any]:
+        req = params_of(envelope, SendMessageRequest)
+        stream, body = await operations.send_streaming_message(caller, req, RpcFraming(call_id))
+        return {**stream, "id": call_id}, body
+
+    def attach(stream: dict[str, Any]) -> Any:
+        return operations.attach_stream(caller, stream, RpcFraming(stream.get("id")))
+
+    return await idempotency.guarded_stream(
+        caller, "jsonrpc:stream", envelope.params, start, attach, lambda e: failure(call_id, e)
+    )

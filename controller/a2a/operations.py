@@ -41,7 +41,9 @@ class TaskIdParams(msgspec.Struct, rename="camel", kw_only=True):
 
 
 async def view(caller: Caller, rec: Any, **kw: Any) -> dict[str, Any]:
-    return await task_view(app_state().store, rec, caller.instance, disclose_host=caller.discloses_host, **kw)
+    return await task_view(
+        app_state().store, rec, caller.instance, disclose_host=caller.discloses_host, prompts=caller.sees_prompts, **kw
+    )
 
 
 async def send(caller: Caller, req: SendMessageRequest) -> Any:
@@ -51,15 +53,17 @@ async def send(caller: Caller, req: SendMessageRequest) -> Any:
     state = app_state()
     config = req.configuration
     if config is None or config.task_push_notification_config is None:
-        return await state.tasks.send(caller.instance, req)
+        return await state.tasks.send(caller.instance, req, prompts_active=caller.sees_prompts)
     push = convert(config.task_push_notification_config, PushConfigIn)
     await resolve(parse_url(push.url), allow_private=state.config.push_allow_private)
     from_seq = 0
     if req.message.task_id is not None:
         from_seq = (await state.tasks.get(caller.instance.id, req.message.task_id)).last_seq
     plain = msgspec.structs.replace(config, task_push_notification_config=None)
-    rec = await state.tasks.send(caller.instance, msgspec.structs.replace(req, configuration=plain))
-    await state.push.create(caller.instance.id, rec.id, push, from_seq=from_seq)
+    rec = await state.tasks.send(
+        caller.instance, msgspec.structs.replace(req, configuration=plain), prompts_active=caller.sees_prompts
+    )
+    await state.push.create(caller.instance.id, rec.id, push, from_seq=from_seq, extensions=caller.extensions)
     return rec
 
 
@@ -75,10 +79,17 @@ async def send_message(caller: Caller, req: SendMessageRequest) -> dict[str, Any
 
 async def send_streaming_message(
     caller: Caller, req: SendMessageRequest, framing: Framing | None = None
-) -> AsyncIterator[bytes]:
+) -> tuple[dict[str, Any], AsyncIterator[bytes]]:
+    """The stream of the task the message went to, and what names it (``taskId``, and
+    ``fromCreation``: a new task streams from its creation, a follow-up from the task as it stands)
+    so that idempotency/v1 can attach a repeat to the same stream (:func:`attach_stream`)."""
     rec = await send(caller, tenancy.apply(caller.extensions, req))
-    # A new task streams from its creation; a follow-up from the task as it stands.
-    return task_events(caller, rec.id, from_creation=req.message.task_id is None, framing=framing)
+    stream = {"taskId": rec.id, "fromCreation": req.message.task_id is None}
+    return stream, attach_stream(caller, stream, framing)
+
+
+def attach_stream(caller: Caller, stream: dict[str, Any], framing: Framing | None = None) -> AsyncIterator[bytes]:
+    return task_events(caller, stream["taskId"], from_creation=stream["fromCreation"], framing=framing)
 
 
 async def get_task(caller: Caller, params: GetTaskParams) -> dict[str, Any]:
@@ -118,7 +129,7 @@ async def create_push_config(caller: Caller, task_id: str, cfg: PushConfigIn) ->
     state = app_state()
     rec = await state.tasks.get(caller.instance.id, task_id)
     # Delivery starts with the task's next event (the config is for what happens from now on).
-    made = await state.push.create(caller.instance.id, rec.id, cfg, from_seq=rec.last_seq)
+    made = await state.push.create(caller.instance.id, rec.id, cfg, from_seq=rec.last_seq, extensions=caller.extensions)
     return push_view(made)
 
 
@@ -138,7 +149,7 @@ async def list_push_configs(caller: Caller, params: ListParams) -> dict[str, Any
 async def delete_push_config(caller: Caller, ref: ConfigRef) -> dict[str, Any]:
     state = app_state()
     await state.tasks.get(caller.instance.id, ref.task_id)
-    await state.push.configs.delete(ref.task_id, ref.id)
+    await state.push.delete(ref.task_id, ref.id)
     return {}
 
 

@@ -27,13 +27,21 @@ import msgspec
 from quart import Response, request
 
 from ..decoding import decode_json, validation_failure
-from ..errors import CONTENT_TYPE_NOT_SUPPORTED, METHOD_NOT_FOUND, NotFound, UnsupportedMedia, ValidationFailed
+from ..errors import (
+    CONTENT_TYPE_NOT_SUPPORTED,
+    METHOD_NOT_FOUND,
+    ControllerError,
+    NotFound,
+    UnsupportedMedia,
+    ValidationFailed,
+)
 from ..http import request_body
 from ..push.configs import ConfigRef, ListParams, PushConfigIn
 from ..tasks.model import SendMessageRequest
 from ..tasks.service import ListQuery
-from . import a2a, idempotency, operations
+from . import a2a, error_response, idempotency, operations
 from .edge import ACCEPTED_BODY_TYPES, a2a_response, begin, is_legacy_path
+from .errors import to_a2a
 from .sse import sse_response
 
 P = "/agents/<instance_id>"
@@ -76,15 +84,28 @@ async def send_message(instance_id: str) -> Response:
     async def run() -> Response:
         return a2a_response(await operations.send_message(caller, req), caller)
 
-    return await idempotency.guarded(caller, "http+json", msgspec.json.decode(raw), run)
+    return await idempotency.guarded(caller, "http+json", msgspec.json.decode(raw), run, failure)
 
 
 @a2a.post(f"{P}/message:stream")
 @a2a.post(f"{P}/v1/messages:stream")
 async def send_streaming_message(instance_id: str) -> Response:
     caller = await begin(instance_id, legacy_path=is_legacy_path())
-    req: SendMessageRequest = await read_body(SendMessageRequest)
-    return sse_response(caller, await operations.send_streaming_message(caller, req))
+    raw = await request_body()
+    req: SendMessageRequest = await read_body(SendMessageRequest, body=raw)
+    return await idempotency.guarded_stream(
+        caller,
+        "http+json:stream",
+        msgspec.json.decode(raw),
+        lambda: operations.send_streaming_message(caller, req),
+        lambda stream: operations.attach_stream(caller, stream),
+        failure,
+    )
+
+
+def failure(exc: ControllerError) -> Response:
+    """A domain error as this binding answers it (what idempotency/v1 stores for a request)."""
+    return error_response(to_a2a(exc))
 
 
 @a2a.get(f"{P}/tasks/<ref>")

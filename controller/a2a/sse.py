@@ -28,6 +28,8 @@ from ..errors import ControllerError
 from ..state import AppState, app_state
 from ..store import Store, TaskRecord
 from ..store.tasks import INTERRUPTED, TERMINAL, rfc3339_us
+from ..tasks.agentio import OUTCOME_KEYS
+from ..tasks.prompts import shown_event
 from .edge import Caller
 from .errors import A2AError, internal_error, to_a2a
 from .views import task_view
@@ -54,9 +56,12 @@ class Framing:
 
 async def creation_view(store: Store, caller: Caller, rec: TaskRecord) -> tuple[dict[str, Any], int]:
     """The Task as it was created (submitted, its first message), and the sequence it stands at."""
-    view = await task_view(store, rec, caller.instance, disclose_host=caller.discloses_host, history_length=0)
+    view = await task_view(
+        store, rec, caller.instance, disclose_host=caller.discloses_host, prompts=caller.sees_prompts, history_length=0
+    )
     view.pop("artifacts", None)
     view["status"] = {"state": "TASK_STATE_SUBMITTED", "timestamp": rfc3339_us(rec.created_at)}
+    view["metadata"] = {k: v for k, v in view["metadata"].items() if k not in OUTCOME_KEYS}  # not set yet then
     [first] = await store.tasks.events_after(rec.id, 0, limit=1)
     view["history"] = [first.body]
     return view, first.seq
@@ -80,7 +85,9 @@ async def _events(
             if from_creation:
                 view, seq = await creation_view(state.store, caller, rec)
             else:
-                view = await task_view(state.store, rec, caller.instance, disclose_host=caller.discloses_host)
+                view = await task_view(
+                    state.store, rec, caller.instance, disclose_host=caller.discloses_host, prompts=caller.sees_prompts
+                )
                 seq = rec.last_seq
             yield framing.data({"task": view})
             if not from_creation and rec.state in END_STATES:
@@ -94,7 +101,7 @@ async def _events(
                     member = KIND_MEMBER.get(event.kind)
                     if member is None:
                         continue  # history messages are not stream events
-                    yield framing.data({member: event.body})
+                    yield framing.data({member: shown_event(event, caller.sees_prompts)})
                     if event.kind == "status" and event.body["status"]["state"] in END_STATES:
                         return
                 if events:

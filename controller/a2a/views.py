@@ -4,6 +4,7 @@
 binding, equal to the card's params (``runtime.instance_id``, ``runtime.kind``,
 ``runtime.provider``). ``runtime.host`` is added only where policy allows (operator callers, see
 :attr:`controller.a2a.edge.Caller.discloses_host`) and is then the host's name; otherwise absent.
+A hitl-prompt/v1 envelope on the status is shown only to callers that activated the extension.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import socket
 from typing import Any
 
 from ..store import InstanceRecord, Store, TaskRecord
+from ..tasks.prompts import shown
 from .card import runtime_params
 
 #: History a Task carries when the request does not say (``historyLength`` unset).
@@ -38,10 +40,12 @@ async def task_view(
     instance: InstanceRecord,
     *,
     disclose_host: bool,
+    prompts: bool,
     history_length: int | None = None,
     include_artifacts: bool = True,
 ) -> dict[str, Any]:
-    task: dict[str, Any] = {"id": rec.id, "contextId": rec.context_id, "status": rec.status}
+    """The Task; ``prompts``: the caller activated hitl-prompt/v1 (else a prompt envelope is left out)."""
+    task: dict[str, Any] = {"id": rec.id, "contextId": rec.context_id, "status": shown(rec.status, prompts)}
     limit = DEFAULT_HISTORY if history_length is None else history_length
     artifacts, history = await store.tasks.contents(rec.id, limit)
     if include_artifacts and artifacts:

@@ -1,8 +1,9 @@
 """A2A push notifications: configs of a task's webhooks, and delivery of its events to them.
 
 Modules: ``target`` (a webhook URL parsed, resolved once and checked against private addresses),
-``sender`` (one POST to the checked address), ``configs`` (the configs' operations), ``delivery``
-(the durable, ordered, retrying workers), ``metrics``. :class:`PushService` holds them together.
+``sender`` (POSTs over kept-alive connections, each pinned to the address checked), ``configs``
+(the configs' operations), ``delivery`` (the durable, ordered, retrying workers), ``metrics``.
+:class:`PushService` holds them together.
 """
 
 from __future__ import annotations
@@ -22,10 +23,17 @@ class PushService:
         self.configs = PushConfigs(store, allow_private=config.push_allow_private)
         self.delivery = PushDelivery(store, hub, config, PushMetrics(registry))
 
-    async def create(self, instance_id: str, task_id: str, cfg: PushConfigIn, *, from_seq: int) -> PushConfigRecord:
-        rec = await self.configs.create(instance_id, task_id, cfg, from_seq=from_seq)
+    async def create(
+        self, instance_id: str, task_id: str, cfg: PushConfigIn, *, from_seq: int, extensions: list[str]
+    ) -> PushConfigRecord:
+        rec = await self.configs.create(instance_id, task_id, cfg, from_seq=from_seq, extensions=extensions)
         self.delivery.start(rec)
         return rec
+
+    async def delete(self, task_id: str, config_id: str) -> None:
+        """Idempotent (spec §4); a delivery in flight for it stops."""
+        await self.configs.delete(task_id, config_id)
+        self.delivery.stop(task_id, config_id)
 
 
 __all__ = ["ListParams", "PushConfigIn", "PushService"]

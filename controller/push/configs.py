@@ -78,8 +78,11 @@ class PushConfigs:
         self.store = store
         self.allow_private = allow_private
 
-    async def create(self, instance_id: str, task_id: str, cfg: PushConfigIn, *, from_seq: int) -> PushConfigRecord:
-        """Store ``cfg`` for the task; delivery starts after event ``from_seq``."""
+    async def create(
+        self, instance_id: str, task_id: str, cfg: PushConfigIn, *, from_seq: int, extensions: list[str]
+    ) -> PushConfigRecord:
+        """Store ``cfg`` for the task; delivery starts after event ``from_seq`` and shows what the
+        ``extensions`` activated when it was made allow (hitl-prompt/v1's envelopes)."""
         if cfg.task_id and cfg.task_id != task_id:
             raise ValidationFailed([{"field": "taskId", "message": "differs from the task's id", "code": "mismatch"}])
         await resolve(parse_url(cfg.url), allow_private=self.allow_private)
@@ -94,6 +97,7 @@ class PushConfigs:
             auth_credentials=auth.credentials if auth else None,
             delivered_seq=from_seq,
             created_at=time.time(),
+            extensions=extensions,
         )
         if not await self.store.push.create(rec, limit=MAX_CONFIGS_PER_TASK):
             raise ValidationFailed(

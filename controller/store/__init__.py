@@ -22,6 +22,7 @@ from .database import Database, SchemaTooNew, StoreClosed
 from .idempotency import CachedResponse, IdempotencyTable
 from .instances import InstanceRecord, InstanceTable, NameTaken
 from .operations import TERMINAL_STATES, OperationRecord, OperationTable
+from .outbox import OutboxItem, OutboxTable
 from .push import PushConfigRecord, PushTable
 from .schema import STEPS
 from .tasks import Append, TaskEvent, TaskRecord, TaskTable
@@ -34,6 +35,7 @@ __all__ = [
     "InstanceRecord",
     "NameTaken",
     "OperationRecord",
+    "OutboxItem",
     "PushConfigRecord",
     "PushTable",
     "SchemaTooNew",
@@ -58,6 +60,7 @@ class Store:
         self.tasks = TaskTable(db)
         self.idempotency = IdempotencyTable(db)
         self.push = PushTable(db)
+        self.outbox = OutboxTable(db)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Store:

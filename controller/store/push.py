@@ -14,7 +14,7 @@ import sqlite3
 
 import msgspec
 
-from .database import Database
+from .database import Database, from_json, to_json
 
 
 class PushConfigRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -27,10 +27,14 @@ class PushConfigRecord(msgspec.Struct, frozen=True, kw_only=True):
     auth_credentials: str | None = None
     delivered_seq: int = 0
     created_at: float
+    #: The extensions the request that made it activated (hitl-prompt/v1: its deliveries carry prompts).
+    extensions: list[str] = []
 
 
 def _record(row: sqlite3.Row) -> PushConfigRecord:
-    return PushConfigRecord(**{key: row[key] for key in row.keys()})  # noqa: SIM118 (a Row iterates values)
+    fields = {key: row[key] for key in row.keys()}  # noqa: SIM118 (a Row iterates values)
+    fields["extensions"] = from_json(fields["extensions"])
+    return PushConfigRecord(**fields)
 
 
 class PushTable:
@@ -47,7 +51,7 @@ class PushTable:
             if count >= limit:
                 return False
             db.execute(
-                "INSERT OR REPLACE INTO push_configs VALUES (?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO push_configs VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (
                     rec.task_id,
                     rec.id,
@@ -58,6 +62,7 @@ class PushTable:
                     rec.auth_credentials,
                     rec.delivered_seq,
                     rec.created_at,
+                    to_json(rec.extensions),
                 ),
             )
             return True

@@ -130,4 +130,17 @@ CREATE TABLE IF NOT EXISTS push_configs (
 );
 """
 
-STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5)
+#: Step 6: the agent outbox (control messages a task's agent has yet to be handed: follow-ups and
+#: hitl-prompt/v1 answers, each stored with the task event it belongs to and removed once hostd took
+#: it), and the extensions a push config's request activated (what its deliveries may show).
+STEP_6 = """
+CREATE TABLE IF NOT EXISTS agent_outbox (
+    task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (task_id, seq)
+);
+ALTER TABLE push_configs ADD COLUMN extensions TEXT NOT NULL DEFAULT '[]';
+"""
+
+STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5, STEP_6)

@@ -25,6 +25,8 @@ TERMINAL = ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", 
 INTERRUPTED = ("TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED")
 #: Timeline times of one task are at least this far apart, so they order as they were stored.
 TICK_S = 1e-6
+#: hitl-prompt/v1: a waiting task's status message holds its prompt under this metadata key.
+HITL_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/hitl-prompt/v1"
 #: The gateway's timeline key (kagent metadata note), set on every message and artifact stored.
 TIMELINE_POSITION = "kagent.dev/a2a/timeline-position"
 
@@ -90,6 +92,11 @@ class Append(msgspec.Struct, kw_only=True):
     #: Skip the change (append returns None) if the task is terminal already: the one guard
     #: between two writers that both want to end a task (an exit and a cancel).
     unless_terminal: bool = False
+    #: Skip the change unless the task waits on the hitl-prompt/v1 prompt of this id: the guard
+    #: that lets exactly one answer through.
+    if_prompt: str | None = None
+    #: A control message for the task's agent, queued in the agent outbox with this event.
+    outbox: dict[str, Any] | None = None
 
 
 def _record(row: sqlite3.Row) -> TaskRecord:
@@ -278,6 +285,7 @@ class TaskTable:
             db.execute(f"DELETE FROM task_events WHERE task_id IN ({doomed})", args)
             db.execute(f"DELETE FROM task_artifacts WHERE task_id IN ({doomed})", args)
             db.execute(f"DELETE FROM push_configs WHERE task_id IN ({doomed})", args)
+            db.execute(f"DELETE FROM agent_outbox WHERE task_id IN ({doomed})", args)
             return int(db.execute(f"DELETE FROM tasks WHERE id IN ({doomed})", args).rowcount)
 
         return await self._db.run(self._db.transaction(purge))
@@ -293,6 +301,8 @@ class TaskTable:
 def _append(db: sqlite3.Connection, task_id: str, change: Append, now: float) -> TaskEvent | None:
     row = db.execute("SELECT last_seq, last_at, state FROM tasks WHERE id = ?", (task_id,)).fetchone()
     if change.unless_terminal and row["state"] in TERMINAL:
+        return None
+    if change.if_prompt is not None and _waits_on(db, task_id) != change.if_prompt:
         return None
     seq, at = row["last_seq"] + 1, max(now, row["last_at"] + TICK_S)
     body = change.body
@@ -326,4 +336,16 @@ def _append(db: sqlite3.Connection, task_id: str, change: Append, now: float) ->
                 "UPDATE task_artifacts SET body = ? WHERE task_id = ? AND artifact_id = ?",
                 (to_json(folded), task_id, artifact_id),
             )
+    if change.outbox is not None:
+        db.execute("INSERT INTO agent_outbox VALUES (?,?,?)", (task_id, seq, to_json(change.outbox)))
     return TaskEvent(task_id=task_id, seq=seq, kind=change.kind, body=body, at=at)
+
+
+def _waits_on(db: sqlite3.Connection, task_id: str) -> str | None:
+    """The id of the hitl-prompt/v1 prompt the task waits on (lowercase), if any."""
+    row = db.execute(
+        "SELECT json_extract(status, '$.message.metadata.\"' || ? || '\".prompt_id') FROM tasks"
+        " WHERE id = ? AND state = 'TASK_STATE_INPUT_REQUIRED'",
+        (HITL_EXTENSION, task_id),
+    ).fetchone()
+    return row[0].lower() if row is not None and isinstance(row[0], str) else None

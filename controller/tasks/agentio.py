@@ -12,9 +12,20 @@ What it writes to **stdout** and **stderr** becomes the artifacts ``stdout`` and
 arrives (UTF-8; invalid bytes are replaced). Exit status 0 completes the task; any other fails it
 (``fail_kind: application``).
 
-On the control channel the controller sends ``{"type": "message", "message": <A2A Message>}`` for
-every follow-up message to the running task. The agent may send ``{"type": "status", "text": "..."}``
-(a working status update carrying that text as the agent's message). Other lines are ignored.
+The control channel (one JSON object per line, UTF-8, at most 1 MiB a line; the README lists
+every message with examples):
+
+* controller to agent: ``{"type": "message", "message": <A2A Message>}`` for every follow-up
+  message to the running task; ``{"type": "input_response", "prompt_id", "payload", "message"}``
+  when a client answered the agent's prompt (``payload`` valid against its ``response_schema``;
+  at least once: after a controller crash at the wrong moment the same answer may come twice, so
+  an agent ignores a ``prompt_id`` it has had); ``{"type": "input_request_invalid", "error",
+  "prompt_id"?}`` when an input request cannot become a prompt (the task goes on working).
+* agent to controller: ``{"type": "status", "text": "..."}`` (a working status update carrying
+  that text as the agent's message); ``{"type": "input_request", "prompt", "response_schema",
+  "prompt_id"?, "deadline"?, "allowed_responders"?}`` (hitl-prompt/v1: the task waits for input
+  with that prompt, see :mod:`controller.tasks.prompts`; a later ``status`` or ``input_request``
+  withdraws it). Other lines are ignored.
 """
 
 from __future__ import annotations
@@ -29,7 +40,9 @@ from .model import Message
 
 MAX_STDIN_BYTES = 1024 * 1024
 OWNED_PREFIXES = ("runtime.",)
-OWNED_KEYS = frozenset({"kagent.dev/a2a/timeline-position", "kagent.dev/a2a/task-created-at", "fail_kind", "exit_code"})
+#: Set on a task when it ends (by the runner), so never at its creation.
+OUTCOME_KEYS = frozenset({"fail_kind", "exit_code", "output_truncated"})
+OWNED_KEYS = frozenset({"kagent.dev/a2a/timeline-position", "kagent.dev/a2a/task-created-at"}) | OUTCOME_KEYS
 
 
 def strip_owned(metadata: dict[str, Any] | None) -> dict[str, Any] | None:

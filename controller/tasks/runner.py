@@ -3,9 +3,11 @@
 :meth:`Runner.run` follows the exec's stream (replay from the last hostd sequence stored, then
 live) and turns each event into one stored task event: output into ``stdout`` / ``stderr``
 artifact chunks (the first chunk creates the artifact, later ones ``append``; a closing
-``lastChunk`` when the exec ends), control messages into working status updates, the exit into the
-final status. Each event is stored with the hostd sequence it came from, so a restarted controller
-(or a reconnected link) resumes exactly after the last one kept.
+``lastChunk`` when the exec ends), control messages into status updates (``status``: working with
+the agent's text; ``input_request``: input-required with a hitl-prompt/v1 envelope, see
+:mod:`controller.tasks.prompts`), the exit into the final status. Each event is stored with the
+hostd sequence it came from, so a restarted controller (or a reconnected link) resumes exactly
+after the last one kept.
 
 When the link to hostd drops, the runner waits for it and resubscribes; an exec hostd no longer
 knows (hostd restarted) fails the task with ``fail_kind: infrastructure``. The runner ends by
@@ -28,6 +30,7 @@ from proto import new_id
 from ..errors import ControllerError, NotFound, Unavailable
 from ..hostlink import HostdLink
 from ..store import Append, TaskRecord
+from . import prompts
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +51,18 @@ def agent_message(task: TaskRecord, text: str) -> dict[str, Any]:
 
 
 def status_change(
-    task: TaskRecord, state: str, text: str | None = None, *, metadata: dict[str, Any] | None = None, **kw: Any
+    task: TaskRecord,
+    state: str,
+    text: str | None = None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    message_fields: dict[str, Any] | None = None,
+    **kw: Any,
 ) -> Append:
+    """A status update; ``message_fields`` go on its agent message besides the text."""
     status: dict[str, Any] = {"state": state}
     if text:
-        status["message"] = agent_message(task, text)
+        status["message"] = {**agent_message(task, text), **(message_fields or {})}
     body = {"taskId": task.id, "contextId": task.context_id, "status": status}
     return Append(kind="status", body=body, status=status, metadata=metadata, **kw)
 
@@ -81,6 +91,7 @@ class Runner:
         record: Callable[[str, Append], Awaitable[TaskRecord | None]],
         record_many: Callable[[str, list[Append]], Awaitable[TaskRecord | None]],
         canceled: Callable[[str], bool],
+        deliver: Callable[[str], Awaitable[None]],
         max_output_bytes: int,
         started: set[str],
     ) -> None:
@@ -89,6 +100,8 @@ class Runner:
         self.record = record
         self.record_many = record_many
         self.canceled = canceled
+        #: Hands the agent what waits in its outbox (the service's; cheap when nothing does).
+        self.deliver = deliver
         self.max_output_bytes = max_output_bytes
         self.output_bytes = 0
         self.output_events = 0
@@ -121,6 +134,7 @@ class Runner:
                 async with self.link.stream(
                     m.ExecSubscribeRequest(exec_id=exec_id, from_seq=self.task.exec_seq + 1)
                 ) as events:
+                    await self.deliver(self.task.id)  # what waited for the agent (a restart, a hostd outage)
                     async for event in events:
                         if await self._on_event(event):
                             return
@@ -183,8 +197,40 @@ class Runner:
                 self.task, "TASK_STATE_WORKING", text[:65536], exec_seq=event.seq, unless_terminal=True
             )
             await self._record(change)
+        elif message.get("type") == "input_request":
+            await self._prompt(message, event.seq)
         else:
             self.task.exec_seq = event.seq
+
+    async def _prompt(self, line: dict[str, Any], seq: int) -> None:
+        """The task waits for input with the agent's prompt; a request that cannot be one is
+        answered ``input_request_invalid`` on the control channel (the task goes on working)."""
+        try:
+            envelope = prompts.envelope_of(line, time.time())
+        except prompts.PromptInvalid as exc:
+            log.info("task %s: the agent's input request is refused: %s", self.task.id, exc)
+            self.task.exec_seq = seq
+            reply: dict[str, Any] = {"type": "input_request_invalid", "error": str(exc)}
+            if isinstance(line.get("prompt_id"), str):
+                reply["prompt_id"] = line["prompt_id"][:64]
+            await self._tell_agent(reply)
+            return
+        change = status_change(
+            self.task,
+            prompts.INPUT_REQUIRED,
+            envelope["prompt"],
+            message_fields=prompts.prompt_message_fields(envelope),
+            exec_seq=seq,
+            unless_terminal=True,
+        )
+        await self._record(change)
+
+    async def _tell_agent(self, message: dict[str, Any]) -> None:
+        assert self.task.exec_id is not None
+        try:
+            await self.link.call(m.ExecControlSendRequest(exec_id=self.task.exec_id, message=message))
+        except ControllerError as exc:
+            log.info("task %s: could not tell the agent: %s", self.task.id, exc.message)
 
     async def _finish(self, exited: m.ExecExited) -> None:
         """The closing chunks and the final status, in one transaction."""

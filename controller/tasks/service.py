@@ -6,7 +6,13 @@
   :class:`~controller.tasks.runner.Runner` follows it in the service's nursery. A hostd failure
   there fails the task (``fail_kind: infrastructure``) and the send (fail closed: the error is
   raised). A message with ``taskId`` is a follow-up: stored in the task's history and handed to
-  the running agent on its control channel; to a terminal task it is refused.
+  the running agent on its control channel; to a terminal task it is refused. A follow-up that
+  carries ``metadata.hitl_response_for`` answers the task's hitl-prompt/v1 prompt
+  (:mod:`controller.tasks.prompts`): checked against the prompt, stored with the task back in
+  ``working`` (one answer per prompt gets through), and handed to the agent.
+* **deliver**: what the agent is handed (follow-ups, answers) is queued in the agent outbox in the
+  same transaction as its event, and removed once hostd took it; so it reaches the agent after a
+  controller crash or a hostd outage too (the runner hands over what waits when it subscribes).
 * **wait_settled**: until the task is terminal or interrupted (blocking sends, cancel).
 * **cancel**: kills the exec's process tree (hostd ``ExecCancel``) and answers once the task is
   ``canceled``; a terminal task is not cancelable.
@@ -14,7 +20,7 @@
   (their exec may still run in hostd; the stream resumes after the last stored event).
 
 Metadata rules (kagent gateway note): caller values of keys the controller owns (``runtime.*``,
-the ``kagent.dev/a2a/`` timeline keys, ``fail_kind``, ``exit_code``) are removed before the
+the ``kagent.dev/a2a/`` timeline keys, ``fail_kind``, ``exit_code``, ``output_truncated``) are removed before the
 controller sets its own; ``kagent.dev/a2a/task-created-at`` is set on every task.
 
 Errors: :mod:`controller.errors` only, with the A2A codes of :mod:`controller.a2a.errors`.
@@ -36,6 +42,8 @@ from proto import messages as m
 from proto import new_id
 
 from ..errors import (
+    HITL_MISSING_TASK_ID,
+    HITL_NOT_ACTIVATED,
     PUSH_NOT_SUPPORTED,
     TASK_NOT_CANCELABLE,
     TASK_NOT_FOUND,
@@ -52,9 +60,11 @@ from ..hostlink import HostdLink
 from ..loadouts import LoadoutService
 from ..store import Append, InstanceRecord, Store, StoreClosed, TaskRecord
 from ..store.tasks import INTERRUPTED, TERMINAL, rfc3339_us
+from . import prompts
 from .agentio import check_parts, message_dict, stdin_of, strip_owned
 from .hub import TaskHub
 from .model import SendMessageRequest
+from .outbox import AgentOutbox
 from .runner import Runner, status_change
 
 log = logging.getLogger(__name__)
@@ -140,6 +150,7 @@ class TaskService:
         self.max_output_bytes = max_output_bytes
         self._nursery: trio.Nursery | None = None
         self._canceling: set[str] = set()
+        self.outbox = AgentOutbox(store, link)
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -221,33 +232,69 @@ class TaskService:
 
     # -- send -----------------------------------------------------------------------------------
 
-    async def send(self, instance: InstanceRecord, req: SendMessageRequest) -> TaskRecord:
+    async def send(
+        self, instance: InstanceRecord, req: SendMessageRequest, *, prompts_active: bool = False
+    ) -> TaskRecord:
+        """Start a task or follow one up; ``prompts_active``: the request activated hitl-prompt/v1,
+        without which a message answering a prompt is refused (400, naming the extension)."""
         msg = req.message
         if req.configuration is not None and req.configuration.task_push_notification_config is not None:
             raise Unimplemented(PUSH_NOT_SUPPORTED, "this agent does not send push notifications")
         if msg.role != "ROLE_USER":
             raise _field("message.role", "a client sends ROLE_USER messages", "enum")
         check_parts(msg)
+        answer = prompts.answer_of(msg.metadata)
+        if answer is not None and not prompts_active:
+            raise ValidationFailed(
+                [],
+                f"message.metadata.{prompts.ANSWER_KEY} answers a prompt: activate {prompts.HITL_EXTENSION} "
+                "(A2A-Extensions) to send it",
+                code=HITL_NOT_ACTIVATED,
+                details={"extension": prompts.HITL_EXTENSION},
+            )
         if msg.task_id is not None:
-            return await self._follow_up(instance, req)
+            return await self._follow_up(instance, req, answer)
+        if answer is not None:
+            missing = {"field": "message.taskId", "message": "an answer names the task that asked", "code": "required"}
+            raise ValidationFailed([missing], code=HITL_MISSING_TASK_ID)
         return await self._start(instance, req)
 
-    async def _follow_up(self, instance: InstanceRecord, req: SendMessageRequest) -> TaskRecord:
+    async def _follow_up(
+        self, instance: InstanceRecord, req: SendMessageRequest, answer: prompts.Answer | None
+    ) -> TaskRecord:
         msg = req.message
         assert msg.task_id is not None
         rec = await self.get(instance.id, msg.task_id)
-        if rec.terminal:
+        if rec.terminal and answer is None:  # an answer to an ended task is told its prompt is gone (409)
             raise InvalidState(UNSUPPORTED_OPERATION, f"task {rec.id} is {rec.state} and takes no more messages")
         if msg.context_id is not None and msg.context_id != rec.context_id:
             raise _field("message.contextId", f"task {rec.id} belongs to another context", "mismatch")
         body = message_dict(msg, task_id=rec.id, context_id=rec.context_id)
-        stored = await self.record(rec.id, Append(kind="message", body=body))
-        if rec.exec_id is not None:
-            # The agent reads it on its control channel (see controller.tasks.agentio).
-            await self.link.call(
-                m.ExecControlSendRequest(exec_id=rec.exec_id, message={"type": "message", "message": body})
-            )
-        return stored or rec
+        # The agent reads it on its control channel (see controller.tasks.agentio).
+        if answer is None:
+            changes = [Append(kind="message", body=body, outbox={"type": "message", "message": body})]
+        else:
+            envelope = prompts.pending(rec.state, rec.status)
+            prompts.check_answer(envelope, answer, time.time())
+            assert envelope is not None
+            guard = answer.prompt_id.lower()
+            control = {
+                "type": "input_response",
+                "prompt_id": envelope["prompt_id"],
+                "payload": answer.payload,
+                "message": body,
+            }
+            changes = [
+                Append(kind="message", body=body, outbox=control, if_prompt=guard),
+                status_change(rec, "TASK_STATE_WORKING", if_prompt=guard),
+            ]
+        self.outbox.expect(rec.id)  # before the write: a runner subscribing meanwhile looks too
+        stored = await self.record_many(rec.id, changes)
+        if stored is None:
+            assert answer is not None
+            raise prompts.unknown_prompt(answer.prompt_id, f"prompt {answer.prompt_id} was answered meanwhile")
+        await self.outbox.deliver(rec.id, force=True)
+        return stored
 
     async def _start(self, instance: InstanceRecord, req: SendMessageRequest) -> TaskRecord:
         msg = req.message
@@ -300,6 +347,7 @@ class TaskService:
         working = await self.record(task_id, status_change(rec, "TASK_STATE_WORKING", exec_id=exec_id))
         assert working is not None
         self._spawn(working, started=set())
+        await self.outbox.deliver(task_id)  # a follow-up that came while the agent was being started
         return working
 
     def _spawn(self, rec: TaskRecord, *, started: set[str]) -> None:
@@ -310,6 +358,7 @@ class TaskService:
             record=self.record,
             record_many=self.record_many,
             canceled=lambda tid: tid in self._canceling,
+            deliver=self.outbox.deliver,
             max_output_bytes=self.max_output_bytes,
             started=started,
         )
@@ -354,6 +403,7 @@ class TaskService:
 
     async def recover(self) -> None:
         """Give unfinished tasks their runner back (see the module docstring)."""
+        await self.outbox.recover()  # each runner hands over what waits for its agent
         for rec in await self.store.tasks.unfinished():
             if rec.exec_id is None:
                 metadata = {**rec.metadata, "fail_kind": "infrastructure"}

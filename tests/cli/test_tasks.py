@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import httpx
+import ptyprocess
 import trio
 
 from tests.controller.a2a.helpers import new_agent
@@ -65,3 +67,77 @@ async def test_send_streams_output_and_exits_with_the_outcome(
         "tasks", agent.instance_id, env={"AIWG_CONTROLLER_URL": "http://127.0.0.1:9", "AIWG_TOKEN": "x"}
     )
     assert code == 1 and "cannot reach" in err
+
+
+async def test_send_asks_the_agents_question_and_answer_answers_it(
+    admin: httpx.AsyncClient,  # noqa: F811
+    controller: LiveController,  # noqa: F811
+) -> None:
+    """hitl-prompt/v1 with the prompt loadout: --answer, a refused answer, ``agentic answer`` later."""
+    agent = await new_agent(admin, controller, "cli-prompt", loadout="prompt")
+    env = {"AIWG_CONTROLLER_URL": controller.url, "AIWG_TOKEN": agent.token}
+    code, out, err = await agentic("send", agent.instance_id, "Your name?", "--answer", '{"answer": "Ada"}', env=env)
+    assert code == 0, err
+    assert out == "asked: Your name?\nanswered: Ada\n"
+    assert "[input_required] Your name?" in err and "[completed]" in err
+
+    # A refused answer shows what is wrong; without a terminal the command stops there.
+    code, _, err = await agentic("send", agent.instance_id, "Name?", "--answer", '{"answer": 7}', env=env)
+    assert code == 1 and "/answer:" in err and "Traceback" not in err
+    # No answer at hand: it says how to answer later.
+    code, _, err = await agentic("send", agent.instance_id, "Later?", env=env)
+    assert code == 1 and f"agentic answer {agent.instance_id} " in err
+    task_id = err.split(f"agentic answer {agent.instance_id} ")[1].split()[0]
+    code, out, _ = await agentic("task", agent.instance_id, task_id, env=env)
+    assert code == 0 and "prompt   Later?" in out and '"answer"' in out
+    code, _, err = await agentic("answer", agent.instance_id, task_id, '{"answer": "Bob", "shout": true}', env=env)
+    assert code == 0 and "[working]" in err, err
+    with trio.fail_after(15):
+        while "answered: BOB" not in (await agentic("task", agent.instance_id, task_id, env=env))[1]:
+            await trio.sleep(0.1)
+    code, _, err = await agentic("answer", agent.instance_id, task_id, '{"answer": "x"}', env=env)
+    assert code == 1 and "waits for no answer" in err
+    code, _, err = await agentic("send", agent.instance_id, "x", "--answer", "[1]", env=env)
+    assert code == 2 and "not a JSON object" in err
+
+
+async def test_send_asks_at_a_terminal(
+    admin: httpx.AsyncClient,  # noqa: F811
+    controller: LiveController,  # noqa: F811
+) -> None:
+    """At a terminal (a real PTY) the question is asked field by field, and asked again when refused."""
+    agent = await new_agent(admin, controller, "cli-tty", loadout="prompt")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AIWG_CONTROLLER_URL": controller.url, "AIWG_TOKEN": agent.token}
+
+    def session() -> str:
+        proc = ptyprocess.PtyProcess.spawn(
+            [sys.executable, "-m", "cli.agentic", "send", agent.instance_id, "Who?"], env=env, cwd=str(ROOT)
+        )
+        seen = b""
+
+        def until(marker: bytes) -> None:
+            nonlocal seen
+            deadline = time.monotonic() + 20
+            while marker not in seen:
+                assert time.monotonic() < deadline, seen
+                try:
+                    seen += proc.read(4096)
+                except EOFError:
+                    raise AssertionError(seen) from None
+
+        until(b"answer (string): ")
+        proc.write(b"\n")  # required: asked again
+        until(b"answer is required")
+        until(b"answer (string): ")
+        proc.write(b"Ada\n")
+        until(b"shout (boolean, optional): ")
+        proc.write(b"maybe\n")
+        until(b"not a boolean")
+        proc.write(b"y\n")
+        until(b"[completed]")
+        proc.wait()
+        assert proc.exitstatus == 0, seen
+        return seen.decode(errors="replace")
+
+    seen = await trio.to_thread.run_sync(session)
+    assert "? Who?" in seen and "answered: ADA" in seen

@@ -294,3 +294,40 @@ async def test_push_configs_keep_a_cursor_and_go_with_their_task(store: Store) -
     assert await store.push.pending() == []  # ended, and everything done
     assert await store.tasks.purge(ended_before=now) == 1
     assert await store.push.list("t1") == [] and await store.push.get("t1", "p1") is None
+
+
+async def test_one_answer_per_prompt_and_the_agent_outbox_goes_with_its_event(store: Store) -> None:
+    """``if_prompt`` lets a change through only while the task waits on that prompt; ``outbox``
+    rows are written with their event (or not at all) and go when the task is purged."""
+    from controller.tasks.prompts import HITL_EXTENSION
+
+    now = time.time()
+    prompt = {"prompt_id": "AB-1", "prompt": "?", "response_schema": {"type": "object"}}
+    status = {"state": "TASK_STATE_INPUT_REQUIRED", "message": {"metadata": {HITL_EXTENSION: prompt}}}
+    task = TaskRecord(
+        id="t1", instance_id="i1", context_id="c1", state=status["state"], status=status,
+        last_at=now, created_at=now, status_at=now,
+    )  # fmt: skip
+    await store.tasks.create(task, Append(kind="message", body={"messageId": "m", "role": "ROLE_USER", "parts": []}))
+
+    def answer(prompt_id: str) -> list[Append]:
+        body = {"messageId": prompt_id, "role": "ROLE_USER", "parts": []}
+        working = {"state": "TASK_STATE_WORKING"}
+        return [
+            Append(kind="message", body=body, outbox={"n": prompt_id}, if_prompt=prompt_id),
+            Append(kind="status", body={"status": working}, status=working, if_prompt=prompt_id),
+        ]
+
+    events, rec = await store.tasks.append_many("t1", answer("other"), now)
+    assert events == [None, None] and rec.state == "TASK_STATE_INPUT_REQUIRED"
+    events, rec = await store.tasks.append_many("t1", answer("ab-1"), now)  # ids compare in lower case
+    assert [e.seq for e in events if e is not None] == [2, 3] and rec.state == "TASK_STATE_WORKING"
+    events, _ = await store.tasks.append_many("t1", answer("ab-1"), now)  # answered: no second one
+    assert events == [None, None]
+    [item] = await store.outbox.pending("t1")
+    assert (item.seq, item.body) == (2, {"n": "ab-1"})
+    assert await store.outbox.task_ids() == {"t1"}
+    final = {"state": "TASK_STATE_COMPLETED"}
+    await store.tasks.append("t1", Append(kind="status", body={"status": final}, status=final), now)
+    assert await store.tasks.purge(ended_before=now + 60) == 1
+    assert await store.outbox.pending("t1") == [] and await store.outbox.task_ids() == set()

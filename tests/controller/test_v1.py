@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import httpx
@@ -81,7 +82,7 @@ async def test_v1_catalog_and_storage_paths(admin: httpx.AsyncClient) -> None:
 
 
 async def test_every_v1_response_is_marked(admin: httpx.AsyncClient, anon: httpx.AsyncClient) -> None:
-    unmatched = await admin.get("/api/v1/hitl/123")
+    unmatched = await admin.get("/api/v1/nothing/here")
     assert_problem(unmatched, 404, "route.not_found")
     assert_deprecated(unmatched)
     wrong_method = await admin.delete("/api/v1/agents")
@@ -170,3 +171,61 @@ async def test_v1_dispatch_and_mission_stream_answer_through_the_a2a_surface(
         assert missing.status_code == 404 and missing.headers["content-type"] == "application/problem+json"
     counters = (await admin.get("/api/v2/admin/deprecation/v1-counters")).json()
     assert "/api/v1/sessions/{instance_id}/dispatch" in json.dumps(counters)
+
+
+async def test_v1_hitl_reads_and_answers_the_prompt_a_task_waits_on(
+    admin: httpx.AsyncClient, operator: httpx.AsyncClient, controller: LiveController
+) -> None:
+    from controller.a2a.card import RUNTIME_EXTENSION
+    from controller.tasks.prompts import HITL_EXTENSION
+    from tests.controller.a2a.helpers import new_agent
+    from tests.controller.a2a.test_rest import message
+
+    agent = await new_agent(admin, controller, "v1-hitl", loadout="prompt")
+    other = await new_agent(admin, controller, "v1-hitl-other", loadout="shell")
+    headers = {"Authorization": f"Bearer {agent.token}", "A2A-Extensions": RUNTIME_EXTENSION}
+    async with httpx.AsyncClient(base_url=controller.url, headers=headers, timeout=15) as client:
+        sent = await client.post(f"/api/v1/sessions/{agent.instance_id}/dispatch", json={"message": message("Who?")})
+        task = sent.json()["task"]
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        # The v1 path shows the prompt (the dispatch did not activate hitl-prompt/v1: no envelope there).
+        assert HITL_EXTENSION not in task["status"]["message"]["metadata"]
+        prompt = await client.get(f"/api/v1/hitl/{task['id']}")
+        assert prompt.status_code == 200, prompt.text
+        assert_deprecated(prompt)
+        body = prompt.json()
+        assert (body["task_id"], body["instance_id"]) == (task["id"], agent.instance_id)
+        assert body["prompt"]["prompt"] == "Who?" and body["prompt"]["response_schema"]["type"] == "object"
+
+        invalid = await client.post(f"/api/v1/hitl/{task['id']}", json={"payload": {"answer": 1, "x": 2}})
+        assert_problem(invalid, 422, "hitl.response_invalid")
+        assert_deprecated(invalid)
+        assert {(e["field"], e["code"]) for e in invalid.json()["errors"]} == {
+            ("/answer", "type"),
+            ("/x", "additionalProperties"),
+        }
+        wrong = await client.post(
+            f"/api/v1/hitl/{task['id']}", json={"payload": {"answer": "x"}, "prompt_id": str(uuid.uuid4())}
+        )
+        assert_problem(wrong, 409, "hitl.already_answered_or_unknown")
+        shape = await client.post(f"/api/v1/hitl/{task['id']}", json={"answer": "x"})
+        assert_problem(shape, 422, "validation.failed")
+
+        answered = await client.post(f"/api/v1/hitl/{task['id']}", json={"payload": {"answer": "v1"}})
+        assert answered.status_code == 200, answered.text
+        assert_deprecated(answered)
+        assert answered.json()["task"]["status"]["state"] != "TASK_STATE_INPUT_REQUIRED"
+        again = await client.post(f"/api/v1/hitl/{task['id']}", json={"payload": {"answer": "v1"}})
+        assert_problem(again, 409, "hitl.already_answered_or_unknown")
+        assert (await client.get(f"/api/v1/hitl/{task['id']}")).status_code == 409
+    # Another instance's token does not see the task; the operator token does; none gets 401.
+    async with httpx.AsyncClient(
+        base_url=controller.url, headers={"Authorization": f"Bearer {other.token}"}, timeout=15
+    ) as stranger:
+        assert_problem(await stranger.get(f"/api/v1/hitl/{task['id']}"), 404, "task.not_found")
+    assert (await operator.get(f"/api/v1/hitl/{task['id']}")).status_code == 409
+    async with httpx.AsyncClient(base_url=controller.url, timeout=15) as anon:
+        assert_problem(await anon.get(f"/api/v1/hitl/{task['id']}"), 401, "auth.unauthorized")
+    assert_problem(await admin.get("/api/v1/hitl/no-such-task"), 404, "task.not_found")
+    counters = (await admin.get("/api/v2/admin/deprecation/v1-counters")).json()["counters"]
+    assert counters["/api/v1/hitl/{task_id}"] >= 7

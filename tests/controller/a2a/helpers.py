@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import trio
 
 from controller.a2a.card import RUNTIME_EXTENSION
-from tests.controller.conftest import LiveController, provision, wait_operation
+from tests.controller.conftest import ADMIN_TOKEN, LiveController, provision, wait_operation
 
 A2A_HEADERS = {"A2A-Version": "1.0", "A2A-Extensions": RUNTIME_EXTENSION}
 
@@ -39,6 +40,20 @@ async def new_agent(admin: httpx.AsyncClient, controller: LiveController, name: 
     return Agent(instance_id, token, f"{controller.url}/agents/{instance_id}")
 
 
+async def process_agent(url: str, name: str, loadout: str) -> Agent:
+    """A started host instance of a controller running as a process (:class:`ControllerProcess`),
+    provisioned once the controller is ready."""
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
+        with trio.fail_after(15):
+            while (await admin.get("/readyz")).status_code != 200:
+                await trio.sleep(0.05)
+        body = {"name": name, "runtime": "host", "loadout": loadout, "start": True}
+        response = await admin.post("/api/v2/admin/instances", json=body)
+        op = await wait_operation(admin, response.json()["id"])
+        instance_id = op["result"]["instance_id"]
+        return Agent(instance_id, response.json()["a2a_token"], f"{url}/agents/{instance_id}")
+
+
 def error_reason(response: httpx.Response) -> str:
     body = response.json()
     info = next(d for d in body["error"]["details"] if d["@type"].endswith("ErrorInfo"))
@@ -48,4 +63,4 @@ def error_reason(response: httpx.Response) -> str:
     return reason
 
 
-__all__ = ["A2A_HEADERS", "Agent", "error_reason", "new_agent", "provision"]
+__all__ = ["A2A_HEADERS", "Agent", "error_reason", "new_agent", "process_agent", "provision"]

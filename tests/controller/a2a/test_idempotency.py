@@ -193,3 +193,104 @@ async def test_entries_survive_a_restart_expire_and_are_bounded(hostd: LiveHostd
             after = await client.post("/message:send", json=body("brief", short_id))
             assert after.status_code == 200 and "idempotent-replayed" not in after.headers
             assert after.json()["task"]["id"] != before.json()["task"]["id"]
+
+
+async def stream_events(client: httpx.AsyncClient, path: str, payload: dict[str, Any]) -> tuple[httpx.Response, list]:
+    """A stream's response (head) and its ``data:`` events, parsed."""
+    async with client.stream("POST", path, json=payload) as response:
+        events = [json.loads(line[6:]) async for line in response.aiter_lines() if line.startswith("data: ")]
+    return response, events
+
+
+async def test_a_repeated_stream_attaches_to_the_first_tasks_stream(
+    admin: httpx.AsyncClient, controller: LiveController, tmp_path: Path
+) -> None:
+    agent = await new_agent(admin, controller, "idem-stream", loadout="shell")
+    gate = tmp_path / "gate"
+    script = f"echo one; while [ ! -e {gate} ]; do sleep 0.05; done; echo two"
+    message_id = uuid7()
+    async with agent.client(controller, **ACTIVATED) as client:
+        # The first stream and a repeat of it while the task runs: one task, the same events.
+        async with trio.open_nursery() as nursery:
+            seen: dict[str, list[dict[str, Any]]] = {}
+
+            async def follow(name: str) -> None:
+                response, events = await stream_events(client, "/message:stream", body(script, message_id))
+                assert response.status_code == 200
+                seen[name] = events
+                seen[name + ":replayed"] = [{"header": response.headers.get("idempotent-replayed")}]
+
+            nursery.start_soon(follow, "first")
+            with trio.fail_after(15):
+                while await task_count(client) == 0:
+                    await trio.sleep(0.02)
+            nursery.start_soon(follow, "repeat")
+            await trio.sleep(0.3)
+            gate.touch()
+        assert await task_count(client) == 1
+        assert seen["first:replayed"] == [{"header": None}] and seen["repeat:replayed"] == [{"header": "true"}]
+        assert seen["repeat"] == seen["first"]  # replayed from the task's creation, then followed live
+        assert seen["first"][-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        # After the end, a repeat replays the whole stream again.
+        response, again = await stream_events(client, "/v1/messages:stream", body(script, message_id))
+        assert response.headers["idempotent-replayed"] == "true" and again == seen["first"]
+        # The same id with another request: 422 before any stream.
+        other = await client.post("/message:stream", json=body("echo other", message_id))
+        assert other.status_code == 422 and error_reason(other) == "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD"
+        # A stream is not a send: the same id on message:send is a request of its own.
+        sent = await client.post("/message:send", json=body(script, message_id))
+        assert sent.status_code == 200 and "idempotent-replayed" not in sent.headers
+        assert await task_count(client) == 2
+
+        # JSON-RPC: the replay carries the first call's id.
+        rpc_id = uuid7()
+
+        def call(call_id: int) -> dict[str, Any]:
+            return {"jsonrpc": "2.0", "id": call_id, "method": "SendStreamingMessage", "params": body("echo r", rpc_id)}
+
+        _, events = await stream_events(client, "", call(7))
+        repeat, replayed = await stream_events(client, "", call(8))
+        assert repeat.headers["idempotent-replayed"] == "true" and replayed == events
+        assert {e["id"] for e in replayed} == {7}
+        assert await task_count(client) == 3
+
+    metrics = (await admin.get("/metrics")).text
+    assert 'aiwg_idempotency_hit_total{operation="SendStreamingMessage"} 3.0' in metrics
+
+
+async def test_error_outcomes_are_kept_and_concurrent_repeats_wait_for_the_first(
+    admin: httpx.AsyncClient, controller: LiveController
+) -> None:
+    agent = await new_agent(admin, controller, "idem-errors", loadout="shell")
+    async with agent.client(controller, **ACTIVATED) as client:
+        # An error answer is the request's outcome (the spec: 4xx and 5xx are cached too).
+        missing = body("x", uuid7(), configuration={"returnImmediately": True})
+        missing["message"]["taskId"] = "no-such-task"
+        first = await client.post("/message:send", json=missing)
+        assert first.status_code == 404 and "idempotent-replayed" not in first.headers
+        again = await client.post("/message:send", json=missing)
+        assert again.status_code == 404 and again.content == first.content
+        assert again.headers["idempotent-replayed"] == "true"
+        rpc = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": missing}
+        rpc_first = await client.post("", json=rpc)
+        rpc_again = await client.post("", json={**rpc, "id": 2})
+        assert rpc_first.json()["error"]["code"] == -32001
+        assert rpc_again.content == rpc_first.content and rpc_again.headers["idempotent-replayed"] == "true"
+        stream_missing = await client.post("/message:stream", json=missing)
+        stream_again = await client.post("/message:stream", json=missing)
+        assert stream_missing.status_code == stream_again.status_code == 404
+        assert stream_again.headers["idempotent-replayed"] == "true"
+
+        # Two blocking sends of one id at once: one task; the second waits and replays the first.
+        message_id = uuid7()
+        answers: list[httpx.Response] = []
+
+        async def send() -> None:
+            answers.append(await client.post("/message:send", json=body("sleep 0.5; echo once", message_id)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send)
+            nursery.start_soon(send)
+        assert [a.status_code for a in answers] == [200, 200] and answers[0].content == answers[1].content
+        assert sorted(a.headers.get("idempotent-replayed", "") for a in answers) == ["", "true"]
+        assert await task_count(client) == 1

@@ -2,7 +2,7 @@
 
 It records every request it answered (headers, JSON body), and can be told to answer 500 to the
 first ``fail_first`` requests or to never answer (``hang``: it reads the request and keeps the
-connection open without a word).
+connection open without a word). It closes each connection after one answer unless ``keep_alive``.
 """
 
 from __future__ import annotations
@@ -32,8 +32,13 @@ class Receiver:
     status: int = 200
     #: Serve https with this context.
     tls: ssl.SSLContext | None = None
+    #: Answer more than one request per connection (HTTP/1.1 keep-alive), as most servers do;
+    #: without it each connection is closed after its answer.
+    keep_alive: bool = False
     received: list[Received] = field(default_factory=list)
     attempts: int = 0
+    #: Connections accepted.
+    connections: int = 0
     port: int = 0
     _news: trio.Event = field(default_factory=trio.Event)
 
@@ -48,47 +53,54 @@ class Receiver:
         await trio.serve_listeners(partial(self._handle), listeners)
 
     async def _handle(self, plain: trio.SocketStream) -> None:
+        self.connections += 1
         stream: trio.abc.Stream = plain
         if self.tls is not None:
             stream = trio.SSLStream(plain, self.tls, server_side=True)
         conn = h11.Connection(h11.SERVER)
-        request: h11.Request | None = None
-        body = b""
         try:
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    data = await stream.receive_some(65536)
-                    if not data:
-                        return
-                    conn.receive_data(data)
-                elif isinstance(event, h11.Request):
-                    request = event
-                elif isinstance(event, h11.Data):
-                    body += event.data
-                elif isinstance(event, h11.EndOfMessage):
-                    break
-            assert request is not None
-            self.attempts += 1
-            self._pulse()
-            if self.hang:
-                await trio.sleep_forever()
-            if self.attempts <= self.fail_first:
-                status = 500
-            else:
-                status = self.status
-                headers = {k.decode().lower(): v.decode() for k, v in request.headers}
-                self.received.append(Received(request.target.decode(), headers, json.loads(body)))
-                self._pulse()
-            head = [("Content-Length", "0"), ("Location", "http://127.0.0.1:9/elsewhere")]
-            out = conn.send(h11.Response(status_code=status, headers=head))
-            await stream.send_all(out + conn.send(h11.EndOfMessage()))
+            while await self._answer(stream, conn) and self.keep_alive:
+                conn.start_next_cycle()
         except (trio.BrokenResourceError, h11.ProtocolError, ssl.SSLError):
             return
         finally:
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True
                 await stream.aclose()
+
+    async def _answer(self, stream: trio.abc.Stream, conn: h11.Connection) -> bool:
+        """One request and its answer; False if the client closed the connection first."""
+        request: h11.Request | None = None
+        body = b""
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return False
+                conn.receive_data(data)
+            elif isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                break
+        assert request is not None
+        self.attempts += 1
+        self._pulse()
+        if self.hang:
+            await trio.sleep_forever()
+        if self.attempts <= self.fail_first:
+            status = 500
+        else:
+            status = self.status
+            headers = {k.decode().lower(): v.decode() for k, v in request.headers}
+            self.received.append(Received(request.target.decode(), headers, json.loads(body)))
+            self._pulse()
+        head = [("Content-Length", "0"), ("Location", "http://127.0.0.1:9/elsewhere")]
+        out = conn.send(h11.Response(status_code=status, headers=head))
+        await stream.send_all(out + conn.send(h11.EndOfMessage()))
+        return True
 
     def _pulse(self) -> None:
         self._news.set()

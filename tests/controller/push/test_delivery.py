@@ -163,3 +163,69 @@ async def test_a_config_holds_a_bounded_queue(hostd: LiveHostd, tmp_path: Path) 
     assert 1 <= len(receiver.received) <= 2 and receiver.states()[-1] == END
     assert "TASK_STATE_WORKING" not in receiver.states()
     assert out["failures"] >= 1
+
+
+async def test_prompts_reach_receivers_whose_config_activated_hitl(
+    push_admin: httpx.AsyncClient, push_controller: LiveController, tmp_path: Path
+) -> None:
+    """hitl-prompt/v1: a config made by a request that activated the extension gets the prompt
+    envelope on the INPUT_REQUIRED update (so a webhook can answer it); another config does not."""
+    from controller.tasks.prompts import HITL_EXTENSION
+    from tests.controller.a2a.test_hitl import ACTIVE, ask_script
+    from tests.controller.a2a.test_rest import message as a2a_message
+
+    agent = await new_agent(push_admin, push_controller, "push-hitl", loadout="shell")
+    with_prompts, without = Receiver(), Receiver()
+    async with (
+        trio.open_nursery() as nursery,
+        agent.client(push_controller, **ACTIVE) as client,
+        agent.client(push_controller) as plain,
+    ):
+        await nursery.start(with_prompts.serve)
+        await nursery.start(without.serve)
+        push = {"taskPushNotificationConfig": {"url": with_prompts.url}, "returnImmediately": True}
+        gate = tmp_path / "gate"  # the agent asks once both configs are made
+        script = f"while [ ! -e {gate} ]; do sleep 0.05; done\n{ask_script()}"
+        sent = await client.post("/message:send", json={"message": a2a_message(script), "configuration": push})
+        assert sent.status_code == 200, sent.text
+        task_id = sent.json()["task"]["id"]
+        made = await plain.post(f"/tasks/{task_id}/pushNotificationConfigs", json={"url": without.url})
+        assert made.status_code == 200, made.text
+        gate.touch()
+        for receiver in (with_prompts, without):
+            await receiver.wait_for(lambda r=receiver: "TASK_STATE_INPUT_REQUIRED" in r.states())
+        [shown] = [r.body for r in with_prompts.received if "statusUpdate" in r.body][-1:]
+        envelope = shown["statusUpdate"]["status"]["message"]["metadata"][HITL_EXTENSION]
+        assert envelope["prompt"] == "Approve?"
+        [bare] = [r.body for r in without.received if "statusUpdate" in r.body]
+        assert HITL_EXTENSION not in bare["statusUpdate"]["status"]["message"]["metadata"]
+        await client.post(f"/tasks/{task_id}:cancel")
+        nursery.cancel_scope.cancel()
+
+
+async def test_deliveries_share_a_kept_alive_connection_and_the_cursor_catches_up(
+    push_admin: httpx.AsyncClient, push_controller: LiveController
+) -> None:
+    agent = await new_agent(push_admin, push_controller, "push-keep", loadout="shell")
+    receiver = Receiver(keep_alive=True)
+    async with trio.open_nursery() as nursery, agent.client(push_controller) as client:
+        await nursery.start(receiver.serve)
+        script = "for i in $(seq 40); do echo $i; done"
+        sent = await client.post("/message:send", json=send_with_push(script, receiver))
+        task_id = sent.json()["task"]["id"]
+        await receiver.wait_for(lambda: END in receiver.states())
+        assert receiver.connections == 1  # every delivery on one connection
+        artifacts = [r.body["artifactUpdate"] for r in receiver.received if "artifactUpdate" in r.body]
+        assert "".join(p["text"] for a in artifacts for p in a["artifact"]["parts"]) == "".join(
+            f"{i}\n" for i in range(1, 41)
+        )
+        # The cursor, written in batches, ends at the task's last event once the worker is done.
+        store = push_controller.state.store
+        with trio.fail_after(10):
+            while True:
+                task = await store.tasks.get(task_id)
+                [cfg] = await store.push.list(task_id)
+                if task is not None and cfg.delivered_seq == task.last_seq:
+                    break
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()

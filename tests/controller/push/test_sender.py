@@ -1,4 +1,5 @@
-"""One webhook POST against real local receivers: pinned address, no redirects, verified https."""
+"""Webhook POSTs against real local receivers: pinned address, no redirects, verified https,
+kept-alive connections per origin."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from controller.push.sender import DeliveryFailed, post
+from controller.errors import ValidationFailed
+from controller.push.sender import DeliveryFailed, Sender, post
 from controller.push.target import Target, parse_url
 
 from .receiver import Receiver
@@ -90,4 +92,32 @@ async def test_https_certificates_are_verified_against_the_name(tmp_path: Path) 
             await post(Target(parse_url(other), "127.0.0.1"), BODY, HEADERS, timeout=5, tls=trusted)
         assert await post(Target(parse_url(url), "127.0.0.1"), BODY, HEADERS, timeout=5, tls=trusted) == 200
         assert names[-1] == "hooks.test" and receiver.received[-1].headers["host"] == f"hooks.test:{receiver.port}"
+        nursery.cancel_scope.cancel()
+
+
+async def test_connections_are_kept_alive_per_origin_and_a_closed_one_is_replaced() -> None:
+    keeps, closes = Receiver(keep_alive=True), Receiver()
+    sender = Sender(allow_private=True, timeout=5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(keeps.serve)
+        await nursery.start(closes.serve)
+        for _ in range(5):
+            assert await sender.post(parse_url(keeps.url), BODY, HEADERS) == 200
+        assert keeps.connections == 1 and len(keeps.received) == 5  # one connection for all five
+        # Another origin gets a connection of its own; a receiver that closes each connection
+        # after its answer is still delivered to (the closed connection is replaced, once).
+        for _ in range(3):
+            assert await sender.post(parse_url(closes.url), BODY, HEADERS) == 200
+        assert closes.connections == 3 and len(closes.received) == 3
+        # Errors keep the connection too (the exchange was complete); redirects are still failures.
+        keeps.status = 302
+        with pytest.raises(DeliveryFailed, match="302"):
+            await sender.post(parse_url(keeps.url), BODY, HEADERS)
+        assert keeps.connections == 1
+        # Private addresses are checked when a connection is opened: refused before connecting.
+        strict = Sender(allow_private=False, timeout=5)
+        with pytest.raises(ValidationFailed, match="loopback"):
+            await strict.post(parse_url(keeps.url), BODY, HEADERS)
+        assert keeps.connections == 1 and strict.opened == 0
+        sender.close()
         nursery.cancel_scope.cancel()

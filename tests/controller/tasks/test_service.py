@@ -14,8 +14,9 @@ import httpx
 import trio
 
 from controller.a2a.card import RUNTIME_EXTENSION
+from tests.controller.a2a.helpers import process_agent
 from tests.controller.a2a.test_rest import message
-from tests.controller.conftest import ADMIN_TOKEN, ControllerProcess, LiveHostd, controller_env, wait_operation
+from tests.controller.conftest import ControllerProcess, LiveHostd, controller_env
 
 EXPECTED = "".join(f"line {i}\n" for i in range(1, 9))
 
@@ -47,15 +48,8 @@ async def test_a_task_survives_a_controller_sigkill(hostd: LiveHostd, tmp_path: 
     async with trio.open_nursery() as nursery:
         first = ControllerProcess(env)
         url = await first.start(nursery)
-        async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
-            with trio.fail_after(15):
-                while (await admin.get("/readyz")).status_code != 200:
-                    await trio.sleep(0.05)
-            body = {"name": "durable", "runtime": "host", "loadout": "shell", "start": True}
-            response = await admin.post("/api/v2/admin/instances", json=body)
-            token = response.json()["a2a_token"]
-            op = await wait_operation(admin, response.json()["id"])
-            instance_id = op["result"]["instance_id"]
+        agent = await process_agent(url, "durable", "shell")
+        instance_id, token = agent.instance_id, agent.token
         seen: list[dict[str, Any]] = []
         async with agent_client(url, instance_id, token) as client:
             gate = tmp_path / "gate"
