@@ -7,7 +7,7 @@ import {eventsSection, tasksSection} from './feeds.js';
 import {errorLine, hostAccessMark, providerOf} from './instances.js';
 
 const SESSIONS_REFRESH_MS = 3000;
-const DEFAULT_ARGV = '/bin/bash -l';
+const DEFAULT_ARGV = '/bin/bash -l'; // the API's default, shown as the placeholder
 
 /** Words of a command line; '...' and "..." group words (no escapes, no expansion). */
 export function splitArgv(line) {
@@ -49,7 +49,7 @@ function summary(instance) {
 }
 
 function newSessionForm(instanceId, go) {
-  const argv = h('input', {id: 'session-argv', value: DEFAULT_ARGV, size: 40, required: true});
+  const argv = h('input', {id: 'session-argv', placeholder: DEFAULT_ARGV, size: 40});
   const cols = h('input', {id: 'session-cols', type: 'number', min: 1, max: 1024, value: 120, required: true});
   const rows = h('input', {id: 'session-rows', type: 'number', min: 1, max: 1024, value: 30, required: true});
   const message = h('span', {class: 'error', role: 'alert'});
@@ -62,7 +62,9 @@ function newSessionForm(instanceId, go) {
     button.disabled = true;
     message.textContent = '';
     try {
-      const body = {argv: splitArgv(argv.value), size: {cols: Number(cols.value), rows: Number(rows.value)}};
+      const body = {size: {cols: Number(cols.value), rows: Number(rows.value)}};
+      const words = splitArgv(argv.value);
+      if (words.length) body.argv = words; // else the API's default
       const created = await admin.createSession(instanceId, body);
       go(sessionHref(instanceId, created.id, false));
     } catch (error) {

@@ -21,6 +21,7 @@ import httpx
 import pytest
 import trio
 
+from ..a2a.helpers import A2A_HEADERS
 from ..conftest import ADMIN_TOKEN, ROOT, ControllerProcess, LiveHostd, controller_env
 from .browser import Browser
 
@@ -181,7 +182,8 @@ async def test_a_second_tab_observes_and_cannot_type(served: Served, browser: Br
     await browser.keys("echo from-the-controller\n")
     await browser.until_terminal(lambda t: "from-the-controller" in t["lines"], "the controller's output")
 
-    await browser.new_tab()  # sessionStorage is per tab: it signs in on its own
+    first_tab = await browser.tab()
+    second_tab = await browser.new_tab()  # sessionStorage is per tab: it signs in on its own
     await sign_in(browser, served.url, ADMIN_TOKEN)
     await browser.find("#instances")
     await browser.get(session_url)  # the same session, asking to control it too: it is downgraded
@@ -194,6 +196,17 @@ async def test_a_second_tab_observes_and_cannot_type(served: Served, browser: Br
     await browser.keys("echo from-the-observer\n")
     await trio.sleep(0.5)
     assert "from-the-observer" not in "\n".join((await browser.terminal())["lines"])
+
+    # The first tab leaves the session; the second takes control and its keys go through.
+    await browser.switch(first_tab)
+    await browser.click(f'#crumbs a[href="#/instances/{dev_id}"]')
+    await browser.find("#session-list")
+    await browser.switch(second_tab)
+    await browser.until_terminal(lambda t: t["role"] == "observer", "still observing")
+    await browser.click("#term-control")
+    await browser.until_terminal(lambda t: t["role"] == "controller", "control taken")
+    await browser.keys("echo now-in-control\n")
+    await browser.until_terminal(lambda t: "now-in-control" in t["lines"], "the new controller's keys")
 
     await browser.get(session_url + "/observe")  # asked for observing outright
     await browser.until_terminal(lambda t: t["role"] == "observer" and t["status"] == "live", "observing")
@@ -218,6 +231,11 @@ async def test_another_instances_token_sees_nothing_of_this_one(served: Served, 
         created = await admin.post(f"/api/v2/admin/instances/{dev_id}/sessions", json={"argv": ["/bin/cat"]})
         dev_session = created.json()["id"]
 
+    await sign_in(browser, served.url, "not-a-token-of-this-controller")
+    await browser.until(
+        lambda: "refused this token" in browser.driver.find_element("id", "signin-error").text, "the refusal"
+    )
+    assert await browser.js("return sessionStorage.length") == 0
     await sign_in(browser, served.url, neighbour_token)
     await browser.until(
         lambda: browser.driver.find_elements("css selector", "#instances a.instance-link"), "its instance list"
@@ -245,14 +263,33 @@ async def test_another_instances_token_sees_nothing_of_this_one(served: Served, 
     refused = await browser.until_terminal(lambda t: t["status"] == "gone", "no attach")
     assert not any(refused["lines"]) and "Cannot attach: no instance" in await browser.text("#term-exit")
 
-    # Its own instance works, event feed aside (operator and admin tokens only).
+    # Its own instance works, event feed aside (operator and admin tokens only): its tasks with their
+    # states and artifacts, its sessions, its terminal.
+    async with httpx.AsyncClient(
+        base_url=f"{served.url}/agents/{neighbour_id}",
+        headers={"Authorization": f"Bearer {neighbour_token}", **A2A_HEADERS},
+        timeout=15,
+    ) as agent:
+        message = {"messageId": "m-console-1", "role": "ROLE_USER", "parts": [{"text": "echo task-output-$((6*7))"}]}
+        sent = await agent.post("/message:send", json={"message": message, "configuration": {"blocking": True}})
+        assert sent.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED", sent.text
     await browser.get(f"{served.url}/console/#/instances/{neighbour_id}")
     await browser.find("#agent-card")
     await browser.until(
         lambda: "may not read the event feed" in browser.driver.find_element("id", "events").text, "the feed refused"
     )
+    tasks = await browser.until(
+        lambda: (text := browser.driver.find_element("id", "task-list").text) and "task-output-42" in text and text,
+        "the task with its artifact",
+    )
+    assert "completed" in tasks
     await browser.click("#session-create")
     await browser.until_terminal(lambda t: t["role"] == "controller" and t["status"] == "live", "its own terminal")
     await browser.keys("echo mine\n")
     await browser.until_terminal(lambda t: "mine" in [line.strip() for line in t["lines"]], "its own shell answering")
+    assert neighbour_token not in await browser.js("return location.href + document.cookie")
     await no_problems(browser)
+
+    await browser.click("#signout")
+    await browser.find("#token-input")
+    assert await browser.js("return sessionStorage.length") == 0
