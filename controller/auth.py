@@ -1,22 +1,22 @@
-"""Operator bearer tokens for the admin surface: two roles, stored hashed, compared in constant time.
+"""Bearer tokens: two operator roles and the instances' own tokens, stored hashed, compared in constant time.
 
 Roles and what they may do (``require_role`` on each route says which applies; the instance
 column is an instance's own A2A token, on its own instance only):
 
-=============================================================  =====  ========  ========
-verb                                                           admin  operator  instance
-=============================================================  =====  ========  ========
-read anything under ``/api/v2/admin`` (GET) but logs           yes    yes       see below
-list instances, read one (``GET /instances[/{id}]``)           yes    yes       its own
-PTY sessions: list, read, create, delete                       yes    yes       its own
-events (``GET /events``, snapshot and stream)                    yes    yes       no
-logs (``GET /logs``: module names, paths and errors in detail)   yes    no        no
-lifecycle ``start`` / ``stop`` / ``restart``                     yes    yes       no
-storage writes and deletes (inbox/outbox)                        yes    yes       no
-provision, ``destroy``, decommission (DELETE), reprovision       yes    no        no
-Cloud Hypervisor verbs (answered 501 after the role check)       yes    no        no
-create loadouts (``POST /loadouts``)                             yes    no        no
-=============================================================  =====  ========  ========
+==============================================================  =====  ========  =========
+verb                                                            admin  operator  instance
+==============================================================  =====  ========  =========
+read anything under ``/api/v2/admin`` (GET) but logs            yes    yes       see below
+list instances, read one (``GET /instances[/{id}]``)            yes    yes       its own
+PTY sessions: list, read, create, delete                        yes    yes       its own
+events (``GET /events``, snapshot and stream)                   yes    yes       no
+logs (``GET /logs``: module names, paths and errors in detail)  yes    no        no
+lifecycle ``start`` / ``stop`` / ``restart``                    yes    yes       no
+storage writes and deletes (inbox/outbox)                       yes    yes       no
+provision, ``destroy``, decommission (DELETE), reprovision      yes    no        no
+Cloud Hypervisor verbs (answered 501 after the role check)      yes    no        no
+create loadouts (``POST /loadouts``)                            yes    no        no
+==============================================================  =====  ========  =========
 
 Tokens come from configuration: the admin token (``AIWG_ADMIN_TOKEN``, else the admin token file,
 written with a fresh random token in dev mode) and the optional operator token
@@ -31,10 +31,11 @@ Instance tokens (role ``instance``): each instance has its own bearer token for 
 ``/agents/{id}/`` prefix and on the few admin routes marked ``own_instance`` (its own catalog entry
 and its PTY sessions, which its token already drives over the attach socket: what the web console
 needs to show an instance to its own token). Another instance is a 404 to it there, as on the A2A
-surface: it learns nothing of other instances, not even that they exist. :meth:`Authenticator.authenticate` is the one
-token check of the controller: it returns a typed :class:`Principal` (``admin``, ``operator``, or
-``instance`` with its ``instance_id``) and every surface decides from that (admin routes with
-:func:`require_role`; the A2A and PTY surfaces with :func:`may_use_instance`).
+surface: it learns nothing of other instances, not even that they exist.
+:meth:`Authenticator.authenticate` is the one token check of the controller: it returns a typed
+:class:`Principal` (``admin``, ``operator``, or ``instance`` with its ``instance_id``) and every
+surface decides from that (admin routes with :func:`require_role`; the A2A and PTY surfaces with
+:func:`may_use_instance`).
 """
 
 from __future__ import annotations

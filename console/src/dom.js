@@ -30,6 +30,17 @@ export function replace(element, ...children) {
   return append(element, ...children);
 }
 
+const shown = new WeakMap();
+
+/** Replaces `element`'s children with `build()` only when `data` differs from what it shows, so a
+ * refresh that brings nothing new leaves the page (a selection, a link being clicked) alone. */
+export function show(element, data, build) {
+  const key = JSON.stringify(data);
+  if (shown.get(element) === key) return;
+  shown.set(element, key);
+  replace(element, build());
+}
+
 /** An ISO time as the reader's local time, or '' */
 export function when(iso) {
   if (!iso) return '';

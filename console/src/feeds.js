@@ -2,7 +2,7 @@
 // event feed (the admin event stream narrowed to the instance; admin and operator tokens only).
 
 import {ApiError, followEvents, tasks} from './api.js';
-import {every, h, replace, section, table, when} from './dom.js';
+import {every, h, replace, section, show, table, when} from './dom.js';
 import {errorLine} from './instances.js';
 
 const TASKS_REFRESH_MS = 5000;
@@ -43,9 +43,10 @@ export function tasksSection(instanceId, signal) {
   every(TASKS_REFRESH_MS, signal, async () => {
     try {
       const page = await tasks(instanceId, signal);
-      replace(body, table(TASK_COLUMNS, page.tasks || [], 'No tasks yet.', {id: 'task-list'}));
+      const rows = page.tasks || [];
+      show(body, rows, () => table(TASK_COLUMNS, rows, 'No tasks yet.', {id: 'task-list'}));
     } catch (error) {
-      if (!signal.aborted) replace(body, errorLine(error));
+      if (!signal.aborted) show(body, error.message, () => errorLine(error));
     }
   });
   return element;

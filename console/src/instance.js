@@ -2,7 +2,7 @@
 // its recent A2A tasks and its live event feed (feeds.js), and a link to its signed AgentCard.
 
 import {ApiError, admin} from './api.js';
-import {every, h, replace, section, table, when} from './dom.js';
+import {every, h, replace, section, show, table, when} from './dom.js';
 import {eventsSection, tasksSection} from './feeds.js';
 import {errorLine, hostAccessMark, providerOf} from './instances.js';
 
@@ -106,10 +106,10 @@ function sessionsSection(instanceId, signal, go) {
   const refresh = async () => {
     try {
       const list = await admin.sessions(instanceId, signal);
-      const columns = sessionColumns(instanceId, refresh);
-      replace(body, table(columns, list.items.slice().reverse(), 'No sessions yet.', {id: 'session-list'}));
+      const rows = list.items.slice().reverse(); // newest first
+      show(body, rows, () => table(sessionColumns(instanceId, refresh), rows, 'No sessions yet.', {id: 'session-list'}));
     } catch (error) {
-      if (!signal.aborted) replace(body, errorLine(error));
+      if (!signal.aborted) show(body, error.message, () => errorLine(error));
     }
   };
   every(SESSIONS_REFRESH_MS, signal, refresh);

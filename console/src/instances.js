@@ -1,7 +1,7 @@
 // The instances the token may see (an instance token: its own), refreshed every few seconds.
 
 import {admin} from './api.js';
-import {every, h, replace, section, table, when} from './dom.js';
+import {every, h, section, show, table, when} from './dom.js';
 
 export const REFRESH_MS = 5000;
 
@@ -35,9 +35,9 @@ export function instancesPage(view, {signal}) {
   every(REFRESH_MS, signal, async () => {
     try {
       const list = await admin.instances(signal);
-      replace(body, table(COLUMNS, list.items, 'This token sees no instances.', {id: 'instances'}));
+      show(body, list.items, () => table(COLUMNS, list.items, 'This token sees no instances.', {id: 'instances'}));
     } catch (error) {
-      if (!signal.aborted) replace(body, errorLine(error));
+      if (!signal.aborted) show(body, error.message, () => errorLine(error));
     }
   });
   return {dispose() {}};

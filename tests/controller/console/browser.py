@@ -99,9 +99,17 @@ class Browser:
 
         return await self.call(read)
 
-    async def click(self, css: str) -> None:
-        element = await self.find(css)
-        await self.call(element.click)
+    async def click(self, css: str, timeout: float = 15) -> None:
+        """Clicks the first element matching ``css``, finding it again if the page replaced it."""
+
+        def click() -> bool:
+            found = self.driver.find_elements(By.CSS_SELECTOR, css)
+            if not found:
+                return False
+            found[0].click()
+            return True
+
+        await self.until(click, f"an element {css!r} to click", timeout)
 
     async def type(self, css: str, text: str) -> None:
         element = await self.find(css)
