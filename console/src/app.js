@@ -44,7 +44,9 @@ function go(hash) {
 
 function breadcrumbs(instanceId, name, sessionId) {
   const parts = [h('a', {href: '#/'}, 'Instances')];
-  if (instanceId) parts.push(' › ', h('a', {href: `#/instances/${encodeURIComponent(instanceId)}`}, name || instanceId));
+  if (instanceId) {
+    parts.push(' › ', h('a', {href: `#/instances/${encodeURIComponent(instanceId)}`}, name || instanceId));
+  }
   if (sessionId) parts.push(' › ', `session ${sessionId.slice(0, 13)}`);
   replace(crumbs, parts);
 }

@@ -52,8 +52,11 @@ export function tasksSection(instanceId, signal) {
   return element;
 }
 
-function eventLine(event) {
-  const data = event.data && Object.keys(event.data).length ? JSON.stringify(event.data) : '';
+function eventLine(event, instanceId) {
+  // The instance is the page's own: its id in every line's data says nothing.
+  const entries = Object.entries(event.data || {}).filter(([k, v]) => !(k === 'instance_id' && v === instanceId));
+  const shown = Object.fromEntries(entries);
+  const data = Object.keys(shown).length ? JSON.stringify(shown) : '';
   return h('li', {class: 'event', dataset: {kind: event.kind}},
     h('time', {}, when(event.timestamp)), ' ',
     h('strong', {}, event.kind), ' ',
@@ -70,7 +73,7 @@ export function eventsSection(instanceId, signal) {
   followEvents(instanceId, {
     signal,
     onEvent: (event) => {
-      list.prepend(eventLine(event)); // newest first
+      list.prepend(eventLine(event, instanceId)); // newest first
       while (list.childElementCount > MAX_EVENTS) list.lastElementChild.remove();
     },
     onState: (text) => {

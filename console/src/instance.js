@@ -85,7 +85,10 @@ function sessionColumns(instanceId, refresh) {
     }
   };
   return [
-    {title: 'Session', cell: (s) => h('a', {href: sessionHref(instanceId, s.id, false), title: s.id}, s.id.slice(0, 13))},
+    {
+      title: 'Session',
+      cell: (s) => h('a', {href: sessionHref(instanceId, s.id, false), title: s.id}, s.id.slice(0, 13)),
+    },
     {title: 'Command', cell: (s) => h('code', {}, s.argv.join(' '))},
     {title: 'State', cell: (s) => h('span', {class: `state state-${s.state}`}, s.state)},
     {title: 'Ended', cell: ending},
@@ -107,7 +110,8 @@ function sessionsSection(instanceId, signal, go) {
     try {
       const list = await admin.sessions(instanceId, signal);
       const rows = list.items.slice().reverse(); // newest first
-      show(body, rows, () => table(sessionColumns(instanceId, refresh), rows, 'No sessions yet.', {id: 'session-list'}));
+      const columns = sessionColumns(instanceId, refresh);
+      show(body, rows, () => table(columns, rows, 'No sessions yet.', {id: 'session-list'}));
     } catch (error) {
       if (!signal.aborted) show(body, error.message, () => errorLine(error));
     }

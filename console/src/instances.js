@@ -20,7 +20,10 @@ export function errorLine(error) {
 }
 
 const COLUMNS = [
-  {title: 'Name', cell: (i) => h('a', {href: `#/instances/${encodeURIComponent(i.id)}`, class: 'instance-link'}, i.name)},
+  {
+    title: 'Name',
+    cell: (i) => h('a', {href: `#/instances/${encodeURIComponent(i.id)}`, class: 'instance-link'}, i.name),
+  },
   {title: 'Runtime', cell: (i) => i.runtime},
   {title: 'Provider', cell: providerOf},
   {title: 'State', cell: (i) => h('span', {class: `state state-${i.state}`}, i.state)},

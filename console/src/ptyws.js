@@ -177,7 +177,9 @@ export class Attachment {
         this._sessionFrame(payload);
         break;
       case 'binding_goodbye':
-        if (payload.reason !== 'session_closed') this.on.state(`server said goodbye (${payload.detail || payload.reason})`);
+        if (payload.reason !== 'session_closed') {
+          this.on.state(`server said goodbye (${payload.detail || payload.reason})`);
+        }
         break;
       default:
         break; // binding_hello, pong

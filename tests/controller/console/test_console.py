@@ -171,6 +171,7 @@ async def test_a_person_types_into_the_dev_instance_through_a_controller_restart
         lambda: browser.driver.find_elements("css selector", '#event-list li[data-kind="session.exited"]'),
         "session.exited in the event feed",
     )
+    await browser.screenshot(ARTIFACTS / "console-instance.png")
     await no_problems(browser)
 
 
