@@ -158,8 +158,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
 
     @app.before_serving
     async def _start_services() -> None:
-        console = app.extensions[EXTENSION_KEY].console
-        (log.warning if console.missing else log.info)("%s", describe(console))
+        console: ConsoleAssets = app.extensions[EXTENSION_KEY].console
+        log.log(logging.WARNING if console.missing else logging.INFO, "%s", describe(console))
         events.ring.attach()
         logs.ring.attach()
         logs.install()

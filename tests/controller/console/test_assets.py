@@ -31,6 +31,9 @@ def test_the_build_holds_the_sources_and_the_locked_packages(console_build: Path
     }
     for vendored in ("vendor/xterm.mjs", "vendor/xterm.css", "vendor/addon-fit.mjs", "vendor/xterm.LICENSE.txt"):
         assert assets.get(vendored) is not None, vendored
+    listed = json.loads((console_build / "manifest.json").read_text())["files"]
+    on_disk = {p.relative_to(console_build).as_posix() for p in console_build.rglob("*") if p.is_file()}
+    assert on_disk == {*listed, "manifest.json"}  # nothing stray from an earlier build
     xterm = assets.get("vendor/xterm.mjs")
     assert xterm is not None and xterm.content_type.startswith("text/javascript")
     assert b"export{" in xterm.body  # the ES module build, as npm installed it
