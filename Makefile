@@ -4,10 +4,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSSTAMP := $(VENV)/.sysdeps
+CONSOLE  := controller/console/build/manifest.json
 
 export AIWG_STATE_DIR ?= $(CURDIR)/.run
 
-.PHONY: run test lint typecheck bench install sysdeps venv clean
+.PHONY: run test lint typecheck bench install sysdeps venv console clean
 
 $(PY):
 	bash scripts/install-system-deps.sh
@@ -26,13 +27,19 @@ $(STAMP): pyproject.toml $(SYSSTAMP) | $(PY)
 	$(PY) -m pip install -q 'libvirt-python>=9' || echo "libvirt-python not installed: VM tests will be skipped" >&2
 	touch $@
 
+# The web console (controller/console/build/): xterm.js from npm at the versions console/package-lock.json
+# pins, plus the console's own files from console/src/ (see scripts/build-console.py).
+$(CONSOLE): scripts/build-console.py console/package.json console/package-lock.json $(wildcard console/src/*) | $(SYSSTAMP)
+	$(PYTHON) scripts/build-console.py
+
 sysdeps: $(SYSSTAMP)
 venv: $(STAMP)
+console: $(CONSOLE)
 
-run: $(STAMP)
+run: $(STAMP) $(CONSOLE)
 	$(PY) scripts/devrun.py
 
-test: $(STAMP)
+test: $(STAMP) $(CONSOLE)
 	$(PY) -m pytest
 
 lint: $(STAMP)
@@ -50,4 +57,4 @@ install: $(STAMP)
 	bash scripts/install-units.sh
 
 clean:
-	rm -rf $(VENV) .run .pytest_cache
+	rm -rf $(VENV) .run .pytest_cache console/node_modules controller/console/build

@@ -1,8 +1,9 @@
 """``create_app(config)``: the quart-trio app with its three surfaces and per-app state.
 
 Blueprints: ``observability`` (``/healthz``, ``/readyz``, ``/metrics``, OpenAPI), ``admin``
-(``/api/v2/admin``) and ``v1`` (``/api/v1``, answering through the admin views). Later issues add
-the A2A surface under ``/agents/{id}``; the surfaces never share a prefix.
+(``/api/v2/admin``), ``v1`` (``/api/v1``, answering through the admin views), ``a2a`` and ``pty``
+(under ``/agents/{id}``) and ``console`` (``/console/``, the web console's static files); the
+surfaces never share a prefix.
 
 Resource handling: ``create_app`` opens the SQLite store and resolves the tokens (so configuration
 errors surface before serving). Background services live in the app's nursery (quart-trio's
@@ -31,6 +32,8 @@ from .admin.views import operation_path
 from .auth import Authenticator, config_tokens, resolve_admin_token
 from .checkpoints import CheckpointService
 from .config import ControllerConfig
+from .console import install_console
+from .console.assets import ConsoleAssets, describe
 from .credentials import InstanceCredentials
 from .events import EventBus
 from .hostlink import HostdLink
@@ -65,7 +68,7 @@ HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTI
 
 
 def _surface(blueprint: str | None, path: str) -> str:
-    if blueprint in ("admin", "v1", "observability", "a2a"):
+    if blueprint in ("admin", "v1", "observability", "a2a", "console"):
         return blueprint
     if path.startswith("/api/v1/"):
         return "v1"
@@ -136,6 +139,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         rooms=Rooms(link),
         tasks=tasks,
         push=push,
+        console=ConsoleAssets.load(),
     )
 
     from .a2a import a2a, error_response
@@ -150,9 +154,12 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     app.register_blueprint(v1)
     app.register_blueprint(pty)
     app.register_blueprint(a2a)
+    install_console(app)
 
     @app.before_serving
     async def _start_services() -> None:
+        console: ConsoleAssets = app.extensions[EXTENSION_KEY].console
+        log.log(logging.WARNING if console.missing else logging.INFO, "%s", describe(console))
         events.ring.attach()
         logs.ring.attach()
         logs.install()

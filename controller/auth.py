@@ -1,19 +1,22 @@
-"""Operator bearer tokens for the admin surface: two roles, stored hashed, compared in constant time.
+"""Bearer tokens: two operator roles and the instances' own tokens, stored hashed, compared in constant time.
 
-Roles and what they may do (``require_role`` on each route says which applies):
+Roles and what they may do (``require_role`` on each route says which applies; the instance
+column is an instance's own A2A token, on its own instance only):
 
-=============================================================  =====  ========
-verb                                                           admin  operator
-=============================================================  =====  ========
-read anything under ``/api/v2/admin`` (GET) but logs           yes    yes
-events (``GET /events``, snapshot and stream)                    yes    yes
-logs (``GET /logs``: module names, paths and errors in detail)   yes    no
-lifecycle ``start`` / ``stop`` / ``restart``                     yes    yes
-storage writes and deletes (inbox/outbox)                        yes    yes
-provision, ``destroy``, decommission (DELETE), reprovision       yes    no
-Cloud Hypervisor verbs (answered 501 after the role check)       yes    no
-create loadouts (``POST /loadouts``)                             yes    no
-=============================================================  =====  ========
+==============================================================  =====  ========  =========
+verb                                                            admin  operator  instance
+==============================================================  =====  ========  =========
+read anything under ``/api/v2/admin`` (GET) but logs            yes    yes       see below
+list instances, read one (``GET /instances[/{id}]``)            yes    yes       its own
+PTY sessions: list, read, create, delete                        yes    yes       its own
+events (``GET /events``, snapshot and stream)                   yes    yes       no
+logs (``GET /logs``: module names, paths and errors in detail)  yes    no        no
+lifecycle ``start`` / ``stop`` / ``restart``                    yes    yes       no
+storage writes and deletes (inbox/outbox)                       yes    yes       no
+provision, ``destroy``, decommission (DELETE), reprovision      yes    no        no
+Cloud Hypervisor verbs (answered 501 after the role check)      yes    no        no
+create loadouts (``POST /loadouts``)                            yes    no        no
+==============================================================  =====  ========  =========
 
 Tokens come from configuration: the admin token (``AIWG_ADMIN_TOKEN``, else the admin token file,
 written with a fresh random token in dev mode) and the optional operator token
@@ -24,11 +27,15 @@ hashed and compared with every known digest by ``hmac.compare_digest``, without 
 No or a wrong token → 401 with ``WWW-Authenticate: Bearer``; a role that may not → 403.
 
 Instance tokens (role ``instance``): each instance has its own bearer token for the A2A surface
-(issued at provisioning, see :mod:`controller.credentials`), valid only under that instance's
-``/agents/{id}/`` prefix and on no admin route. :meth:`Authenticator.authenticate` is the one
-token check of the controller: it returns a typed :class:`Principal` (``admin``, ``operator``, or
-``instance`` with its ``instance_id``) and every surface decides from that (admin routes with
-:func:`require_role`; the A2A and PTY surfaces with :func:`may_use_instance`).
+(issued at provisioning, see :mod:`controller.credentials`), valid under that instance's
+``/agents/{id}/`` prefix and on the few admin routes marked ``own_instance`` (its own catalog entry
+and its PTY sessions, which its token already drives over the attach socket: what the web console
+needs to show an instance to its own token). Another instance is a 404 to it there, as on the A2A
+surface: it learns nothing of other instances, not even that they exist.
+:meth:`Authenticator.authenticate` is the one token check of the controller: it returns a typed
+:class:`Principal` (``admin``, ``operator``, or ``instance`` with its ``instance_id``) and every
+surface decides from that (admin routes with :func:`require_role`; the A2A and PTY surfaces with
+:func:`may_use_instance`).
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ import msgspec
 from quart import current_app, g, request
 
 from .config import ConfigError, ControllerConfig
-from .errors import Forbidden, Unauthenticated
+from .errors import Forbidden, NotFound, Unauthenticated
 from .state import app_state
 from .store import TokenRecord
 
@@ -156,8 +163,14 @@ class Authenticator:
         return found
 
 
-def require_role(*roles: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Route decorator: 401 without a valid bearer token, 403 if its role is not in ``roles``."""
+def require_role(*roles: str, own_instance: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Route decorator: 401 without a valid bearer token, 403 if its role is not in ``roles``.
+
+    ``own_instance``: an instance token may use the route too, on its own instance: the route's
+    ``instance_id`` must be the token's, else 404 ``instance.not_found`` (worded as for an instance
+    that does not exist). A route without an ``instance_id`` (the instance list) narrows its answer
+    to what :func:`may_use_instance` allows ``g.principal``.
+    """
 
     def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(view)
@@ -165,7 +178,11 @@ def require_role(*roles: str) -> Callable[[Callable[..., Any]], Callable[..., An
             principal = app_state().auth.authenticate(request.headers.get("Authorization"))
             if principal is None:
                 raise Unauthenticated("auth.unauthorized", "a valid bearer token is required")
-            if principal.role not in roles:
+            if own_instance and principal.role == ROLE_INSTANCE:
+                named = kwargs.get("instance_id")
+                if named is not None and named != principal.instance_id:
+                    raise NotFound("instance.not_found", f"no instance with id {named!r}")
+            elif principal.role not in roles:
                 raise Forbidden("auth.forbidden", f"the {principal.role} role may not {request.method} {request.path}")
             g.principal = principal
             return await current_app.ensure_async(view)(*args, **kwargs)

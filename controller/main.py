@@ -113,6 +113,7 @@ async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
             legacy = await nursery.start(serve_legacy_pty, app, config, stop)
             _say(f"  legacy v1 PTY WebSocket: {legacy[0].replace('http', 'ws', 1)}/sessions/<id>")
         _say(f"  admin API:   {base}/api/v2/admin/instances  (Authorization: Bearer <token>)")
+        _say(f"  web console: {base}/console/  (sign in with a token)")
         if config.admin_token is None:
             _say(f"  admin token: {config.admin_token_file}")
         _say(f"  metrics:     {base}/metrics   readiness: {base}/readyz")

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .auth import Authenticator
     from .checkpoints import CheckpointService
     from .config import ControllerConfig
+    from .console.assets import ConsoleAssets
     from .credentials import InstanceCredentials
     from .events import EventBus
     from .hostlink import HostdLink
@@ -64,6 +65,8 @@ class AppState:
     tasks: TaskService
     push: PushService
     openapi: dict[str, Any] | None = field(default=None)
+    #: The web console's built files (``controller.console``); None until ``create_app`` loads them.
+    console: ConsoleAssets | None = field(default=None)
     #: Open SSE followers per stream ("events", "logs"), bounded by ``max_stream_followers``.
     followers: dict[str, int] = field(default_factory=dict)
     #: idempotency/v1 keys (instance, scope, messageId) being served now; a duplicate waits on it.

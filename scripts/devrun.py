@@ -23,7 +23,8 @@ A thin wrapper: both children get the same environment (so the same ``AIWG_*`` s
 
 Once the controller has the ``dev`` instance, the wrapper makes sure
 ``$AIWG_STATE_DIR/instances/dev.token`` (0600) holds a working A2A token for it (asking the admin
-API for a new one when the file is missing or no longer valid) and prints the file's path.
+API for a new one when the file is missing or no longer valid) and prints the file's path, then
+the web console's URL and where the admin token to sign in with is (the last lines a person sees).
 
 Run it with the venv's python (``.venv/bin/python scripts/devrun.py``); the children are started
 with the same interpreter (``-m hostd.main`` / ``-m controller.main``, what the entry points run).
@@ -169,9 +170,13 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _base_url(env: dict[str, str]) -> str:
+    return f"http://{env.get('AIWG_LISTEN') or '127.0.0.1:8122'}"
+
+
 def ensure_dev_token(env: dict[str, str], state_dir: str) -> None:
     """Write a valid A2A token of the dev instance to <state>/instances/dev.token; print its path."""
-    base = f"http://{env.get('AIWG_LISTEN') or '127.0.0.1:8122'}"
+    base = _base_url(env)
     token_path = Path(state_dir) / "instances" / "dev.token"
     deadline = time.monotonic() + DEV_TOKEN_WAIT_S
     instance_id = None
@@ -201,6 +206,14 @@ def ensure_dev_token(env: dict[str, str], state_dir: str) -> None:
     print(f'dev A2A token: {token_path}  (curl -H "Authorization: Bearer $(cat {token_path})" ...)', flush=True)
 
 
+def announce(env: dict[str, str], state_dir: str) -> None:
+    """The dev token (see :func:`ensure_dev_token`), then the console's URL and how to sign in."""
+    ensure_dev_token(env, state_dir)
+    base = _base_url(env)
+    where = "$AIWG_ADMIN_TOKEN" if env.get("AIWG_ADMIN_TOKEN") else str(Path(state_dir) / "admin-token")
+    print(f"web console: {base}/console/  (sign in with the admin token in {where})", flush=True)
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("AIWG_STATE_DIR", str(ROOT / ".run"))
@@ -225,7 +238,7 @@ def main() -> int:
         hostd = _start("hostd.main", env)
         _wait_for_socket(socket_path, hostd)
         controller = _start("controller.main", env)
-        threading.Thread(target=ensure_dev_token, args=(env, state_dir), daemon=True).start()
+        threading.Thread(target=announce, args=(env, state_dir), daemon=True).start()
         pid, raw = os.wait()  # the first child to exit ends the pair
         name = "hostd" if pid == hostd.pid else "controller"
         status = os.waitstatus_to_exitcode(raw)

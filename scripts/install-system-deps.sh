@@ -13,7 +13,12 @@ PACKAGES=(
   systemd                # systemd-analyze verify for the unit files
   procps util-linux      # ps, setpriv (tests run a client under another uid)
   tmux                   # the terminal clients are tested inside a real tmux
+  chromium chromium-driver  # the web console's browser tests (a real headless Chromium)
 )
+# Node and npm install xterm.js for the web console (scripts/build-console.py); any node/npm on the
+# PATH will do (a NodeSource nodejs bundles npm), else Debian's.
+command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import select
 import shutil
 import signal
 import socket
@@ -74,6 +76,18 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise AssertionError("make run's controller never became ready")
 
 
+def _read_until(proc: subprocess.Popen[bytes], pattern: re.Pattern[bytes], timeout: float = 30) -> str:
+    """What the wrapper printed, read until ``pattern`` matches it (or the time is up)."""
+    assert proc.stdout is not None
+    said = b""
+    deadline = time.monotonic() + timeout
+    while pattern.search(said) is None and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            said += os.read(proc.stdout.fileno(), 65536)
+    return said.decode(errors="replace")
+
+
 @pytest.mark.parametrize(
     "signals", [[signal.SIGINT], [signal.SIGTERM, signal.SIGTERM]], ids=["ctrl-c", "sigterm-twice"]
 )
@@ -92,6 +106,10 @@ def test_stopping_the_wrapper_stops_both_halves(tmp_path: Path, signals: list[in
         while not token_file.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+        said = _read_until(proc, re.compile(rb"web console: .*\n"))
+        assert f"web console: {url}/console/  (sign in with the admin token in {tmp_path / 'run' / 'admin-token'})" in (
+            said
+        ), said
         card = httpx.get(
             f"{url}/agents/{dev_id}/extendedAgentCard",
             headers={"Authorization": f"Bearer {token_file.read_text().strip()}", "A2A-Version": "1.0"},
@@ -102,6 +120,7 @@ def test_stopping_the_wrapper_stops_both_halves(tmp_path: Path, signals: list[in
             time.sleep(0.02)  # the second one lands while the wrapper is stopping the controller
         assert proc.wait(30) == 0
         assert not alive(children), "a half of make run outlived the wrapper"
+
         assert not (tmp_path / "run" / "hostd.sock").exists()
     finally:
         for pid in alive(children):

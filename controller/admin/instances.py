@@ -6,9 +6,9 @@ Long-running work answers 202 with an ``OperationStatus`` and ``Location`` (see
 
 from __future__ import annotations
 
-from quart import Response, request
+from quart import Response, g, request
 
-from ..auth import ADMIN_ONLY, OPERATE, READ, require_role
+from ..auth import ADMIN_ONLY, OPERATE, READ, may_use_instance, require_role
 from ..decoding import decode_json
 from ..errors import Gone, ValidationFailed
 from ..http import base_url, json_response, request_body
@@ -22,14 +22,15 @@ FALSE = ("false", "0", "no", "")
 
 
 @admin.get("/instances")
-@require_role(*READ)
+@require_role(*READ, own_instance=True)
 async def list_instances() -> Response:
     state = app_state()
     records = await state.instances.list(
         state=request.args.get("state"), runtime=request.args.get("runtime"), provider=request.args.get("provider")
     )
     base, ready = base_url(), state.link.ready
-    return json_response(InstanceList(items=[instance_view(rec, base, hostd_available=ready) for rec in records]))
+    visible = [rec for rec in records if may_use_instance(g.principal, rec.id)]  # an instance token: its own
+    return json_response(InstanceList(items=[instance_view(rec, base, hostd_available=ready) for rec in visible]))
 
 
 @admin.post("/instances")
@@ -42,7 +43,7 @@ async def provision_instance() -> Response:
 
 
 @admin.get("/instances/<instance_id>")
-@require_role(*READ)
+@require_role(*READ, own_instance=True)
 async def get_instance(instance_id: str) -> Response:
     state = app_state()
     rec, info = await state.instances.get_detail(instance_id)

@@ -4,7 +4,8 @@
 session, its ``Location`` and how to attach (the pty-ws/v1 URL and subprotocols). ``GET`` lists or
 reads; ``DELETE`` kills the session's process tree and forgets it (204). Starting and deleting a
 session needs the operator or admin role (a shell in the instance is control of it); reading needs
-any token.
+any token. An instance's own A2A token may do all four in its own instance (it drives that
+instance's shells over the attach socket already); another instance is a 404 to it.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class SessionCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 @admin.post("/instances/<instance_id>/sessions")
-@require_role(*OPERATE)
+@require_role(*OPERATE, own_instance=True)
 async def create_session(instance_id: str) -> Response:
     body = await request_body()
     req = decode_json(body or b"{}", SessionCreate)
@@ -53,7 +54,7 @@ async def create_session(instance_id: str) -> Response:
 
 
 @admin.get("/instances/<instance_id>/sessions")
-@require_role(*READ)
+@require_role(*READ, own_instance=True)
 async def list_sessions(instance_id: str) -> Response:
     infos = await app_state().sessions.list(instance_id)
     base = base_url()
@@ -61,13 +62,13 @@ async def list_sessions(instance_id: str) -> Response:
 
 
 @admin.get("/instances/<instance_id>/sessions/<session_id>")
-@require_role(*READ)
+@require_role(*READ, own_instance=True)
 async def get_session(instance_id: str, session_id: str) -> Response:
     return json_response(session_view(await app_state().sessions.get(instance_id, session_id), base_url()))
 
 
 @admin.delete("/instances/<instance_id>/sessions/<session_id>")
-@require_role(*OPERATE)
+@require_role(*OPERATE, own_instance=True)
 async def delete_session(instance_id: str, session_id: str) -> Response:
     await app_state().sessions.delete(instance_id, session_id)
     return Response(b"", status=204)

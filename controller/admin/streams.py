@@ -14,7 +14,9 @@ oldest entry held. Keep-alive comments (``: keepalive``) go out after ``AIWG_SSE
 (15 s) without a write, which is also how a client that went away is noticed (hypercorn's trio
 worker may not say so).
 
-Filters: events by ``kind`` (a glob, ``instance.*``); logs by ``level`` (the minimum:
+Filters: events by ``kind`` (a glob, ``instance.*``) and ``instance_id`` (the events about one
+instance: its own, ``instance/<id>``, and those whose data names it: its operations, sessions and
+tasks; both filters together must both pass); logs by ``level`` (the minimum:
 ``trace``, ``debug``, ``info``, ``warn``, ``error``) and ``target`` (a logger and its children;
 ``::`` reads as ``.``). A bad parameter is a 422 naming it. Followers are bounded per stream
 (``AIWG_MAX_STREAM_FOLLOWERS``, checked when the request arrives; 429 ``rate_limit.exceeded``
@@ -164,15 +166,24 @@ def _respond(state: AppState, stream: str, ring: Ring[T], keep: Callable[[T], bo
     return response
 
 
+def _event_filter(pattern: str | None, instance_id: str | None) -> Callable[[Event], bool]:
+    matches = re.compile(fnmatch.translate(pattern)).match if pattern is not None else None
+    subject = f"instance/{instance_id}"
+
+    def keep(event: Event) -> bool:
+        if matches is not None and matches(event.kind) is None:
+            return False
+        return instance_id is None or event.subject == subject or event.data.get("instance_id") == instance_id
+
+    return keep
+
+
 @admin.get("/events")
 @require_role(*READ)
 async def stream_events() -> Response:
     state = app_state()
-    pattern = _text_filter("kind")
-    if pattern is None:
-        return _respond(state, "events", state.events.ring, lambda _event: True)
-    matches = re.compile(fnmatch.translate(pattern)).match
-    return _respond(state, "events", state.events.ring, lambda event: matches(event.kind) is not None)
+    keep = _event_filter(_text_filter("kind"), _text_filter("instance_id"))
+    return _respond(state, "events", state.events.ring, keep)
 
 
 @admin.get("/logs")

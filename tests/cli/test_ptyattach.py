@@ -116,9 +116,11 @@ async def test_attach_type_resize_detach(controller: LiveController, admin: http
     assert f"[detached from {sid}" in screen
     assert (await admin.get(info_url)).json()["state"] == "running"  # detach leaves the shell
 
-    # Attach again: the keyframe paints the screen as it is.
-    tmux.run("kill-session", "-t", "t")
+    # Attach again: the keyframe paints the screen as it is. (The new tmux session starts before the
+    # old one is killed: killing the last session stops the tmux server, and a new-session racing
+    # that exit fails.)
     tmux.start("u", [*AGENTIC, "attach", iid, sid], agentic_env(controller.url))
+    tmux.run("kill-session", "-t", "t")
     await tmux.wait_for("u", "hello-42")
     tmux.keys("u", "exit 7", "Enter")
     screen = await tmux.wait_for("u", "[exit 7]")

@@ -266,3 +266,39 @@ async def test_a2a_tasks_are_events_too(controller: LiveController, admin: httpx
     assert all(e["data"]["instance_id"] == agent.instance_id for e in items if e["subject"] == f"task/{task['id']}")
     for item in items:
         validate(item, component("Event"))
+
+
+async def test_instance_filter_keeps_the_events_about_one_instance(
+    controller: LiveController, admin: httpx.AsyncClient
+) -> None:
+    """``instance_id`` keeps an instance's own events and those whose data names it (operations,
+    sessions, tasks): what the console's instance page follows."""
+    first = (await provision(admin, "feed-a", start=True))["result"]["instance_id"]
+    second = (await provision(admin, "feed-b", start=True))["result"]["instance_id"]
+
+    def about(event: dict, iid: str) -> bool:
+        return event["subject"] == f"instance/{iid}" or event["data"].get("instance_id") == iid
+
+    with trio.fail_after(10):
+        while controller.state.watch.polls < 1:  # sessions made before the watch's baseline are not news
+            await trio.sleep(0.05)
+    async with admin.stream("GET", EVENTS, params={"follow": "true", "instance_id": second}) as response:
+        reader = SseReader(response)
+        for iid in (first, second):
+            created = await admin.post(f"/api/v2/admin/instances/{iid}/sessions", json={"argv": ["/bin/cat"]})
+            assert created.status_code == 201, created.text
+        with trio.fail_after(10):  # the hostd watch reports sessions within a poll
+            got = await reader.until(lambda e: e.event == "session.created")
+    assert got.data["data"]["instance_id"] == second
+
+    snapshot = (await admin.get(EVENTS, params={"instance_id": first, "limit": "5000"})).json()["items"]
+    kinds = {event["kind"] for event in snapshot}
+    assert {"instance.state_changed", "operation.completed", "session.created"} <= kinds, kinds
+    assert all(about(event, first) for event in snapshot)
+    everything = (await admin.get(EVENTS, params={"limit": "5000"})).json()["items"]
+    assert [e["id"] for e in everything if about(e, first)] == [e["id"] for e in snapshot]
+
+    both = (await admin.get(EVENTS, params={"instance_id": first, "kind": "session.*"})).json()["items"]
+    assert [e["kind"] for e in both] == ["session.created"] and both[0]["data"]["instance_id"] == first
+    assert (await admin.get(EVENTS, params={"instance_id": "nobody"})).json()["items"] == []
+    assert_problem(await admin.get(EVENTS, params={"instance_id": ""}), 422, "validation.failed")

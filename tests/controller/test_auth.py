@@ -12,6 +12,7 @@ import pytest
 from controller.auth import Authenticator, config_tokens, hash_token, resolve_admin_token
 from controller.config import ConfigError, load_config
 
+from .a2a.helpers import new_agent
 from .conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController, provision
 from .test_problems import assert_problem
 
@@ -117,3 +118,64 @@ async def test_the_store_holds_no_plaintext_token(controller: LiveController) ->
     assert ADMIN_TOKEN.encode() not in data
     assert OPERATOR_TOKEN.encode() not in data
     assert hash_token(ADMIN_TOKEN).encode() in data
+
+
+async def test_an_instance_token_sees_its_own_instance_and_nothing_of_another(
+    controller: LiveController, admin: httpx.AsyncClient
+) -> None:
+    """What the web console needs for an instance token: its own catalog entry and PTY sessions on
+    the admin routes; another instance is a 404 worded as for one that does not exist; every other
+    admin route stays closed to it (403)."""
+    mine = await new_agent(admin, controller, "token-mine")
+    other = await new_agent(admin, controller, "token-other")
+    theirs = await admin.post(f"/api/v2/admin/instances/{other.instance_id}/sessions", json={"argv": ["/bin/cat"]})
+    assert theirs.status_code == 201, theirs.text
+    their_sid = theirs.json()["id"]
+    missing = "0190a000-0000-7000-8000-000000000000"
+    async with controller.client(mine.token) as client:
+        listed = await client.get("/api/v2/admin/instances")
+        assert listed.status_code == 200, listed.text
+        assert [item["id"] for item in listed.json()["items"]] == [mine.instance_id]
+        assert (await client.get("/api/v2/admin/instances", params={"state": "running"})).json()["items"][0]["id"] == (
+            mine.instance_id
+        )
+        assert (await client.get(f"/api/v2/admin/instances/{mine.instance_id}")).json()["name"] == "token-mine"
+
+        sessions = f"/api/v2/admin/instances/{mine.instance_id}/sessions"
+        created = await client.post(sessions, json={"argv": ["/bin/cat"], "size": {"cols": 90, "rows": 20}})
+        assert created.status_code == 201, created.text
+        sid = created.json()["id"]
+        assert [s["id"] for s in (await client.get(sessions)).json()["items"]] == [sid]
+        assert (await client.get(f"{sessions}/{sid}")).json()["cols"] == 90
+        assert (await client.delete(f"{sessions}/{sid}")).status_code == 204
+
+        # Another instance, and one that does not exist, answer alike: nothing tells them apart.
+        for iid in (other.instance_id, missing):
+            base = f"/api/v2/admin/instances/{iid}"
+            answers = [
+                await client.get(base),
+                await client.get(f"{base}/sessions"),
+                await client.post(f"{base}/sessions", json={"argv": ["/bin/true"]}),
+                await client.get(f"{base}/sessions/{their_sid}"),
+                await client.delete(f"{base}/sessions/{their_sid}"),
+            ]
+            for response in answers:
+                problem = assert_problem(response, 404, "instance.not_found")
+                assert problem["detail"] == f"no instance with id {iid!r}"
+        # The other instance's session under this token's own instance is not found either.
+        assert_problem(await client.get(f"{sessions}/{their_sid}"), 404, "session.not_found")
+
+        for method, path in (
+            ("GET", "/api/v2/admin/events"),
+            ("GET", "/api/v2/admin/logs"),
+            ("GET", "/api/v2/admin/loadouts"),
+            ("POST", f"/api/v2/admin/instances/{mine.instance_id}/stop"),
+            ("POST", "/api/v2/admin/instances"),
+        ):
+            assert_problem(await client.request(method, path), 403, "auth.forbidden")
+        # The v1 paths answer through the same handlers: the same narrowing.
+        assert [item["id"] for item in (await client.get("/api/v1/vms")).json()["items"]] == [mine.instance_id]
+    # The other instance's shell was never touched.
+    assert (await admin.get(f"/api/v2/admin/instances/{other.instance_id}/sessions/{their_sid}")).json()["state"] == (
+        "running"
+    )

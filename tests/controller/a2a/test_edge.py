@@ -25,8 +25,11 @@ async def test_instance_token_reaches_its_own_instance_only(
         assert missing.status_code == 404 and missing.json()["error"] == other.json()["error"] | {
             "message": missing.json()["error"]["message"]
         }
-        # An instance token is no operator credential.
-        assert (await client.get(f"{controller.url}/api/v2/admin/instances")).status_code == 403
+        # An instance token is no operator credential: on the admin surface it sees its own instance
+        # only (what the web console shows it) and may use no operator route.
+        listed = await client.get(f"{controller.url}/api/v2/admin/instances")
+        assert [item["id"] for item in listed.json()["items"]] == [one.instance_id]
+        assert (await client.get(f"{controller.url}/api/v2/admin/events")).status_code == 403
     async with one.client(controller, token="not-a-token") as client:
         response = await client.get("/extendedAgentCard")
         assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
