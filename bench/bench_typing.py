@@ -1,61 +1,82 @@
-"""Typing through hostd beside a tmux client: keystroke echo idle and next to four flooding sessions.
+"""Typing at tmux speed: keystroke echo through hostd alone and through the controller's WebSocket,
+idle and next to four flooding neighbours, beside a direct PTY, a tmux client and terminado.
 
 Every case runs ``sh -c 'stty raw -echo; echo READY; exec cat'`` on a PTY and times one keystroke
-from the write until its echo is read back; the cases take turns keystroke by keystroke, so a change
+from the send until its echo is read back; the cases take turns keystroke by keystroke, so a change
 of load on the host hits them alike.
 
 * ``direct PTY``: the bench's own PTY, read blocking (the floor).
 * ``tmux client``: the same command in a tmux session, typed into a ``tmux attach`` client on a PTY of
   the bench's (what a person using tmux feels).
-* ``hostd call``: ``SessionWriteRequest`` awaited, then the echo on a subscription (the old path).
-* ``hostd post``: the write posted without awaiting its answer (:meth:`HostdClient.post`), then the
-  echo: the keystroke path the WebSocket binding uses.
+* ``terminado``: the same command in terminado (bench/terminado_server.py, its own process: the
+  Python WebSocket terminal behind Jupyter, one process owning the PTY), typed over its WebSocket.
+* ``hostd post``: the write posted to hostd without awaiting its answer, the echo read on a
+  subscription of the same connection (:class:`proto.HostdClient`).
+* ``controller WS``: the controller's attach socket over ``pty-ws.v1.binary`` (a ``PW1I`` frame in,
+  the ``PW1O`` echo out), through the controller's one hostd link.
 
-Then four neighbours start ``yes`` at full speed: four hostd sessions drained by subscriptions on the
-*same* connection as the typing (what the controller's one multiplexed link does), and four tmux
-sessions in the same tmux server; the cases run again under that flood.
+Phases:
 
-Targets (issue 11): through hostd alone no slower than a tmux client's echo (p50, idle); with four
-flooding neighbours, p50 no worse than tmux under the same flood and p99 under 2x tmux's.
+* idle;
+* ``+ 4 floods``: every system gets four neighbours running ``yes`` at full speed, drained as fast
+  as they come by another process (bench/flood_drain.py): hostd's through the controller's attach
+  sockets (so across the controller's hostd link, and on connections other than ``hostd post``'s),
+  terminado's over its own WebSockets, tmux's by its server (no client shows them);
+* ``+ 4 floods shared``: the same, and hostd's floods drained on ``hostd post``'s own connection as
+  well (the multiplexing the controller's link does).
+
+Targets (issue 11): through hostd alone, idle, no slower than a tmux client's echo (p50); through the
+controller over the binary subprotocol, idle, p50 at most 2x terminado's and under 0.9 ms; with four
+flooding neighbours, the controller's p50 no worse than the tmux client's and p99 under 2x tmux's;
+with the floods on the shared connection, the same for hostd alone.
 """
 
 from __future__ import annotations
 
 import fcntl
 import gc
+import json
 import os
 import random
+import re
 import shutil
 import signal
 import string
 import struct
 import subprocess
+import sys
+import tempfile
 import termios
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
 
 import trio
+from bench_admin import Controller, admin_client, admin_provision, wait_ready
 from common import (
-    BENCH_INSTANCE,
+    ROOT,
     Report,
     Result,
     Target,
     compare,
-    destroy_instance,
     emit,
     latency_result,
     parser,
     print_versions,
-    provision_instance,
     running_hostd,
 )
+from trio_websocket import WebSocketConnection, open_websocket_url
 
-from proto import HostdClient, HostdError, open_hostd
+from proto import HostdClient, HostdError, new_id, open_hostd
 from proto import messages as m
 
 CAT = "stty raw -echo; echo READY; exec cat"
 FLOOD = "yes"
 NEIGHBOURS = 4
+API = "/api/v2/admin"
+PHASES = ("", " + 4 floods", " + 4 floods shared")
 
 
 def keystrokes(seed: int, count: int) -> list[bytes]:
@@ -138,17 +159,74 @@ class HostdTyping:
             if isinstance(event, m.SessionOutput):
                 seen = seen[-4096:] + event.data
 
-    async def call(self, key: bytes) -> int:
-        t0 = time.perf_counter_ns()
-        await self.client.call(m.SessionWriteRequest(session_id=self.session_id, data=key))
-        await self.wait_for(key)
-        return time.perf_counter_ns() - t0
-
     async def post(self, key: bytes) -> int:
         t0 = time.perf_counter_ns()
         await self.client.post(m.SessionWriteRequest(session_id=self.session_id, data=key), self.errors.append)
         await self.wait_for(key)
         return time.perf_counter_ns() - t0
+
+
+class WsTyping:
+    """A WebSocket terminal: ``send(key)`` frames the key, the echo is looked for in what comes back
+    (``unwrap`` turns a message into output bytes, b"" for anything else)."""
+
+    def __init__(self, ws: WebSocketConnection, frame: Callable[[bytes], Any], unwrap: Callable[[Any], bytes]) -> None:
+        self.ws, self.frame, self.unwrap = ws, frame, unwrap
+
+    async def wait_for(self, wanted: bytes) -> None:
+        seen = b""
+        while wanted not in seen:
+            seen = seen[-4096:] + self.unwrap(await self.ws.get_message())
+
+    async def echo(self, key: bytes) -> int:
+        t0 = time.perf_counter_ns()
+        await self.ws.send_message(self.frame(key))
+        await self.wait_for(key)
+        return time.perf_counter_ns() - t0
+
+
+def _pw1o(message: str | bytes) -> bytes:
+    return message[13:] if isinstance(message, bytes) and message.startswith(b"PW1O") else b""
+
+
+def _terminado(message: str | bytes) -> bytes:
+    if isinstance(message, str) and message.startswith('["stdout"'):
+        return str(json.loads(message)[1]).encode()
+    return b""
+
+
+def _join(role: str) -> str:
+    """A join frame that replays the session from its start (so its READY is seen)."""
+    payload = {"role": role}
+    return json.dumps({"op": "pty.join_session", "id": new_id(), "ts": now(), "replay_from": 0, "payload": payload})
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+@asynccontextmanager
+async def subprocess_url(argv: list[str]) -> AsyncIterator[str]:
+    """A child process that prints ``listening on URL`` or ``draining`` once it is up; the URL (or
+    ""). Its stderr is kept aside and shown only if it fails to start; stopped on exit."""
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, cwd=ROOT)
+        try:
+            assert proc.stdout is not None
+            line = (await trio.to_thread.run_sync(proc.stdout.readline)).decode()
+            if not line:
+                errors.seek(0)
+                raise RuntimeError(f"{argv[1]} did not start:\n{errors.read().decode(errors='replace')[-3000:]}")
+            match = re.search(r"listening on (\S+)", line)
+            yield match[1] if match else ""
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
 
 
 async def drain(client: HostdClient, session_id: str) -> None:
@@ -158,48 +236,134 @@ async def drain(client: HostdClient, session_id: str) -> None:
             pass
 
 
-async def measure(socket_path: str, keys: list[bytes], warmup: int) -> list[Result]:
+async def measure(socket_path: str, controller: Controller, keys: list[bytes], warmup: int) -> list[Result]:
     samples: dict[str, list[int]] = {}
 
-    def record(case: str, i: int, value: int) -> None:
-        if i >= warmup:
-            samples.setdefault(case, []).append(value)
-
-    async def phase(label: str, typing: HostdTyping, direct: Pty, tmux: Tmux) -> None:
+    async def phase(label: str, cases: dict[str, Callable[[bytes], Any]]) -> None:
         gc.collect()
         for i, key in enumerate(keys):
-            record(f"direct PTY{label}", i, direct.echo(key))
-            record(f"tmux client{label}", i, tmux.echo(key))
-            record(f"hostd call{label}", i, await typing.call(key))
-            record(f"hostd post{label}", i, await typing.post(key))
+            for name, case in cases.items():
+                value = case(key)
+                if not isinstance(value, int):
+                    value = await value
+                if i >= warmup:
+                    samples.setdefault(f"{name}{label}", []).append(value)
 
-    async with open_hostd(socket_path, client_name="bench_typing") as client:
-        await provision_instance(client)
-        direct, tmux = Pty(["sh", "-c", CAT]), Tmux()
-        try:
-            direct.wait_for(b"READY")
-            sid = (
-                await client.call(m.SessionCreateRequest(instance_id=BENCH_INSTANCE, argv=["sh", "-c", CAT]))
-            ).session.session_id
-            async with client.stream(m.SessionSubscribeRequest(session_id=sid, from_seq=1)) as events:
-                typing = HostdTyping(client, events, sid)
-                await typing.wait_for(b"READY")
-                await phase("", typing, direct, tmux)
-                async with trio.open_nursery() as nursery:
-                    for _ in range(NEIGHBOURS):
-                        flood = await client.call(m.SessionCreateRequest(instance_id=BENCH_INSTANCE, argv=[FLOOD]))
-                        nursery.start_soon(drain, client, flood.session.session_id)
-                    tmux.flood(NEIGHBOURS)
-                    await trio.sleep(0.5)  # let the floods reach full speed
-                    await phase(" + 4 floods", typing, direct, tmux)
-                    nursery.cancel_scope.cancel()
-            if typing.errors:
-                raise RuntimeError(f"posted writes failed: {typing.errors[:3]}")
-        finally:
-            direct.close()
-            tmux.close()
-            await destroy_instance(client)
+    admin = admin_client(controller.url, controller.token)
+    await wait_ready(admin)
+    iid = await admin_provision(admin, "typing", 0.02)
+
+    async def new_session(argv: list[str]) -> str:
+        response = await admin.post(f"{API}/instances/{iid}/sessions", json={"argv": argv})
+        response.raise_for_status()
+        return str(response.json()["id"])
+
+    def attach_url(sid: str) -> str:
+        return controller.url.replace("http", "ws", 1) + f"/agents/{iid}/sessions/{sid}/attach"
+
+    direct, tmux = Pty(["sh", "-c", CAT]), Tmux()
+    async with AsyncExitStack() as stack:
+        stack.callback(direct.close)
+        stack.callback(tmux.close)
+        direct.wait_for(b"READY")
+        terminado_url = await stack.enter_async_context(
+            subprocess_url([sys.executable, str(ROOT / "bench" / "terminado_server.py")])
+        )
+        client = await stack.enter_async_context(open_hostd(socket_path, client_name="bench_typing"))
+
+        cat = await new_session(["sh", "-c", CAT])
+        events = await stack.enter_async_context(client.stream(m.SessionSubscribeRequest(session_id=cat, from_seq=1)))
+        typing = HostdTyping(client, events, cat)
+        await typing.wait_for(b"READY")
+
+        ws_cat = await new_session(["sh", "-c", CAT])
+        auth = [(b"Authorization", f"Bearer {controller.token}".encode())]
+        ws = await stack.enter_async_context(
+            open_websocket_url(attach_url(ws_cat), subprotocols=["pty-ws.v1.binary"], extra_headers=auth)
+        )
+        await ws.send_message(_join("controller"))
+        controller_ws = WsTyping(ws, lambda key: b"PW1I" + key, _pw1o)
+        await controller_ws.wait_for(b"READY")
+
+        term = await stack.enter_async_context(open_websocket_url(f"{terminado_url}/typing"))
+        terminado = WsTyping(term, lambda key: json.dumps(["stdin", key.decode()]), _terminado)
+        await terminado.echo(b"x")  # it is up once it echoes
+
+        cases: dict[str, Callable[[bytes], Any]] = {
+            "direct PTY": direct.echo,
+            "tmux client": tmux.echo,
+            "terminado": terminado.echo,
+            "hostd post": typing.post,
+            "controller WS": controller_ws.echo,
+        }
+        await phase(PHASES[0], cases)
+
+        floods = [await new_session([FLOOD]) for _ in range(NEIGHBOURS)]
+        drain_urls = [attach_url(sid) + "#pty-ws" for sid in floods]
+        drain_urls += [f"{terminado_url}/flood/f{i}" for i in range(NEIGHBOURS)]
+        os.environ["AIWG_TOKEN"] = controller.token
+        await stack.enter_async_context(
+            subprocess_url([sys.executable, str(ROOT / "bench" / "flood_drain.py"), *drain_urls])
+        )
+        tmux.flood(NEIGHBOURS)
+        await trio.sleep(1.0)  # let the floods reach full speed
+        await phase(PHASES[1], cases)
+
+        async with trio.open_nursery() as nursery:
+            for sid in floods:
+                nursery.start_soon(drain, client, sid)
+            await trio.sleep(0.5)
+            await phase(PHASES[2], cases)
+            nursery.cancel_scope.cancel()
+        if typing.errors:
+            raise RuntimeError(f"posted writes failed: {typing.errors[:3]}")
+    await admin.aclose()
     return [latency_result(case, values, unit="keys/s") for case, values in samples.items()]
+
+
+def _targets(rows: dict[str, Result]) -> list[Target]:
+    def p(case: str, which: str = "p50") -> float:
+        return float(getattr(rows[case], f"{which}_us") or 0)
+
+    def us(value: float) -> str:
+        return f"{value / 1000:.2f} ms" if value >= 1000 else f"{value:.0f} µs"
+
+    flood, shared = PHASES[1], PHASES[2]
+    return [
+        Target(
+            description="hostd alone, idle: echo p50 no slower than a tmux client's",
+            measured=f"{us(p('hostd post'))} vs. tmux {us(p('tmux client'))}",
+            met=p("hostd post") <= p("tmux client"),
+        ),
+        Target(
+            description="controller WS (binary), idle: p50 at most 2x terminado's",
+            measured=f"{us(p('controller WS'))} vs. {us(p('terminado'))}, {p('controller WS') / p('terminado'):.2f}x",
+            met=p("controller WS") <= 2 * p("terminado"),
+        ),
+        Target(
+            description="controller WS (binary), idle: p50 under 0.9 ms",
+            measured=us(p("controller WS")),
+            met=p("controller WS") < 900,
+        ),
+        Target(
+            description="controller WS next to four floods: p50 <= tmux's, p99 < 2x tmux's",
+            measured=(
+                f"p50 {us(p('controller WS' + flood))} vs. {us(p('tmux client' + flood))}; "
+                f"p99 {us(p('controller WS' + flood, 'p99'))} vs. {us(p('tmux client' + flood, 'p99'))}"
+            ),
+            met=p("controller WS" + flood) <= p("tmux client" + flood)
+            and p("controller WS" + flood, "p99") < 2 * p("tmux client" + flood, "p99"),
+        ),
+        Target(
+            description="hostd alone, floods drained on its own connection too: p50 <= tmux's, p99 < 2x tmux's",
+            measured=(
+                f"p50 {us(p('hostd post' + shared))} vs. {us(p('tmux client' + shared))}; "
+                f"p99 {us(p('hostd post' + shared, 'p99'))} vs. {us(p('tmux client' + shared, 'p99'))}"
+            ),
+            met=p("hostd post" + shared) <= p("tmux client" + shared)
+            and p("hostd post" + shared, "p99") < 2 * p("tmux client" + shared, "p99"),
+        ),
+    ]
 
 
 def main() -> None:
@@ -212,41 +376,27 @@ def main() -> None:
         return
     if shutil.which("tmux") is None:
         raise SystemExit("bench_typing needs tmux (apt-get install tmux) for its baseline")
+    try:
+        import terminado  # noqa: F401
+    except ImportError:
+        raise SystemExit("bench_typing needs terminado for its baseline: .venv/bin/pip install -e '.[bench]'") from None
     keys = keystrokes(args.seed, args.warmup + args.keys)
     with running_hostd() as hostd:
-        rows = {r.case: r for r in trio.run(measure, str(hostd.socket_path), keys, args.warmup)}
-
-    targets = []
-    for label in ("", " + 4 floods"):
-        tmux = rows[f"tmux client{label}"]
-        for case in ("hostd call", "hostd post"):
-            compare(rows[f"{case}{label}"], tmux, "p50")
-        compare(rows[f"direct PTY{label}"], tmux, "p50")
-    post, tmux = rows["hostd post"], rows["tmux client"]
-    targets.append(
-        Target(
-            description="hostd alone, idle: echo p50 no slower than a tmux client's",
-            measured=f"{post.p50_us:.0f} µs vs. tmux {tmux.p50_us:.0f} µs",
-            met=(post.p50_us or 0) <= (tmux.p50_us or 0),
-        )
-    )
-    post, tmux = rows["hostd post + 4 floods"], rows["tmux client + 4 floods"]
-    targets.append(
-        Target(
-            description="four flooding neighbours on the same connection: p50 <= tmux's, p99 < 2x tmux's",
-            measured=(
-                f"p50 {post.p50_us:.0f} µs vs. {tmux.p50_us:.0f} µs; p99 {post.p99_us:.0f} µs vs. {tmux.p99_us:.0f} µs"
-            ),
-            met=(post.p50_us or 0) <= (tmux.p50_us or 0) and (post.p99_us or 0) < 2 * (tmux.p99_us or 0),
-        )
-    )
+        controller = Controller(hostd.state_dir.parent / "controller", hostd.socket_path)
+        try:
+            rows = {r.case: r for r in trio.run(measure, str(hostd.socket_path), controller, keys, args.warmup)}
+        finally:
+            controller.stop()
+    for label in PHASES:
+        for case in ("direct PTY", "terminado", "hostd post", "controller WS"):
+            compare(rows[f"{case}{label}"], rows[f"tmux client{label}"], "p50")
     report = Report(
         bench="bench_typing",
-        title="keystroke echo through hostd beside a tmux client, idle and next to four floods",
+        title="keystroke echo through hostd and the controller's WebSocket beside tmux and terminado",
         vs_of="p50",
         params={"keys": args.keys, "seed": args.seed, "neighbours": NEIGHBOURS},
         results=list(rows.values()),
-        targets=targets,
+        targets=_targets(rows),
     )
     emit(report, as_json=args.json)
 

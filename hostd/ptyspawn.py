@@ -22,6 +22,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import select
 import shutil
 import signal
 import struct
@@ -38,6 +39,11 @@ from hostd.errors import RpcError
 from hostd.procspawn import restore_signal_defaults
 from hostd.proctree import Cgroups
 from proto import ErrorCode
+
+#: A read of at least this much is bulk output (a line discipline hands over at most 4 KiB a read).
+BULK_BYTES = 1024
+#: How long a worker-thread read polls before it returns to let a cancellation through.
+_THREAD_POLL_MS = 100
 
 
 class ExitStatus(msgspec.Struct, frozen=True):
@@ -98,6 +104,8 @@ class PtyChild:
         self._write_lock = trio.Lock()
         self.closed = False
         self.status: ExitStatus | None = None
+        #: The last read was bulk output: the next one goes to a worker thread.
+        self._bulk = False
 
     def resize(self, cols: int, rows: int) -> None:
         """Set the window size; the kernel sends SIGWINCH to the foreground process group."""
@@ -140,6 +148,59 @@ class PtyChild:
                 # a second pass through the scheduler would only delay a keystroke's echo.
                 await trio.lowlevel.cancel_shielded_checkpoint()
             return data
+
+    async def read_chunk(self, max_bytes: int = 65536) -> bytes:
+        """The next output; ``b""`` at the end. The session reader's call.
+
+        Output that comes in bulk is read in a worker thread, gathered up to ``max_bytes``. On
+        Linux a read or a poll that finds a PTY's line discipline empty while the child is still
+        writing waits inside the kernel for the tty worker to hand the rest over (it flushes the
+        tty's work), and a line discipline holds 4 KiB: on hostd's trio thread every read of a
+        flooding PTY would stall all sessions and connections for as long as that worker takes
+        to be scheduled, milliseconds on a busy host. Interactive output (a read under
+        :data:`BULK_BYTES`) is read on the trio thread as it comes, with no hand-over to pay.
+        """
+        if self._bulk:
+            data = await self._read_in_thread(max_bytes)
+            self._bulk = len(data) >= BULK_BYTES
+            return data
+        data = await self.read_some(max_bytes)
+        self._bulk = len(data) >= BULK_BYTES
+        return data
+
+    async def _read_in_thread(self, max_bytes: int) -> bytes:
+        while True:
+            # Not abandoned on cancel: the thread returns within _THREAD_POLL_MS, so the fd is
+            # never closed (and its number reused) under a read still in progress.
+            data = await trio.to_thread.run_sync(self._read_blocking, max_bytes)
+            if data is not None:
+                return data
+
+    def _read_blocking(self, max_bytes: int) -> bytes | None:
+        """In a worker thread: wait for output (None after _THREAD_POLL_MS without any), then read
+        what comes, up to ``max_bytes``, until the PTY has nothing more at once."""
+        if self.closed:
+            return b""
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        if not poller.poll(_THREAD_POLL_MS):
+            return None
+        parts: list[bytes] = []
+        size = 0
+        while size < max_bytes and not self.closed:
+            try:
+                data = os.read(self.fd, max_bytes - size)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno in (errno.EIO, errno.EBADF):
+                    break
+                raise
+            if not data:
+                break
+            parts.append(data)
+            size += len(data)
+        return b"".join(parts)
 
     def read_nowait(self, max_bytes: int = 65536) -> bytes:
         """What is buffered right now, without waiting; ``b""`` if nothing (or at the end)."""

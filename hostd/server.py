@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
 
@@ -51,6 +52,7 @@ from .errors import RpcError
 from .handlers import INLINE, ORDERED, STREAMS, Handlers, ordered_key
 from .listener import BoundSocket, peer_credentials
 from .logids import request_log_ids
+from .turns import SendTurns
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,8 @@ ORDERED_IDLE_S = 30.0
 #: A client that accepts no bytes for this long is disconnected (its sessions go on).
 SEND_STALL_S = 10.0
 MAX_TASKS_PER_CONNECTION = 4096
+#: SO_SNDBUF of each client connection (Linux doubles it for its own bookkeeping).
+CONNECTION_SEND_BUFFER = 64 * 1024
 HELLO_TIMEOUT_S = 10.0
 _CLIENT_DECODER = msgspec.msgpack.Decoder(m.ClientFrame)
 
@@ -77,7 +81,7 @@ class Connection:
         self._fd = stream.socket.fileno()
         self.peer_pid, self.peer_uid, self.peer_gid = peer
         self._encoder = FrameEncoder(server.config.max_frame_bytes)
-        self._send_lock = trio.Lock()
+        self._turns = SendTurns()
         self._streams: dict[int, trio.CancelScope] = {}
         self._ordered: dict[str, trio.MemorySendChannel[m.Request]] = {}
         self._tasks = 0
@@ -105,12 +109,10 @@ class Connection:
                 self._encoder.append(frame, batch)
         else:
             data = self._encoder.encode(frames)
-        # Take an uncontended lock without yielding: trio's acquire() schedules first, which lets a
-        # PTY echo overtake the reply to the write that caused it.
-        try:
-            self._send_lock.acquire_nowait()
-        except trio.WouldBlock:
-            await self._send_lock.acquire()
+        # A free turn is taken without yielding (trio's Lock.acquire() schedules first, which
+        # lets a PTY echo overtake the reply to the write that caused it); a small frame waits
+        # only behind what is being written, not behind other streams' queued bulk.
+        await self._turns.take(len(data))
         try:
             if self._closed:
                 raise trio.ClosedResourceError("connection closed")
@@ -134,7 +136,7 @@ class Connection:
                 await self.stream.aclose()
                 raise trio.BrokenResourceError(f"{self!r} took no data for {SEND_STALL_S} s")
         finally:
-            self._send_lock.release()
+            self._turns.give()
 
     async def send_error(self, frame_id: int, code: ErrorCode, message: str, **details: object) -> None:
         await self.send(m.ErrorResponse(id=frame_id, code=code.value, message=message, details=details))
@@ -411,6 +413,9 @@ class RpcServer:
             except OSError as exc:
                 log.warning("cannot read peer credentials: %s", exc)
                 return
+            # A small send buffer: a frame sent behind bulk output waits for at most this much to
+            # drain into the client (and the client's queue holds no more than this of it).
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, CONNECTION_SEND_BUFFER)
             conn = Connection(self, stream, peer)
             if len(self.connections) >= self.config.max_connections:
                 await conn._fatal(ErrorCode.LIMIT_REACHED, f"more than {self.config.max_connections} connections")

@@ -243,18 +243,9 @@ class SessionRegistry(ChildRegistry[_Session]):
 
     async def _pump(self, s: _Session, output_done: trio.Event) -> None:
         try:
-            while data := await s.child.read_some(READ_CHUNK):
-                # A PTY read gives at most a few KiB. Take what is already buffered too, so a
-                # fast producer makes a few large ring entries, not thousands of small ones
-                # (each entry is a frame for every subscriber).
-                if len(data) < READ_CHUNK:
-                    parts = [data]
-                    size = len(data)
-                    while size < READ_CHUNK and (more := s.child.read_nowait(READ_CHUNK - size)):
-                        parts.append(more)
-                        size += len(more)
-                    if len(parts) > 1:
-                        data = b"".join(parts)
+            # Bulk output comes gathered into large chunks, so a fast producer makes a few large
+            # ring entries, not thousands of small ones (each entry is a frame for every subscriber).
+            while data := await s.child.read_chunk(READ_CHUNK):
                 s.ring.append(data)
         except OSError as exc:
             log.warning("session %s: reading the pty failed: %s", s.id, exc)
