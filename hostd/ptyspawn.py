@@ -40,8 +40,9 @@ from hostd.procspawn import restore_signal_defaults
 from hostd.proctree import Cgroups
 from proto import ErrorCode
 
-#: A read of at least this much is bulk output (a line discipline hands over at most 4 KiB a read).
-BULK_BYTES = 1024
+#: A read of at least this much is bulk output: a line discipline hands over at most 4 KiB a read, and
+#: an echo or a prompt is far less.
+BULK_BYTES = 2048
 #: How long a worker-thread read polls before it returns to let a cancellation through.
 _THREAD_POLL_MS = 100
 
@@ -149,7 +150,7 @@ class PtyChild:
                 await trio.lowlevel.cancel_shielded_checkpoint()
             return data
 
-    async def read_chunk(self, max_bytes: int = 65536) -> bytes:
+    async def read_chunk(self, max_bytes: int = 65536, limiter: trio.CapacityLimiter | None = None) -> bytes:
         """The next output; ``b""`` at the end. The session reader's call.
 
         Output that comes in bulk is read in a worker thread, gathered up to ``max_bytes``. On
@@ -159,20 +160,22 @@ class PtyChild:
         flooding PTY would stall all sessions and connections for as long as that worker takes
         to be scheduled, milliseconds on a busy host. Interactive output (a read under
         :data:`BULK_BYTES`) is read on the trio thread as it comes, with no hand-over to pay.
+        ``limiter`` bounds the worker threads (trio's default limiter is shared with everything
+        else hostd runs in threads).
         """
         if self._bulk:
-            data = await self._read_in_thread(max_bytes)
+            data = await self._read_in_thread(max_bytes, limiter)
             self._bulk = len(data) >= BULK_BYTES
             return data
         data = await self.read_some(max_bytes)
         self._bulk = len(data) >= BULK_BYTES
         return data
 
-    async def _read_in_thread(self, max_bytes: int) -> bytes:
+    async def _read_in_thread(self, max_bytes: int, limiter: trio.CapacityLimiter | None) -> bytes:
         while True:
             # Not abandoned on cancel: the thread returns within _THREAD_POLL_MS, so the fd is
             # never closed (and its number reused) under a read still in progress.
-            data = await trio.to_thread.run_sync(self._read_blocking, max_bytes)
+            data = await trio.to_thread.run_sync(self._read_blocking, max_bytes, limiter=limiter)
             if data is not None:
                 return data
 

@@ -143,6 +143,9 @@ class SessionRegistry(ChildRegistry[_Session]):
         self._budget = MemoryBudget(
             limit=config.ring_memory_bytes, share=config.ring_memory_bytes // config.max_sessions
         )
+        #: Worker threads reading bulk PTY output: one per session at most, never waiting on
+        #: the threads other work takes.
+        self._bulk_readers = trio.CapacityLimiter(config.max_sessions)
         self._spool: Spool | None = None
         if config.spool_session_bytes > 0 and config.spool_total_bytes > 0:
             self._spool = Spool(
@@ -245,7 +248,7 @@ class SessionRegistry(ChildRegistry[_Session]):
         try:
             # Bulk output comes gathered into large chunks, so a fast producer makes a few large
             # ring entries, not thousands of small ones (each entry is a frame for every subscriber).
-            while data := await s.child.read_chunk(READ_CHUNK):
+            while data := await s.child.read_chunk(READ_CHUNK, self._bulk_readers):
                 s.ring.append(data)
         except OSError as exc:
             log.warning("session %s: reading the pty failed: %s", s.id, exc)
