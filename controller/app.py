@@ -47,6 +47,7 @@ from .metrics import Metrics
 from .operations import OperationService
 from .problems import error_body, from_http_exception, problem_response, trace_id
 from .pty.rooms import Rooms
+from .pty.route import WebsocketConnection
 from .push import PushService
 from .runtimes import RuntimeService
 from .sessions import SessionService
@@ -83,6 +84,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     app = QuartTrio(__name__, static_folder=None)
     # Closes connections that must close and starts the keep-alive timer (see its module).
     app.asgi_http_class = HTTPConnection
+    app.asgi_websocket_class = WebsocketConnection  # the attach socket, served on ASGI
     app.config["MAX_CONTENT_LENGTH"] = config.max_request_bytes
     app.config["BACKGROUND_TASK_SHUTDOWN_TIMEOUT"] = None
 

@@ -1,6 +1,7 @@
 """PTY attach over WebSocket: the pty-ws/v1 binding with pty-extensions/v1.
 
-``/agents/{instance_id}/sessions/{session_id}/attach`` (:mod:`.attach`: the upgrade checks and the
+``/agents/{instance_id}/sessions/{session_id}/attach`` (:mod:`.route`: the upgrade and its checks,
+served on ASGI by the app's WebSocket connection class, :mod:`.asgisocket`; :mod:`.attach`: the
 socket), who may do what (:mod:`.scopes`), the frames (:mod:`.frames`), what a socket has yet to
 send (:mod:`.outbox`), who is attached to a session (:mod:`.rooms`) and its screen for keyframes
 (:mod:`.screen`). Sessions themselves are hostd's; they are made through the admin surface.
@@ -12,4 +13,4 @@ from quart import Blueprint
 
 pty = Blueprint("pty", __name__)
 
-from . import attach, legacy  # noqa: E402,F401  (the routes register on import)
+from . import legacy  # noqa: E402,F401  (its route registers on import)

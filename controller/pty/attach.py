@@ -1,18 +1,7 @@
-"""The attach socket: ``/agents/{instance_id}/sessions/{session_id}/attach``.
+"""The attach socket: one accepted pty-ws/v1 WebSocket on one session (:class:`AttachSocket`).
 
-Upgrade (answered with an HTTP error and a JSON body ``{"error": {code, status, message}}``, never
-upgraded, when a check fails), in this order:
-
-1. subprotocol: ``pty-ws.v1.binary`` if offered, else ``pty-ws.v1``; exactly the chosen one is
-   echoed; an offer naming neither is 400 (an absent header is taken as ``pty-ws.v1`` in dev mode
-   only);
-2. bearer token: ``Authorization: Bearer`` or a ``bearer.<base64url>`` subprotocol entry (never
-   the query string); none or unknown is 401, a principal without ``pty:observe`` 403
-   (:func:`controller.pty.scopes.pty_scopes`);
-3. the session: 404 unless it exists under this instance; 503 when hostd is away;
-4. ``?replay_from=N``: a non-negative integer, else 400.
-
-The socket (:class:`AttachSocket`) is one nursery of pumps; whichever ends cancels the rest: the
+The upgrade and its checks are :mod:`controller.pty.route`'s; the socket is an
+:class:`~controller.pty.asgisocket.AsgiWebSocket`. It is one nursery of pumps; whichever ends cancels the rest: the
 receiver (client frames, handled in order; input is posted to hostd from here, its answer never
 awaited, at most :data:`MAX_POSTED_WRITES` unanswered, so a flood of input frames is backpressure
 on that client's own socket and never a burden on the shared hostd connection), the sender (the
@@ -30,29 +19,24 @@ going away closes the socket with 1011 after a ``binding_goodbye``; the client r
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any
 
-import msgspec
 import trio
-from quart import Response, websocket
 
 from proto import HostdError, HostdStreamOverflow, bind_log_ids, new_id
 from proto import messages as m
 
-from ..auth import may_use_instance
-from ..errors import ControllerError, InvalidState, NotFound
+from ..errors import ControllerError, InvalidState
 from ..hostlink import hostd_failure
-from ..state import AppState, app_state
+from ..state import AppState
 from . import frames as f
-from . import pty
+from .asgisocket import AsgiWebSocket
 from .outbox import Close, Outbox
 from .rooms import Member, Room, RoomFull
-from .scopes import PTY_CONTROL, PTY_OBSERVE, pty_scopes
+from .scopes import PTY_CONTROL
 
 log = logging.getLogger(__name__)
 
@@ -61,76 +45,21 @@ MAX_POSTED_WRITES = 16
 KEYFRAME_REQUEST_GAP_S = 1.0
 
 
-def _refuse(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
-    body = {"error": {"code": code, "status": status, "message": message}}
-    response = Response(msgspec.json.encode(body), status=status, content_type="application/json")
-    for name, value in (headers or {}).items():
-        response.headers[name] = value
-    return response
-
-
-def _authorization(offered: list[str]) -> str | None:
-    header = websocket.headers.get("Authorization")
-    if header:
-        return header
-    for entry in offered:
-        if entry.startswith("bearer."):
-            raw = entry[len("bearer.") :]
-            try:
-                token = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
-            except (binascii.Error, UnicodeDecodeError, ValueError):
-                return None
-            return f"Bearer {token}"
-    return None
-
-
-@pty.websocket("/agents/<instance_id>/sessions/<session_id>/attach")
-async def attach(instance_id: str, session_id: str) -> Response | None:
-    state = app_state()
-    bind_log_ids(instance_id=instance_id, session_id=session_id)
-    offered = [entry.strip() for entry in websocket.requested_subprotocols]
-    names = [entry for entry in offered if not entry.startswith("bearer.")]
-    if f.BINARY_SUBPROTOCOL in names:
-        chosen: str | None = f.BINARY_SUBPROTOCOL
-    elif f.JSON_SUBPROTOCOL in names or (not names and state.config.dev):
-        chosen = f.JSON_SUBPROTOCOL if names else None
-    else:
-        supported = f"{f.JSON_SUBPROTOCOL}, {f.BINARY_SUBPROTOCOL}"
-        return _refuse(400, "unsupported_subprotocol", f"offer one of the subprotocols {supported}")
-    principal = state.auth.authenticate(_authorization(offered))
-    if principal is None:
-        return _refuse(401, "unauthenticated", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
-    if not may_use_instance(principal, instance_id):
-        # Another instance's token learns nothing of this one, not even that it exists.
-        return _refuse(404, "instance.not_found", f"no instance {instance_id!r}")
-    scopes = pty_scopes(principal, instance_id)
-    if PTY_OBSERVE not in scopes:
-        return _refuse(403, "forbidden", "the token lacks pty:observe on this instance")
-    try:
-        info = await state.sessions.get(instance_id, session_id)
-    except NotFound as exc:
-        return _refuse(404, exc.code, exc.message)
-    except ControllerError as exc:
-        return _refuse(503, exc.code, exc.message, {"Retry-After": "1"})
-    replay_from: int | None = None
-    raw = websocket.args.get("replay_from")
-    if raw is not None:
-        if not raw.isdigit() or len(raw) > 19:
-            return _refuse(400, "invalid_request", "replay_from must be a non-negative integer")
-        replay_from = int(raw)
-    await websocket.accept(subprotocol=chosen)
-    sock = AttachSocket(state, info, scopes, binary=chosen == f.BINARY_SUBPROTOCOL, replay_from=replay_from)
-    await sock.run()
-    return None
-
-
 class AttachSocket:
     """One accepted socket on one session (see the module docstring)."""
 
     def __init__(
-        self, state: AppState, info: m.SessionInfo, scopes: frozenset[str], *, binary: bool, replay_from: int | None
+        self,
+        state: AppState,
+        ws: AsgiWebSocket,
+        info: m.SessionInfo,
+        scopes: frozenset[str],
+        *,
+        binary: bool,
+        replay_from: int | None,
     ) -> None:
         self.state = state
+        self.ws = ws
         self.info = info
         self.session_id = info.session_id
         self.scopes = scopes
@@ -184,12 +113,12 @@ class AttachSocket:
             try:
                 if item is None:
                     log.info("attach socket on session %s closed: the client reads nothing", self.session_id)
-                    await websocket.close(f.CLOSE_SERVER_ERROR, "client too slow")
+                    await self.ws.close(f.CLOSE_SERVER_ERROR, "client too slow")
                     return
                 if isinstance(item, Close):
-                    await websocket.close(item.code, item.reason)
+                    await self.ws.close(item.code, item.reason)
                     return
-                await websocket.send(item)
+                await self.ws.send(item)
             finally:
                 self._send_lock.release()
 
@@ -204,7 +133,7 @@ class AttachSocket:
                 pass
             else:
                 try:
-                    await websocket.send(item)
+                    await self.ws.send(item)
                 finally:
                     self._send_lock.release()
                 return
@@ -212,7 +141,9 @@ class AttachSocket:
 
     async def _receiver(self) -> None:
         while True:
-            message = await websocket.receive()
+            message = await self.ws.receive()
+            if message is None:
+                return  # the client closed or went away
             self.last_seen = trio.current_time()
             try:
                 await self._handle_message(message)
