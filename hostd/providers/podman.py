@@ -15,6 +15,16 @@ watcher (:meth:`PodmanProvider._poll`) notices containers that ended by themselv
 going away and coming back (restarting the service hostd started), and re-adopts instances whose
 container it could not see when hostd started.
 
+Warm pools keep container slots running (:attr:`PodmanProvider.pool_form`); a claim renames the
+container ``aiwg-<new id>`` (podman cannot change a container's labels, so a claimed slot keeps the
+labels it was made with: hostd finds its containers by id, and its record holds the instance's
+labels). Every process hostd starts inside gets the instance's identity (``AIWG_INSTANCE_ID``,
+``AGENT_INSTANCE_ID``, ``AGENT_ID``) from hostd's record, not from the container's environment,
+which still names the slot. Fork (``instance.fork``) commits the running source's filesystem
+(``podman commit``, which pauses it for the copy) into an image of the fork's own and starts a new
+container from it: files are copied, processes and memory are not (that would take CRIU, which
+does not work on every kernel); the image goes with the fork.
+
 Processes inside (sessions, execs): hostd owns the PTY (or the pipes) and runs ``podman --url <socket>
 exec -i [-t]`` on it, so ring, replay, lag, exit codes and reattach are the host machinery's. The
 exec'd process gets the caller's env and the tree mark by name (``-e NAME``: values never appear in
@@ -50,6 +60,7 @@ from .podmanstate import (
     LABEL_INSTANCE,
     LABEL_NAME,
     LABEL_NAMESPACE,
+    LABEL_POOL,
     OCI_REFERENCE,
     has_own_command,
     image_ref,
@@ -71,9 +82,15 @@ CAPABILITIES = [
     "instance.stop",
     "instance.restart",
     "instance.destroy",
+    "instance.fork",
+    "warm_pool.manage",
     "session.pty",
     "exec",
 ]
+#: A fork's image: committed from its source, removed with the fork.
+FORK_REPOSITORY = "localhost/aiwg-fork"
+#: Committing a container's filesystem (vfs storage copies every file) may take long.
+_COMMIT_TIMEOUT_S = 300.0
 
 
 class _Container:
@@ -90,6 +107,14 @@ def _detail(instance: Instance) -> m.ContainerDetail:
     return detail
 
 
+def _identity_env(info: m.InstanceInfo) -> dict[str, str]:
+    env = {"AIWG_INSTANCE_ID": info.instance_id, "AGENT_INSTANCE_ID": info.instance_id}
+    env["AGENT_ID"] = f"container-{info.instance_id}"
+    if info.loadout:
+        env["AGENT_LOADOUT"] = info.loadout
+    return env
+
+
 def _record(instance: Instance) -> _Container:
     if not isinstance(instance.state, _Container):
         instance.state = _Container()
@@ -102,6 +127,7 @@ class PodmanProvider(Provider):
 
     runtime = "container"
     name = "podman"
+    pool_form = "running"
 
     def __init__(self, config: HostdConfig, nursery: trio.Nursery, commit: Callable[[Instance], None]) -> None:
         super().__init__(commit)
@@ -198,16 +224,13 @@ class PodmanProvider(Provider):
         name = f"aiwg-{info.instance_id}"
         info.container = m.ContainerDetail(container_name=name, image=image_name, limits=req.limits)
         self._known[info.instance_id] = instance
-        env = {"AIWG_INSTANCE_ID": info.instance_id, "AGENT_INSTANCE_ID": info.instance_id}
-        env["AGENT_ID"] = f"container-{info.instance_id}"
-        if info.loadout:
-            env["AGENT_LOADOUT"] = info.loadout
-        env.update(instance.env)
+        env = {**_identity_env(info), **instance.env}
         labels = {
             **info.labels,
             LABEL_NAMESPACE: self._config.namespace,
             LABEL_INSTANCE: info.instance_id,
             LABEL_NAME: info.name,
+            **({LABEL_POOL: info.pool} if info.pool else {}),
         }
         options = limit_options(req.limits, nofile=self._config.container_nofile, nproc=self._config.container_nproc)
         command = info.command
@@ -228,6 +251,53 @@ class PodmanProvider(Provider):
         container_id, resolved = await self._call(create, timeout_s=_MAKE_TIMEOUT_S)
         detail = _detail(instance)
         detail.container_id, detail.image_ref, detail.status = container_id, resolved, "created"
+
+    # -- fork and warm pools --------------------------------------------------------------------
+
+    async def take_identity(self, instance: Instance, slot_id: str) -> None:
+        """Rename the slot's container after its new instance (a few ms: the claim stays fast)."""
+        detail = _detail(instance)
+        new_name = f"aiwg-{instance.info.instance_id}"
+        ref = detail.container_id or detail.container_name
+
+        def rename(client: Any) -> None:
+            client.containers.get(ref).rename(new_name)
+
+        await self._call(rename)
+        detail.container_name = new_name
+        self._known.pop(slot_id, None)
+        self._known[instance.info.instance_id] = instance
+
+    async def fork(self, source: Instance, instance: Instance) -> None:
+        """Commit the source's filesystem into the fork's own image, then provision and start a
+        container of it (module docstring: files are copied, processes are not)."""
+        src = _detail(source)
+        info = instance.info
+        tag = info.instance_id.lower()
+        ref = src.container_id or src.container_name
+
+        def commit(client: Any) -> str:
+            image = client.containers.get(ref).commit(repository=FORK_REPOSITORY, tag=tag, pause=True)
+            return str(image.id)
+
+        image_id = await self._call(commit, timeout_s=_COMMIT_TIMEOUT_S)
+        try:
+            req = m.InstanceProvisionRequest(
+                instance_id=info.instance_id,
+                name=info.name,
+                runtime=self.runtime,
+                provider=self.name,
+                working_dir=source.info.working_dir,
+                command=list(source.info.command) if source.info.command else None,
+                image=f"{FORK_REPOSITORY}:{tag}",
+                limits=src.limits,
+            )
+            instance.env = dict(source.env)
+            await self.provision(instance, req)
+        finally:
+            if instance.info.container is not None:
+                instance.info.container.owned_image = image_id
+        await self.start(instance)
 
     async def start(self, instance: Instance) -> None:
         info, detail = instance.info, _detail(instance)
@@ -285,21 +355,27 @@ class PodmanProvider(Provider):
     async def discard(self, instance: Instance) -> None:
         info = instance.info
         if info.container is not None:
-            name = info.container.container_name
+            ref = info.container.container_id or info.container.container_name
+            owned = info.container.owned_image
 
             def remove(client: Any) -> None:
                 import podman.errors
 
                 try:
-                    client.containers.get(name).remove(force=True)
+                    client.containers.get(ref).remove(force=True)
                 except podman.errors.NotFound:
                     pass
+                if owned is not None:
+                    try:
+                        client.images.remove(owned, force=True)
+                    except podman.errors.ImageNotFound:
+                        pass
 
             try:
                 await self._call(remove, timeout_s=_CALL_SLACK_S + self._config.stop_grace_s)
             except RpcError as exc:
                 # The instance is gone for hostd either way; what podman still holds shows as a stray.
-                log.error("instance %s: container %s not removed: %s", info.instance_id, name, exc.message)
+                log.error("instance %s: container %s not removed: %s", info.instance_id, ref, exc.message)
         # Forgotten only now: a watcher round meanwhile must not take its container for a stray.
         self._known.pop(info.instance_id, None)
         if info.instance_dir:
@@ -320,7 +396,7 @@ class PodmanProvider(Provider):
                 info.note = f"podman was not reachable when hostd started: {self._reason}"
             return
         try:
-            attrs = await self._inspect(info.container.container_name)
+            attrs = await self._inspect(info.container.container_id or info.container.container_name)
         except RpcError as exc:
             record.lost_contact = True
             info.state, info.adopted, info.note = "failed", False, exc.message
@@ -376,15 +452,22 @@ class PodmanProvider(Provider):
             containers = await self._call(listing)
         except RpcError:
             return
+        # Claimed pool slots keep the labels they were made with: a container is matched by its id
+        # (by its instance label only while its instance has no id recorded yet).
+        by_id = {i.info.container.container_id: iid for iid, i in self._known.items() if i.info.container}
         by_instance: dict[str, dict[str, Any]] = {}
-        strays = []
+        strays, unclaimed_slots = [], []
         for attrs in containers:
-            iid = (attrs.get("Labels") or {}).get(LABEL_INSTANCE)
+            labels = attrs.get("Labels") or {}
+            iid = by_id.get(attrs.get("Id")) or labels.get(LABEL_INSTANCE)
             if isinstance(iid, str) and iid in self._known:
                 by_instance[iid] = attrs
+            elif labels.get(LABEL_POOL):
+                unclaimed_slots.append(str(attrs.get("Id")))
             else:
                 names = attrs.get("Names") or [str(attrs.get("Id", ""))[:12]]
                 strays.append(str(names[0]))
+        await self._remove_unclaimed(unclaimed_slots)
         strays.sort()
         if strays != self._strays:
             if strays:
@@ -401,7 +484,8 @@ class PodmanProvider(Provider):
                 status = attrs.get("State")
                 if status != "running":
                     try:
-                        attrs = await self._inspect(instance.info.container.container_name)
+                        detail = instance.info.container
+                        attrs = await self._inspect(detail.container_id or detail.container_name)
                     except RpcError:
                         continue
                 else:
@@ -410,6 +494,27 @@ class PodmanProvider(Provider):
                 continue
             if self._settle(instance, attrs, adopting=_record(instance).lost_contact):
                 self._commit(instance)
+
+    async def _remove_unclaimed(self, container_ids: list[str]) -> None:
+        """Containers made as pool slots that no instance holds: a fill cut off by a crash before
+        hostd recorded it. Nobody was ever handed them, so they go (a stray is only reported)."""
+        if not container_ids:
+            return
+
+        def remove(client: Any) -> None:
+            import podman.errors
+
+            for cid in container_ids:
+                try:
+                    client.containers.get(cid).remove(force=True)
+                except podman.errors.NotFound:
+                    pass
+
+        log.info("removing %d container(s) made as warm pool slots that nothing holds", len(container_ids))
+        try:
+            await self._call(remove, timeout_s=_CALL_SLACK_S + self._config.stop_grace_s)
+        except RpcError as exc:
+            log.warning("unclaimed pool slot containers not removed yet: %s", exc.message)
 
     # -- processes inside -----------------------------------------------------------------------
 
@@ -423,10 +528,12 @@ class PodmanProvider(Provider):
         command = [self._api.binary, "--url", self._api.url, "exec", "-i"]
         if tty:
             command.append("-t")
+        # The identity comes from hostd's record: a claimed pool slot's container env names the slot.
+        env = {**_identity_env(info), **env}
         command += ["-w", shown, "-e", TREE_ENV]
         for key in env:
             command += ["-e", key]
-        command += ["--", detail.container_name, *argv]
+        command += ["--", detail.container_id or detail.container_name, *argv]
         host_env = {
             "PATH": os.environ.get("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": info.instance_dir,

@@ -17,6 +17,17 @@ Restart of hostd: domains keep running. :meth:`VmProvider.readopt` finds each by
 checks that its metadata mark names this instance and this hostd (else it is not ours); it scans
 every domain by mark when the UUID is gone. What it cannot find is reported ``failed``.
 
+Fork (``instance.fork``, QEMU only, VMs without a disk): a live external memory snapshot of the
+running source (it keeps running; QEMU pauses it only for the last pages), whose image gets the
+fork's own domain name, UUID and mark (:mod:`.saveimage`: libvirt's API refuses to restore under
+another identity), restored as a new domain and made persistent. Warm pools keep VM slots saved
+(:attr:`VmProvider.pool_form`): booted, given until the guest agent answers, then saved.
+
+Strays: every round the watcher also lists libvirt's domains; one marked with this hostd's
+namespace that no instance or checkpoint holds, or named like this hostd's domains but without its
+mark, is reported in ``ProviderInfo.strays`` (logged, never touched). Domains of anyone else are
+none of hostd's business.
+
 Processes inside (:meth:`VmProvider.spawn_spec`): a PTY session is the serial console, relayed by
 ``python -m hostd.vmconsole`` on the PTY hostd owns (so ring, replay and reattach work as for host
 sessions); an exec runs through qemu-guest-agent's ``guest-exec`` by ``python -m hostd.guestexec``.
@@ -29,11 +40,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import time
+import uuid as uuid_mod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from xml.sax.saxutils import quoteattr
 
 import msgspec
 import trio
@@ -44,7 +58,7 @@ from proto import messages as m
 from ..config import HostdConfig
 from ..errors import RpcError
 from ..statefile import mkdir_private
-from . import domainxml, hostdir, libvirtconn, vmimage
+from . import domainxml, hostdir, libvirtconn, saveimage, vmimage
 from .base import EndChildren, Instance, Provider, Saved, SpawnSpec
 from .libvirtconn import LONG_CALL_TIMEOUT_S, LibvirtLink
 
@@ -54,9 +68,13 @@ POLL_S = 2.0
 #: How often stop checks whether the guest has shut down within its grace period.
 _SHUTDOWN_POLL_S = 0.2
 _LIFECYCLE = ["instance.start", "instance.stop", "instance.restart", "instance.destroy"]
-#: libvirt save/restore. No ``instance.fork``: libvirt restores a saved domain only under its own
-#: UUID, so a copy with its own identity cannot be made from one checkpoint.
-_CHECKPOINTS = ["instance.snapshot", "instance.restore"]
+#: libvirt save/restore, and warm pools of saved slots (each its own domain, booted and saved).
+_CHECKPOINTS = ["instance.snapshot", "instance.restore", "warm_pool.manage"]
+#: Only the QEMU driver: the fork restamps a QEMU save image (the test driver writes its own format).
+FORK = "instance.fork"
+MAX_STRAYS = 64
+#: How long a pool slot's guest gets to boot (its agent to answer) before it is saved.
+SLOT_BOOT_WAIT_S = 180.0
 #: The environment variable carrying the guest env of an exec to ``hostd.guestexec``.
 GUEST_ENV = "AIWG_GUEST_ENV"
 
@@ -83,12 +101,25 @@ class VmProvider(Provider):
         self._link = LibvirtLink(config.libvirt_uri)
         self._instances: dict[str, Instance] = {}
         self._emulated = config.libvirt_uri.startswith("test")
+        self._strays: list[str] = []
         nursery.start_soon(self._watch)
+
+    pool_form = "saved"
 
     def capabilities(self) -> list[str]:
         if self._emulated:
             return [*_LIFECYCLE, *_CHECKPOINTS]
-        return [*_LIFECYCLE, *_CHECKPOINTS, "session.pty", "exec"]
+        return [*_LIFECYCLE, *_CHECKPOINTS, FORK, "session.pty", "exec"]
+
+    def instance_capabilities(self, info: m.InstanceInfo) -> list[str]:
+        # A disk's state is not in a memory image: such a VM cannot be forked (saveimage refuses it).
+        disk = info.vm is not None and (info.vm.image_ref or "").startswith("qcow2://")
+        return [c for c in self.capabilities() if not (disk and c == FORK)]
+
+    def describe(self, *, default: bool) -> m.ProviderInfo:
+        info = super().describe(default=default)
+        info.strays = list(self._strays)
+        return info
 
     def availability(self) -> str | None:
         return self._link.reason
@@ -122,6 +153,7 @@ class VmProvider(Provider):
                 vcpus=spec.vcpus,
                 instance_id=info.instance_id,
                 namespace=self._config.namespace,
+                pool=info.pool,
                 kernel=image.kernel,
                 initrd=image.initrd,
                 cmdline=image.cmdline,
@@ -266,6 +298,98 @@ class VmProvider(Provider):
         self._instances[info.instance_id] = instance
         info.state, info.started_at, info.stopped_at = "running", time.time(), None
 
+    async def drop_checkpoint(self, saved: Saved) -> None:
+        """Undefine the saved domain (shut off since its save), unless something runs it again."""
+        try:
+            vm = msgspec.convert(saved.get("vm"), m.VmDetail)
+        except (msgspec.ValidationError, TypeError):
+            return
+
+        def undefine(conn: Any) -> None:
+            dom = libvirtconn.lookup(conn, vm.uuid or "") if vm.uuid else None
+            if dom is not None and not libvirtconn.is_active(dom):
+                dom.undefine()
+
+        await self._link.call(undefine)
+
+    # -- fork and warm pools --------------------------------------------------------------------
+
+    async def fork(self, source: Instance, instance: Instance) -> None:
+        """A copy of the running ``source`` as ``instance`` (module docstring): live memory snapshot,
+        restamped with the fork's identity, restored as a new persistent domain."""
+        src = _detail(source)
+        if FORK not in self.instance_capabilities(source.info) or src.uuid is None:
+            raise RpcError(
+                ErrorCode.UNSUPPORTED,
+                f"instance {source.id!r} cannot be forked: libvirt at {src.uri} "
+                + ("has no QEMU save images" if self._emulated else "cannot copy a VM with a disk"),
+                capability=FORK,
+            )
+        info = instance.info
+        info.vm = msgspec.structs.replace(src, domain=self._domain_name(info.instance_id), uuid=str(uuid_mod.uuid4()))
+        info.working_dir, info.instance_dir = "/", str(self._config.instances_dir / info.instance_id)
+        path = self._config.forks_dir / f"{info.instance_id}.mem"
+        await trio.to_thread.run_sync(_make_dir, self._config.forks_dir)
+        await trio.to_thread.run_sync(_make_dir, Path(info.instance_dir))
+        snapshot = (
+            "<domainsnapshot><name>aiwg-fork</name>"
+            f"<memory snapshot='external' file={quoteattr(str(path))}/><disks/></domainsnapshot>"
+        )
+
+        def snap(conn: Any) -> None:
+            libvirt = libvirtconn._libvirt()
+            flags = libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_LIVE | libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA
+            self._domain(conn, src).snapshotCreateXML(snapshot, flags)
+
+        vm = info.vm
+
+        def restore(conn: Any) -> None:
+            libvirt = libvirtconn._libvirt()
+            conn.restore(str(path))
+            dom = self._domain(conn, vm)
+            # Restored transient; defined so it stops, starts and outlives a shutdown as any VM does.
+            conn.defineXML(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE))
+
+        try:
+            await self._link.call(snap, timeout_s=LONG_CALL_TIMEOUT_S)
+            try:
+                await trio.to_thread.run_sync(
+                    lambda: saveimage.restamp(
+                        path,
+                        name=vm.domain,
+                        uuid=vm.uuid or "",
+                        instance_id=info.instance_id,
+                        namespace=self._config.namespace,
+                    )
+                )
+            except saveimage.SaveImageError as exc:
+                raise RpcError(ErrorCode.UNSUPPORTED, f"instance {source.id!r} cannot be forked: {exc}") from None
+            self._instances[info.instance_id] = instance
+            await self._link.call(restore, timeout_s=LONG_CALL_TIMEOUT_S)
+        finally:
+            await trio.to_thread.run_sync(lambda: path.unlink(missing_ok=True))
+        info.state, info.started_at, info.stopped_at = "running", time.time(), None
+
+    async def wait_usable(self, instance: Instance) -> None:
+        """Until the guest agent answers (the guest has booted); at once where there is no agent."""
+        vm = _detail(instance)
+        if self._emulated:
+            return
+
+        def ping(conn: Any) -> bool:
+            import libvirt_qemu
+
+            libvirt = libvirtconn._libvirt()
+            try:
+                libvirt_qemu.qemuAgentCommand(self._domain(conn, vm), '{"execute": "guest-ping"}', 5, 0)
+            except libvirt.libvirtError:
+                return False
+            return True
+
+        with trio.fail_after(SLOT_BOOT_WAIT_S):
+            while not await self._link.call(ping):
+                await trio.sleep(0.5)
+
     # -- processes inside -----------------------------------------------------------------------
 
     def spawn_spec(
@@ -331,7 +455,8 @@ class VmProvider(Provider):
         dom = libvirtconn.lookup(conn, uuid) if uuid else None
         candidates = [dom] if dom is not None else list(conn.listAllDomains())
         for cand in candidates:
-            if self._mark(cand) == domainxml.DomainMark(instance_id, self._config.namespace):
+            mark = self._mark(cand)
+            if mark is not None and (mark.instance_id, mark.namespace) == (instance_id, self._config.namespace):
                 return cand.UUIDString(), libvirtconn.is_active(cand)
         return None
 
@@ -346,6 +471,10 @@ class VmProvider(Provider):
 
     # -- the watcher ----------------------------------------------------------------------------
 
+    async def startup(self) -> None:
+        # A fork cut off by a hostd crash leaves its snapshot file; nothing else reads it.
+        await trio.to_thread.run_sync(shutil.rmtree, self._config.forks_dir, True)
+
     async def _watch(self) -> None:
         """Keep the connection up and notice domains that stopped by themselves (module docstring)."""
         while True:
@@ -353,7 +482,44 @@ class VmProvider(Provider):
                 running = [i for i in self._instances.values() if i.info.state == "running" and i.info.vm]
                 for instance in running:
                     await self._check(instance)
+                await self._find_strays()
             await trio.sleep(POLL_S)
+
+    async def _find_strays(self) -> None:
+        """Report strays; remove those marked as a pool slot (made ahead, never handed to anyone:
+        a fill cut off by a crash before hostd recorded it)."""
+        known = {i.info.vm.uuid for i in self._instances.values() if i.info.vm and i.info.vm.uuid}
+        known |= self.held_elsewhere()
+        # By mark too: a domain just defined is known by its instance before its UUID is recorded.
+        ids = set(self._instances)
+        prefix = f"aiwg-{self._config.namespace}-"
+
+        def listing(conn: Any) -> list[str]:
+            out = []
+            for dom in conn.listAllDomains():
+                mark = self._mark(dom)
+                ours = mark is not None and mark.namespace == self._config.namespace
+                if not (ours or dom.name().startswith(prefix)) or dom.UUIDString() in known:
+                    continue
+                if mark is not None and ours and mark.instance_id in ids:
+                    continue
+                if mark is not None and ours and mark.pool is not None:
+                    log.info("removing domain %s: a warm pool slot nothing holds", dom.name())
+                    if libvirtconn.is_active(dom):
+                        dom.destroy()
+                    dom.undefine()
+                    continue
+                out.append(str(dom.name()) if ours else f"{dom.name()} (no hostd mark)")
+            return sorted(out)
+
+        try:
+            strays = await self._link.call(listing)
+        except RpcError:
+            return
+        if strays != self._strays:
+            if strays:
+                log.warning("libvirt domains of this hostd that no instance claims: %s", ", ".join(strays))
+            self._strays = strays[:MAX_STRAYS]
 
     async def _check(self, instance: Instance) -> None:
         vm = _detail(instance)
