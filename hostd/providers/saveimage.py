@@ -124,12 +124,3 @@ def restamp(path: Path, *, name: str, uuid: str, instance_id: str, namespace: st
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def is_qemu_image(path: Path) -> bool:
-    """Whether ``path`` starts like a QEMU save image (libvirt's test driver writes another format)."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(len(MAGIC)) == MAGIC
-    except OSError:
-        return False
