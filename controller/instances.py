@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 LIFECYCLE_VERBS = ("start", "stop", "restart", "destroy")
 TRANSIENT = {"start": "starting", "stop": "stopping", "restart": "stopping", "destroy": "destroying"}
 LIVE_STATES = ("provisioning", "starting", "running", "stopping")
+
+
 class InstanceService(Provisioning):
     """See the module docstring. Returns catalog records; the surfaces make their own views.
     Built on :class:`~controller.instancebase.InstanceBase` and
