@@ -38,7 +38,7 @@ from .instancebase import HOSTD_RUNTIMES, LIFECYCLE_TIMEOUT_S, InstanceBase, ins
 from .launch import LaunchPlan, plan_launch
 from .loadouts import LaunchStrategy, RuntimeOptions
 from .models import RUNTIME_ALIASES, ProvisionRequest
-from .store import InstanceRecord, OperationRecord
+from .store import InstanceRecord, NameTaken, OperationRecord
 
 #: An OCI image reference (the same rule hostd's protocol checks): name[:tag][@sha256:<64 hex>].
 IMAGE_REF = re.compile(
@@ -181,8 +181,6 @@ class Provisioning(InstanceBase):
                         "instance.already_exists",
                         f"the name {req.name!r} is held by operation {op.id} ({op.kind}); retry once it has ended",
                     )
-            if await self.store.instances.get_by_name(req.name) is not None:
-                raise Conflict("instance.already_exists", f"an instance named {req.name!r} already exists")
             self._require_hostd()
             loadout, source = req.loadout, None
             if plan.mode != "cold":
@@ -202,9 +200,11 @@ class Provisioning(InstanceBase):
                 created_at=now,
                 updated_at=now,
             )
-            await self.store.instances.insert(rec)
-            token = await self.credentials.issue_token(rec.id)
-            await self.credentials.signing_key(rec.id)  # its identity is whole before it runs anything
+            try:
+                await self.store.instances.insert(rec)  # the name's uniqueness is the table's
+            except NameTaken:
+                raise Conflict("instance.already_exists", f"an instance named {req.name!r} already exists") from None
+            token = await self.credentials.issue_identity(rec.id)  # token and key: whole before it runs
 
             async def work(op: OperationRecord) -> dict[str, Any]:
                 return await self._provision_work(rec, req, service, image, plan, source)

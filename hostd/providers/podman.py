@@ -261,7 +261,8 @@ class PodmanProvider(Provider):
         ref = detail.container_id or detail.container_name
 
         def rename(client: Any) -> None:
-            client.containers.get(ref).rename(new_name)
+            # One API call (podman-py's Container.rename would inspect the container first).
+            client.api.post(f"/containers/{ref}/rename", params={"name": new_name}).raise_for_status()
 
         await self._call(rename)
         detail.container_name = new_name
