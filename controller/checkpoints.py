@@ -20,6 +20,7 @@ from proto import new_id
 
 from .errors import InvalidState, NotFound, Unavailable, Unimplemented, ValidationFailed
 from .hostlink import HostdLink
+from .instancebase import provider_facts
 from .models import LibvirtCheckpointRequest, LibvirtRestoreRequest
 from .operations import OperationService
 from .store import InstanceRecord, OperationRecord, Store
@@ -121,6 +122,7 @@ class CheckpointService:
                 await self.store.instances.delete(iid)
                 raise
             rec.state, rec.working_dir, rec.updated_at = info.state, info.working_dir, time.time()
+            rec.capabilities, rec.image_ref = provider_facts(info)
             await self.store.instances.update(rec)
             return {"instance_id": iid, "name": name, "state": info.state, "checkpoint_id": checkpoint_id}
 

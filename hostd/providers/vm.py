@@ -268,9 +268,11 @@ class VmProvider(Provider):
             self._domain(conn, vm).save(str(path))
 
         await self._link.call(save, timeout_s=LONG_CALL_TIMEOUT_S)
-        self._instances.pop(info.instance_id, None)
         if info.instance_dir:
             await trio.to_thread.run_sync(hostdir.remove, Path(info.instance_dir))
+        # Forgotten only now, with no await before the registry records the checkpoint: until then
+        # the domain is this instance's, not a stray (a pool slot's would be removed as one).
+        self._instances.pop(info.instance_id, None)
         return {"vm": msgspec.to_builtins(vm)}
 
     async def restore(self, instance: Instance, saved: Saved, path: Path) -> None:

@@ -247,10 +247,10 @@ async def test_restart_with_a_pool_half_filled_loses_and_leaks_nothing(
         claimed = await first.pools.claim(m.PoolClaimRequest(pool="vms", instance_id="kept", name="kept"))
         gate = trio.Event()
         monkeypatch.setattr(InstanceRegistry, "wait_usable", held)
-        with trio.fail_after(WAIT_S):
-            while not first.registry.slots("vms"):  # the refill's VM is defined and running
+        with trio.fail_after(WAIT_S):  # the refill's VM is defined and running, waiting to "boot"
+            while not (booting := [s for s in first.registry.slots("vms") if s.state == "running"]):
                 await trio.sleep(0.02)
-        half = first.registry.slots("vms")[0]
+        half = booting[0]
         counters = first.pool("vms")
         await first.stop()
     assert half.vm is not None and conn.lookupByUUIDString(half.vm.uuid).isActive()  # left by the "crash"
