@@ -269,9 +269,11 @@ class WarmPools:
                 )
                 info = await self._registry.restore(restore, from_pool=True)
         except RpcError as exc:
-            # A slot that failed to become an instance is not handed out again.
+            # A slot that failed to become an instance is not handed out again, unless what failed
+            # was getting to its provider (it is whole; the next claim may take it).
             log.warning("warm pool %s: slot %s could not be claimed: %s", req.pool, slot, exc.message)
-            self._doom([slot])
+            if exc.code not in (ErrorCode.PROVIDER_UNAVAILABLE, ErrorCode.SHUTTING_DOWN):
+                self._doom([slot])
             raise
         finally:
             pool.claiming.discard(slot)
