@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import os
 import time
 
 import msgspec
@@ -45,10 +44,11 @@ import trio
 from proto import ErrorCode, new_id
 from proto import messages as m
 
+from . import poolfile
 from .config import HostdConfig
 from .errors import RpcError
 from .instances import InstanceRegistry
-from .statefile import mkdir_private, write_private
+from .poolfile import PoolRecord
 
 log = logging.getLogger(__name__)
 
@@ -57,27 +57,6 @@ FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
 #: How often the filler looks even when nothing woke it (a provider that came back).
 IDLE_LOOK_S = 5.0
-
-
-class PoolRecord(msgspec.Struct, kw_only=True):
-    """One pool as persisted: its definition and counters."""
-
-    pool: str
-    runtime: str
-    provider: str
-    source: str
-    size: int
-    template: m.PoolTemplate | None = None
-    hits: int = 0
-    misses: int = 0
-    refills: int = 0
-    failures: int = 0
-    last_error: str | None = None
-
-
-class _PoolFile(msgspec.Struct, kw_only=True):
-    version: int = 1
-    pools: list[PoolRecord] = []
 
 
 class _Pool:
@@ -286,28 +265,18 @@ class WarmPools:
 
     async def load(self) -> None:
         """Read the definitions and sort out what the last hostd left (module docstring)."""
-        try:
-            raw = self._config.pools_file.read_bytes()
-        except FileNotFoundError:
-            raw = None
-        if raw is not None:
-            try:
-                saved = msgspec.json.decode(raw, type=_PoolFile)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                log.error("warm pool file %s is unreadable (%s); starting without pools", self._config.pools_file, exc)
-                saved = _PoolFile()
-            for record in saved.pools:
-                form = "saved" if record.source == "checkpoints" else None
-                if form is None:
-                    try:
-                        form = self._registry.provider_for(record.runtime, record.provider, available=False).pool_form
-                    except RpcError:
-                        form = None
-                if form is None:
-                    log.error("warm pool %s: provider %s/%s is not offered; pool dropped", record.pool,
-                              record.runtime, record.provider)  # fmt: skip
-                    continue
-                self._pools[record.pool] = _Pool(record, form)
+        for record in poolfile.read(self._config.pools_file):
+            form = "saved" if record.source == "checkpoints" else None
+            if form is None:
+                try:
+                    form = self._registry.provider_for(record.runtime, record.provider, available=False).pool_form
+                except RpcError:
+                    form = None
+            if form is None:
+                log.error("warm pool %s: provider %s/%s is not offered; pool dropped", record.pool,
+                          record.runtime, record.provider)  # fmt: skip
+                continue
+            self._pools[record.pool] = _Pool(record, form)
         for slot in self._registry.slots():
             pool = self._pools.get(slot.pool or "")
             if pool is None or pool.form != "running" or slot.state != "running":
@@ -427,22 +396,7 @@ class WarmPools:
         self._save(durable=False)
 
     def _save(self, *, durable: bool = True) -> None:
-        data = msgspec.json.encode(_PoolFile(pools=[p.record for p in self._pools.values()]))
-        path = self._config.pools_file
-        try:
-            mkdir_private(path.parent)
-            if durable:
-                write_private(path, data)
-            else:  # atomic against a killed hostd, without waiting for the disk (module docstring)
-                tmp = path.with_name(f".{path.name}.quick")
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-                try:
-                    os.write(fd, data)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, path)
-        except OSError as exc:
-            log.error("cannot write warm pool file %s: %s", path, exc)
+        poolfile.write(self._config.pools_file, [p.record for p in self._pools.values()], durable=durable)
 
     def flush(self) -> None:
         """Write everything, synced (hostd is stopping)."""

@@ -15,15 +15,10 @@ watcher (:meth:`PodmanProvider._poll`) notices containers that ended by themselv
 going away and coming back (restarting the service hostd started), and re-adopts instances whose
 container it could not see when hostd started.
 
-Warm pools keep container slots running (:attr:`PodmanProvider.pool_form`); a claim renames the
-container ``aiwg-<new id>`` (podman cannot change a container's labels, so a claimed slot keeps the
-labels it was made with: hostd finds its containers by id, and its record holds the instance's
-labels). Every process hostd starts inside gets the instance's identity (``AIWG_INSTANCE_ID``,
-``AGENT_INSTANCE_ID``, ``AGENT_ID``) from hostd's record, not from the container's environment,
-which still names the slot. Fork (``instance.fork``) commits the running source's filesystem
-(``podman commit``, which pauses it for the copy) into an image of the fork's own and starts a new
-container from it: files are copied, processes and memory are not (that would take CRIU, which
-does not work on every kernel); the image goes with the fork.
+Warm pools keep container slots running (:attr:`PodmanProvider.pool_form`); claims and forks:
+:mod:`.podmancopies`. Every process hostd starts inside gets the instance's identity
+(``AIWG_INSTANCE_ID``, ``AGENT_INSTANCE_ID``, ``AGENT_ID``) from hostd's record, not from the
+container's environment, which for a claimed slot still names the slot.
 
 Processes inside (sessions, execs): hostd owns the PTY (or the pipes) and runs ``podman --url <socket>
 exec -i [-t]`` on it, so ring, replay, lag, exit codes and reattach are the host machinery's. The
@@ -55,6 +50,7 @@ from ..podmanapi import PodmanApi, PodmanBadAnswer, PodmanUnreachable, reason
 from ..proctree import TREE_ENV
 from ..statefile import mkdir_private
 from .base import EndChildren, Instance, Provider, Saved, SpawnSpec
+from .podmancopies import CALL_SLACK_S, PodmanCopies, container_detail
 from .podmanstate import (
     IDLE_MAIN,
     LABEL_INSTANCE,
@@ -72,8 +68,6 @@ log = logging.getLogger(__name__)
 
 #: How often the watcher looks at podman and at this hostd's containers.
 POLL_S = 2.0
-#: Extra time a podman call gets beyond the grace of a stop.
-_CALL_SLACK_S = 10.0
 #: Creating (a copy of the image's rootfs on vfs storage) and starting a container may take long.
 _MAKE_TIMEOUT_S = 120.0
 MAX_STRAYS = 64
@@ -87,10 +81,6 @@ CAPABILITIES = [
     "session.pty",
     "exec",
 ]
-#: A fork's image: committed from its source, removed with the fork.
-FORK_REPOSITORY = "localhost/aiwg-fork"
-#: Committing a container's filesystem (vfs storage copies every file) may take long.
-_COMMIT_TIMEOUT_S = 300.0
 
 
 class _Container:
@@ -99,12 +89,6 @@ class _Container:
     def __init__(self, *, lost_contact: bool = False) -> None:
         #: podman could not be asked when hostd re-adopted it: the watcher settles it later.
         self.lost_contact = lost_contact
-
-
-def _detail(instance: Instance) -> m.ContainerDetail:
-    detail = instance.info.container
-    assert detail is not None, "a container instance always has its detail"
-    return detail
 
 
 def _identity_env(info: m.InstanceInfo) -> dict[str, str]:
@@ -121,7 +105,7 @@ def _record(instance: Instance) -> _Container:
     return instance.state
 
 
-class PodmanProvider(Provider):
+class PodmanProvider(PodmanCopies, Provider):
     """Containers on the podman API socket of ``config.podman_socket``. The watcher runs in
     ``nursery`` (owned by hostd's registry, outliving connections)."""
 
@@ -249,59 +233,11 @@ class PodmanProvider(Provider):
             return container.id, image_ref(image.attrs, image_name)
 
         container_id, resolved = await self._call(create, timeout_s=_MAKE_TIMEOUT_S)
-        detail = _detail(instance)
+        detail = container_detail(instance)
         detail.container_id, detail.image_ref, detail.status = container_id, resolved, "created"
 
-    # -- fork and warm pools --------------------------------------------------------------------
-
-    async def take_identity(self, instance: Instance, slot_id: str) -> None:
-        """Rename the slot's container after its new instance (a few ms: the claim stays fast)."""
-        detail = _detail(instance)
-        new_name = f"aiwg-{instance.info.instance_id}"
-        ref = detail.container_id or detail.container_name
-
-        def rename(client: Any) -> None:
-            # One API call (podman-py's Container.rename would inspect the container first).
-            client.api.post(f"/containers/{ref}/rename", params={"name": new_name}).raise_for_status()
-
-        await self._call(rename)
-        detail.container_name = new_name
-        self._known.pop(slot_id, None)
-        self._known[instance.info.instance_id] = instance
-
-    async def fork(self, source: Instance, instance: Instance) -> None:
-        """Commit the source's filesystem into the fork's own image, then provision and start a
-        container of it (module docstring: files are copied, processes are not)."""
-        src = _detail(source)
-        info = instance.info
-        tag = info.instance_id.lower()
-        ref = src.container_id or src.container_name
-
-        def commit(client: Any) -> str:
-            image = client.containers.get(ref).commit(repository=FORK_REPOSITORY, tag=tag, pause=True)
-            return str(image.id)
-
-        image_id = await self._call(commit, timeout_s=_COMMIT_TIMEOUT_S)
-        try:
-            req = m.InstanceProvisionRequest(
-                instance_id=info.instance_id,
-                name=info.name,
-                runtime=self.runtime,
-                provider=self.name,
-                working_dir=source.info.working_dir,
-                command=list(source.info.command) if source.info.command else None,
-                image=f"{FORK_REPOSITORY}:{tag}",
-                limits=src.limits,
-            )
-            instance.env = dict(source.env)
-            await self.provision(instance, req)
-        finally:
-            if instance.info.container is not None:
-                instance.info.container.owned_image = image_id
-        await self.start(instance)
-
     async def start(self, instance: Instance) -> None:
-        info, detail = instance.info, _detail(instance)
+        info, detail = instance.info, container_detail(instance)
         info.state = "starting"
         name = detail.container_name
 
@@ -328,7 +264,7 @@ class PodmanProvider(Provider):
             raise RpcError(ErrorCode.SPAWN_FAILED, info.note)
 
     async def stop(self, instance: Instance, grace_s: float, end_children: EndChildren) -> None:
-        detail = _detail(instance)
+        detail = container_detail(instance)
         await end_children()
         name = detail.container_name
         timeout = max(0, math.ceil(grace_s))
@@ -346,7 +282,7 @@ class PodmanProvider(Provider):
             return dict(container.attrs)
 
         try:
-            attrs = await self._call(stop, timeout_s=timeout + _CALL_SLACK_S)
+            attrs = await self._call(stop, timeout_s=timeout + CALL_SLACK_S)
         finally:
             detail.pid = None
         state = attrs.get("State") or {}
@@ -373,7 +309,7 @@ class PodmanProvider(Provider):
                         pass
 
             try:
-                await self._call(remove, timeout_s=_CALL_SLACK_S + self._config.stop_grace_s)
+                await self._call(remove, timeout_s=CALL_SLACK_S + self._config.stop_grace_s)
             except RpcError as exc:
                 # The instance is gone for hostd either way; what podman still holds shows as a stray.
                 log.error("instance %s: container %s not removed: %s", info.instance_id, ref, exc.message)
@@ -418,7 +354,7 @@ class PodmanProvider(Provider):
 
     def _settle(self, instance: Instance, attrs: Mapping[str, Any] | None, *, adopting: bool) -> bool:
         _record(instance).lost_contact = False
-        return settle(instance.info, _detail(instance), attrs, adopting=adopting)
+        return settle(instance.info, container_detail(instance), attrs, adopting=adopting)
 
     # -- the watcher ----------------------------------------------------------------------------
 
@@ -496,33 +432,12 @@ class PodmanProvider(Provider):
             if self._settle(instance, attrs, adopting=_record(instance).lost_contact):
                 self._commit(instance)
 
-    async def _remove_unclaimed(self, container_ids: list[str]) -> None:
-        """Containers made as pool slots that no instance holds: a fill cut off by a crash before
-        hostd recorded it. Nobody was ever handed them, so they go (a stray is only reported)."""
-        if not container_ids:
-            return
-
-        def remove(client: Any) -> None:
-            import podman.errors
-
-            for cid in container_ids:
-                try:
-                    client.containers.get(cid).remove(force=True)
-                except podman.errors.NotFound:
-                    pass
-
-        log.info("removing %d container(s) made as warm pool slots that nothing holds", len(container_ids))
-        try:
-            await self._call(remove, timeout_s=_CALL_SLACK_S + self._config.stop_grace_s)
-        except RpcError as exc:
-            log.warning("unclaimed pool slot containers not removed yet: %s", exc.message)
-
     # -- processes inside -----------------------------------------------------------------------
 
     def spawn_spec(
         self, instance: Instance, argv: Sequence[str], cwd: str | None, env: Mapping[str, str], *, tty: bool
     ) -> SpawnSpec:
-        info, detail = instance.info, _detail(instance)
+        info, detail = instance.info, container_detail(instance)
         if self._api.binary is None:
             raise RpcError(ErrorCode.PROVIDER_UNAVAILABLE, "podman is not installed (no podman on PATH)")
         shown = posixpath.normpath(posixpath.join(info.working_dir, cwd or ""))

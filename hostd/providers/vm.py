@@ -17,10 +17,7 @@ Restart of hostd: domains keep running. :meth:`VmProvider.readopt` finds each by
 checks that its metadata mark names this instance and this hostd (else it is not ours); it scans
 every domain by mark when the UUID is gone. What it cannot find is reported ``failed``.
 
-Fork (``instance.fork``, QEMU only, VMs without a disk): a live external memory snapshot of the
-running source (it keeps running; QEMU pauses it only for the last pages), whose image gets the
-fork's own domain name, UUID and mark (:mod:`.saveimage`: libvirt's API refuses to restore under
-another identity), restored as a new domain and made persistent. Warm pools keep VM slots saved
+Forks and warm pool slots: :mod:`.vmcopies`. Warm pools keep VM slots saved
 (:attr:`VmProvider.pool_form`): booted, given until the guest agent answers, then saved.
 
 Strays: every round the watcher also lists libvirt's domains; one marked with this hostd's
@@ -43,11 +40,9 @@ import os
 import shutil
 import sys
 import time
-import uuid as uuid_mod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import quoteattr
 
 import msgspec
 import trio
@@ -57,10 +52,10 @@ from proto import messages as m
 
 from ..config import HostdConfig
 from ..errors import RpcError
-from ..statefile import mkdir_private
-from . import domainxml, hostdir, libvirtconn, saveimage, vmimage
+from . import domainxml, hostdir, libvirtconn, vmimage
 from .base import EndChildren, Instance, Provider, Saved, SpawnSpec
 from .libvirtconn import LONG_CALL_TIMEOUT_S, LibvirtLink
+from .vmcopies import FORK, VmCopies, make_dir, vm_detail
 
 log = logging.getLogger(__name__)
 
@@ -70,26 +65,12 @@ _SHUTDOWN_POLL_S = 0.2
 _LIFECYCLE = ["instance.start", "instance.stop", "instance.restart", "instance.destroy"]
 #: libvirt save/restore, and warm pools of saved slots (each its own domain, booted and saved).
 _CHECKPOINTS = ["instance.snapshot", "instance.restore", "warm_pool.manage"]
-#: Only the QEMU driver: the fork restamps a QEMU save image (the test driver writes its own format).
-FORK = "instance.fork"
 MAX_STRAYS = 64
-#: How long a pool slot's guest gets to boot (its agent to answer) before it is saved.
-SLOT_BOOT_WAIT_S = 180.0
 #: The environment variable carrying the guest env of an exec to ``hostd.guestexec``.
 GUEST_ENV = "AIWG_GUEST_ENV"
 
 
-def _make_dir(inst_dir: Path) -> None:
-    mkdir_private(inst_dir.parent)
-    mkdir_private(inst_dir)
-
-
-def _detail(instance: Instance) -> m.VmDetail:
-    assert instance.info.vm is not None
-    return instance.info.vm
-
-
-class VmProvider(Provider):
+class VmProvider(VmCopies, Provider):
     """libvirt domains, through one :class:`LibvirtLink` to ``config.libvirt_uri``."""
 
     runtime = "vm"
@@ -144,7 +125,7 @@ class VmProvider(Provider):
         self._instances[info.instance_id] = instance
         image = await vmimage.resolve(req.image, self._config.guest_image_dir)
         info.vm.image_ref = image.image_ref
-        await trio.to_thread.run_sync(_make_dir, Path(info.instance_dir))
+        await trio.to_thread.run_sync(make_dir, Path(info.instance_dir))
         xml = domainxml.render(
             domainxml.DomainSpec(
                 name=info.vm.domain,
@@ -163,7 +144,7 @@ class VmProvider(Provider):
         info.vm.uuid = await self._link.call(lambda conn: conn.defineXML(xml).UUIDString())
 
     async def start(self, instance: Instance) -> None:
-        info, vm = instance.info, _detail(instance)
+        info, vm = instance.info, vm_detail(instance)
 
         def boot(conn: Any) -> None:
             dom = self._domain(conn, vm)
@@ -180,7 +161,7 @@ class VmProvider(Provider):
         info.exit_code = info.adopted = info.note = None
 
     async def stop(self, instance: Instance, grace_s: float, end_children: EndChildren) -> None:
-        vm = _detail(instance)
+        vm = vm_detail(instance)
         await end_children()
         if vm.uuid is None:
             return
@@ -262,7 +243,7 @@ class VmProvider(Provider):
     async def checkpoint(self, instance: Instance, path: Path) -> Saved:
         """``virDomainSave``: the domain's memory and device state go to ``path`` and it shuts off
         (still defined, its definition kept for the restore)."""
-        info, vm = instance.info, _detail(instance)
+        info, vm = instance.info, vm_detail(instance)
 
         def save(conn: Any) -> None:
             self._domain(conn, vm).save(str(path))
@@ -295,109 +276,17 @@ class VmProvider(Provider):
                 libvirt.VIR_DOMAIN_METADATA_ELEMENT, mark, domainxml.METADATA_PREFIX, domainxml.METADATA_NS, flags
             )
 
-        await trio.to_thread.run_sync(_make_dir, Path(info.instance_dir))
+        await trio.to_thread.run_sync(make_dir, Path(info.instance_dir))
         await self._link.call(restore, timeout_s=LONG_CALL_TIMEOUT_S)
         self._instances[info.instance_id] = instance
         info.state, info.started_at, info.stopped_at = "running", time.time(), None
-
-    async def drop_checkpoint(self, saved: Saved) -> None:
-        """Undefine the saved domain (shut off since its save), unless something runs it again."""
-        try:
-            vm = msgspec.convert(saved.get("vm"), m.VmDetail)
-        except (msgspec.ValidationError, TypeError):
-            return
-
-        def undefine(conn: Any) -> None:
-            dom = libvirtconn.lookup(conn, vm.uuid or "") if vm.uuid else None
-            if dom is not None and not libvirtconn.is_active(dom):
-                dom.undefine()
-
-        await self._link.call(undefine)
-
-    # -- fork and warm pools --------------------------------------------------------------------
-
-    async def fork(self, source: Instance, instance: Instance) -> None:
-        """A copy of the running ``source`` as ``instance`` (module docstring): live memory snapshot,
-        restamped with the fork's identity, restored as a new persistent domain."""
-        src = _detail(source)
-        if FORK not in self.instance_capabilities(source.info) or src.uuid is None:
-            raise RpcError(
-                ErrorCode.UNSUPPORTED,
-                f"instance {source.id!r} cannot be forked: libvirt at {src.uri} "
-                + ("has no QEMU save images" if self._emulated else "cannot copy a VM with a disk"),
-                capability=FORK,
-            )
-        info = instance.info
-        info.vm = msgspec.structs.replace(src, domain=self._domain_name(info.instance_id), uuid=str(uuid_mod.uuid4()))
-        info.working_dir, info.instance_dir = "/", str(self._config.instances_dir / info.instance_id)
-        path = self._config.forks_dir / f"{info.instance_id}.mem"
-        await trio.to_thread.run_sync(_make_dir, self._config.forks_dir)
-        await trio.to_thread.run_sync(_make_dir, Path(info.instance_dir))
-        snapshot = (
-            "<domainsnapshot><name>aiwg-fork</name>"
-            f"<memory snapshot='external' file={quoteattr(str(path))}/><disks/></domainsnapshot>"
-        )
-
-        def snap(conn: Any) -> None:
-            libvirt = libvirtconn._libvirt()
-            flags = libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_LIVE | libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA
-            self._domain(conn, src).snapshotCreateXML(snapshot, flags)
-
-        vm = info.vm
-
-        def restore(conn: Any) -> None:
-            libvirt = libvirtconn._libvirt()
-            conn.restore(str(path))
-            dom = self._domain(conn, vm)
-            # Restored transient; defined so it stops, starts and outlives a shutdown as any VM does.
-            conn.defineXML(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE))
-
-        try:
-            await self._link.call(snap, timeout_s=LONG_CALL_TIMEOUT_S)
-            try:
-                await trio.to_thread.run_sync(
-                    lambda: saveimage.restamp(
-                        path,
-                        name=vm.domain,
-                        uuid=vm.uuid or "",
-                        instance_id=info.instance_id,
-                        namespace=self._config.namespace,
-                    )
-                )
-            except saveimage.SaveImageError as exc:
-                raise RpcError(ErrorCode.UNSUPPORTED, f"instance {source.id!r} cannot be forked: {exc}") from None
-            self._instances[info.instance_id] = instance
-            await self._link.call(restore, timeout_s=LONG_CALL_TIMEOUT_S)
-        finally:
-            await trio.to_thread.run_sync(lambda: path.unlink(missing_ok=True))
-        info.state, info.started_at, info.stopped_at = "running", time.time(), None
-
-    async def wait_usable(self, instance: Instance) -> None:
-        """Until the guest agent answers (the guest has booted); at once where there is no agent."""
-        vm = _detail(instance)
-        if self._emulated:
-            return
-
-        def ping(conn: Any) -> bool:
-            import libvirt_qemu
-
-            libvirt = libvirtconn._libvirt()
-            try:
-                libvirt_qemu.qemuAgentCommand(self._domain(conn, vm), '{"execute": "guest-ping"}', 5, 0)
-            except libvirt.libvirtError:
-                return False
-            return True
-
-        with trio.fail_after(SLOT_BOOT_WAIT_S):
-            while not await self._link.call(ping):
-                await trio.sleep(0.5)
 
     # -- processes inside -----------------------------------------------------------------------
 
     def spawn_spec(
         self, instance: Instance, argv: Sequence[str], cwd: str | None, env: Mapping[str, str], *, tty: bool
     ) -> SpawnSpec:
-        vm = _detail(instance)
+        vm = vm_detail(instance)
         needed = "session.pty" if tty else "exec"
         if needed not in self.capabilities() or vm.uuid is None:
             raise RpcError(
@@ -524,7 +413,7 @@ class VmProvider(Provider):
             self._strays = strays[:MAX_STRAYS]
 
     async def _check(self, instance: Instance) -> None:
-        vm = _detail(instance)
+        vm = vm_detail(instance)
         if instance.lock.locked():
             return  # a lifecycle call is working on it and records the outcome itself
 
