@@ -339,22 +339,28 @@ class WarmPools:
             start=True,
         )
         failure: str | None = None
-        with scope:
+        with scope:  # cancelled by a drain, a delete, hostd stopping: only while waiting
             try:
                 async with self._limiter:
-                    await self._registry.provision(req, pool=rec.pool)
+                    # Never cut short: a provider call cancelled half way may go on in its worker
+                    # thread and make what no record holds (the slot is removed after, if unwanted).
+                    with trio.CancelScope(shield=True):
+                        await self._registry.provision(req, pool=rec.pool)
                     if pool.form == "saved":
                         await self._registry.wait_usable(slot)
-                        await self._registry.checkpoint(slot, slot, pool=rec.pool)
+                        with trio.CancelScope(shield=True):
+                            await self._registry.checkpoint(slot, slot, pool=rec.pool)
             except RpcError as exc:
                 failure = exc.message
             except trio.TooSlowError:
                 failure = "the guest did not answer its agent in time"
             except BaseException:
-                with trio.CancelScope(shield=True):
-                    await self._remove(slot)
+                if not scope.cancel_called:  # hostd is stopping (a start removes what is left)
+                    with trio.CancelScope(shield=True):
+                        await self._remove(slot)
                 raise
-        if scope.cancelled_caught:
+        if scope.cancel_called:
+            # Drained or deleted while being made (maybe past its last cancellable wait): unwanted.
             with trio.CancelScope(shield=True):
                 await self._remove(slot)
         elif failure is not None:

@@ -54,7 +54,11 @@ def vm_env(tmp_path: Path) -> dict[str, str]:
 
 
 async def pool(admin: httpx.AsyncClient, name: str) -> dict[str, Any]:
-    response = await admin.get(f"{API}/warm-pools/{name}")
+    """The pool as the admin API shows it; a configured pool appears once the controller has told
+    hostd of it (right after it connected, a little after it is ready)."""
+    with trio.fail_after(WAIT_S):
+        while (response := await admin.get(f"{API}/warm-pools/{name}")).status_code == 404:
+            await trio.sleep(0.05)
     assert response.status_code == 200, response.text
     return dict(response.json())
 
@@ -85,11 +89,11 @@ def runtime_params(card: dict[str, Any]) -> dict[str, Any]:
 
 async def test_a_vm_provision_takes_a_warm_slot_with_an_identity_of_its_own(short_dir: Path, tmp_path: Path) -> None:
     async with stack(short_dir, tmp_path, vm_env(tmp_path), AIWG_WARM_POOLS="tiny-vm=2") as (admin, _live, url):
+        await until_ready(admin, "tiny-vm", 2)
         listed = (await admin.get(f"{API}/warm-pools")).json()["items"]
         assert [(p["pool"], p["runtime"], p["source"], p["configured"]) for p in listed] == [
             ("tiny-vm", "vm", "template", True)
         ]
-        await until_ready(admin, "tiny-vm", 2)
         op, token = await provisioned(admin, {"name": "v1", "runtime": "qemu", "loadout": "tiny-vm", "start": True})
         assert op["state"] == "succeeded", op
         iid = op["result"]["instance_id"]

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from hostd.config import HostdConfig
+from hostd.providers.podmanstate import LABEL_NAMESPACE
 from proto import HostdClient, HostdRemoteError, new_id, open_hostd
 from proto import messages as m
 from tests.hostd.test_podman import container_names, podman, run_exec, start_hostd
@@ -182,14 +184,22 @@ async def test_a_hostd_killed_while_filling_a_pool_loses_and_leaks_nothing(
             assert [i.instance_id for i in (await client.call(m.InstanceListRequest())).instances] == [
                 claimed.instance_id
             ]
-            # Every container is a slot or the claimed instance: the half-made one is gone.
+            # Every container of this hostd is a slot or the claimed instance: the half-made one is gone.
             wanted = {i.container.container_name for i in [*slots, claimed] if i.container}
             with trio.fail_after(WAIT_S):
-                while container_names(podman_storage) != wanted:
+                while (ours := hostd_containers(podman_storage, state)) != wanted:
                     await trio.sleep(0.2)
+            assert ours == wanted
             providers = (await client.call(m.ProviderListRequest())).providers
             assert next(p for p in providers if p.runtime == "container").strays == []
             await destroy_all(client)
-        assert container_names(podman_storage) == set()
+        assert hostd_containers(podman_storage, state) == set()
     finally:
         proc.cleanup()
+
+
+def hostd_containers(storage: PodmanStorage, state: Path) -> set[str]:
+    """The containers labelled with the namespace of the hostd whose state dir is ``state``."""
+    namespace = HostdConfig(state_dir=str(state), socket_path="/unused").namespace
+    listed = podman(storage, "ps", "-a", "--filter", f"label={LABEL_NAMESPACE}={namespace}", "--format", "{{.Names}}")
+    return set(listed.stdout.split())
