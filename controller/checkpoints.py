@@ -91,6 +91,9 @@ class CheckpointService:
         saved = next((c for c in listed if c.checkpoint_id == checkpoint_id), None)
         if saved is None:
             raise NotFound("checkpoint.not_found", f"no checkpoint {checkpoint_id!r}")
+        if saved.pool is not None:
+            message = f"checkpoint {checkpoint_id!r} is a slot of warm pool {saved.pool!r}; hand it off from the pool"
+            raise InvalidState("instance.invalid_state", message)
         if req.name not in (saved.domain, saved.source_name):
             raise ValidationFailed(
                 [{"field": "name", "message": f"the checkpoint holds domain {saved.domain!r} ({saved.source_name!r})"}]

@@ -208,6 +208,9 @@ async def test_upstream_libvirt_warm_pool_routes(short_dir: Path, tmp_path: Path
         assert op["state"] == "failed" and op["error"]["code"] == "checkpoint.not_found", op
         body = await pool(admin, "given")
         assert (body["source"], body["size"], body["ready"], body["configured"]) == ("checkpoints", 2, 2, False)
+        # A slot is handed off through its pool, not restored around it.
+        restore = await admin.post(f"{API}/libvirt/checkpoints/slot-0/restore", json={"name": "base-0"})
+        assert "warm pool 'given'" in assert_problem(restore, 409, "instance.invalid_state")["detail"]
 
         handed = []
         for _ in range(2):
