@@ -389,20 +389,25 @@ class PodmanProvider(PodmanCopies, Provider):
             containers = await self._call(listing)
         except RpcError:
             return
-        # Claimed pool slots keep the labels they were made with: a container is matched by its id
-        # (by its instance label only while its instance has no id recorded yet).
+        # A container is matched by its id, and by its instance label only while its instance has no
+        # container id recorded yet (being made): claimed pool slots keep the labels they were made
+        # with, and a container run from a commit of one of ours carries its labels too.
         by_id = {i.info.container.container_id: iid for iid, i in self._known.items() if i.info.container}
         by_instance: dict[str, dict[str, Any]] = {}
         strays, unclaimed_slots = [], []
         for attrs in containers:
             labels = attrs.get("Labels") or {}
-            iid = by_id.get(attrs.get("Id")) or labels.get(LABEL_INSTANCE)
-            if isinstance(iid, str) and iid in self._known:
+            names = attrs.get("Names") or [str(attrs.get("Id", ""))[:12]]
+            iid = by_id.get(attrs.get("Id"))
+            label_iid = labels.get(LABEL_INSTANCE)
+            if iid is None and label_iid in self._known:
+                detail = self._known[label_iid].info.container
+                iid = label_iid if detail is None or detail.container_id is None else None
+            if iid is not None:
                 by_instance[iid] = attrs
-            elif labels.get(LABEL_POOL):
-                unclaimed_slots.append(str(attrs.get("Id")))
+            elif labels.get(LABEL_POOL) and label_iid not in self._known and f"aiwg-{label_iid}" in names:
+                unclaimed_slots.append(str(attrs.get("Id")))  # made as a slot, never recorded: never handed out
             else:
-                names = attrs.get("Names") or [str(attrs.get("Id", ""))[:12]]
                 strays.append(str(names[0]))
         await self._remove_unclaimed(unclaimed_slots)
         strays.sort()

@@ -9,8 +9,9 @@
   with the fork) and starts a new container of it with the source's command, limits and env: files
   are copied, processes and memory are not (that would take CRIU, which does not work on every
   kernel).
-* Containers labelled as pool slots (``org.aiwg.pool``) that no instance holds were never handed
-  to anyone (a fill cut off by a crash): the watcher removes them (:meth:`PodmanCopies._remove_unclaimed`).
+* A container made as a pool slot (labelled ``org.aiwg.pool``, named after its slot) that no
+  instance holds was never handed to anyone (a fill cut off by a crash): the watcher removes it
+  (:meth:`PodmanCopies._remove_unclaimed`).
 
 A part of :class:`hostd.providers.podman.PodmanProvider` (which it names its attributes from).
 """
@@ -26,6 +27,7 @@ from proto import messages as m
 from ..config import HostdConfig
 from ..errors import RpcError
 from .base import Instance
+from .podmanstate import LABEL_POOL
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,9 @@ class PodmanCopies:
         ref = src.container_id or src.container_name
 
         def commit(client: Any) -> str:
-            image = client.containers.get(ref).commit(repository=FORK_REPOSITORY, tag=tag, pause=True)
+            # The container's labels go into the image: a fork is nobody's pool slot.
+            changes = [f"LABEL {LABEL_POOL}="]
+            image = client.containers.get(ref).commit(repository=FORK_REPOSITORY, tag=tag, pause=True, changes=changes)
             return str(image.id)
 
         image_id = await self._call(commit, timeout_s=_COMMIT_TIMEOUT_S)

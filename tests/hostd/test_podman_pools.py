@@ -102,6 +102,28 @@ async def test_a_claim_takes_a_running_slot_as_the_new_instance_and_the_pool_ref
         # A claimed slot is an instance like any: no stray, and it stops and is destroyed as one.
         providers = (await client.call(m.ProviderListRequest())).providers
         assert next(p for p in providers if p.runtime == "container").strays == []
+        # A container someone runs from a commit of it carries its labels (a slot's, an instance's):
+        # hostd takes it for neither, and leaves it alone (a stray, reported).
+        assert podman(podman_storage, "commit", "-q", f"aiwg-{iid}", "localhost/copied:1").returncode == 0
+        limits = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]  # DESIGN.md §6
+        ran = podman(podman_storage, "run", "-d", "--name", "copied", *limits, "localhost/copied:1")
+        assert ran.returncode == 0, ran.stderr
+        try:
+            with trio.fail_after(WAIT_S):
+                while (
+                    "copied"
+                    not in next(
+                        p for p in (await client.call(m.ProviderListRequest())).providers if p.runtime == "container"
+                    ).strays
+                ):
+                    await trio.sleep(0.2)
+            again = (await client.call(m.InstanceGetRequest(instance_id=iid))).instance
+            assert again.container is not None and again.container.container_id == claimed.container.container_id
+            assert (await run_exec(client, iid, "true"))[0] == 0
+            assert "copied" in container_names(podman_storage)  # not taken for an unclaimed slot
+        finally:
+            podman(podman_storage, "rm", "-f", "-t", "0", "copied")
+            podman(podman_storage, "rmi", "-f", "localhost/copied:1")
         await client.call(m.InstanceDestroyRequest(instance_id=iid, grace_s=0), timeout=60)
         assert f"aiwg-{iid}" not in container_names(podman_storage)
 
