@@ -381,8 +381,9 @@ class VmProvider(VmCopies, Provider):
         a fill cut off by a crash before hostd recorded it)."""
         known = {i.info.vm.uuid for i in self._instances.values() if i.info.vm and i.info.vm.uuid}
         known |= self.held_elsewhere()
-        # By mark too: a domain just defined is known by its instance before its UUID is recorded.
-        ids = set(self._instances)
+        # By mark too, but only for an instance whose domain is being defined (its UUID not yet
+        # recorded): a copy of one of ours (virsh dumpxml, define) carries its mark as well.
+        defining = {iid for iid, i in self._instances.items() if i.info.vm is None or i.info.vm.uuid is None}
         prefix = f"aiwg-{self._config.namespace}-"
 
         def listing(conn: Any) -> list[str]:
@@ -392,9 +393,10 @@ class VmProvider(VmCopies, Provider):
                 ours = mark is not None and mark.namespace == self._config.namespace
                 if not (ours or dom.name().startswith(prefix)) or dom.UUIDString() in known:
                     continue
-                if mark is not None and ours and mark.instance_id in ids:
+                if mark is not None and ours and mark.instance_id in defining:
                     continue
-                if mark is not None and ours and mark.pool is not None:
+                slot_name = mark is not None and dom.name() == self._domain_name(mark.instance_id)
+                if mark is not None and ours and mark.pool is not None and slot_name:
                     log.info("removing domain %s: a warm pool slot nothing holds", dom.name())
                     if libvirtconn.is_active(dom):
                         dom.destroy()

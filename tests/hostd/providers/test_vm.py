@@ -360,14 +360,21 @@ async def test_stray_domains_are_reported_never_touched(
             instance_id="gone-instance", namespace=config.namespace,
         )
     )  # fmt: skip
+    copied = domainxml.render(
+        domainxml.DomainSpec(
+            name="a-copy-of-kept", domain_type="qemu", memory_mib=64, vcpus=1,
+            instance_id=kept.instance_id, namespace=config.namespace,
+        )
+    )  # fmt: skip
     bare = "<domain type='test'><name>{}</name><memory>65536</memory><os><type>hvm</type></os></domain>"
     unmarked, foreign = bare.format(f"aiwg-{config.namespace}-orphan"), bare.format("not-ours")
-    made = [conn.defineXML(xml) for xml in (marked, unmarked, foreign)]
+    made = [conn.defineXML(xml) for xml in (marked, copied, unmarked, foreign)]
     try:
         with trio.fail_after(WAIT_S):
             while not (vm := next(p for p in registry.providers() if p.runtime == "vm")).strays:
                 await trio.sleep(0.05)
-        assert vm.strays == [f"aiwg-{config.namespace}-orphan (no hostd mark)", "someone-copied-it"]
+        # A copy carrying the mark of a live instance (another UUID) is not that instance.
+        assert vm.strays == ["a-copy-of-kept", f"aiwg-{config.namespace}-orphan (no hostd mark)", "someone-copied-it"]
         assert all(d.isPersistent() for d in made)  # reported, never touched
         assert kept.vm is not None and domain(conn, kept).isActive()
     finally:
