@@ -63,7 +63,7 @@ STEP_TIMEOUT_S = 30.0
 class Controller:
     """``python -m controller.main`` in a child process; stopped with SIGTERM (then SIGKILL)."""
 
-    def __init__(self, state_dir: Path, hostd_socket: Path) -> None:
+    def __init__(self, state_dir: Path, hostd_socket: Path, env: dict[str, str] | None = None) -> None:
         self.token = secrets.token_urlsafe(24)
         self.log_path = state_dir.parent / "controller.log"
         env = {
@@ -73,6 +73,7 @@ class Controller:
             "AIWG_HOSTD_SOCKET": str(hostd_socket),
             "AIWG_LISTEN": "127.0.0.1:0",
             "AIWG_ADMIN_TOKEN": self.token,
+            **(env or {}),
         }
         state_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
@@ -155,9 +156,16 @@ async def admin_provision(
     response = await client.post(f"{API}/instances", json=body)
     if response.status_code != 202:
         raise RuntimeError(f"provision {name}: {response.status_code} {response.text}")
-    op = await wait_operation(client, response.json()["id"], poll_s)
+    return await admin_provision_by_op(client, response.json()["id"], poll_s, timeout_s=timeout_s)
+
+
+async def admin_provision_by_op(
+    client: httpx.AsyncClient, op_id: str, poll_s: float, *, timeout_s: float = STEP_TIMEOUT_S
+) -> str:
+    """The instance a provision operation made, once it runs (the operation polled every ``poll_s``)."""
+    op = await wait_operation(client, op_id, poll_s)
     if op["state"] != "succeeded":
-        raise RuntimeError(f"provision {name}: {op}")
+        raise RuntimeError(f"provision: {op}")
     instance_id = str(op["result"]["instance_id"])  # type: ignore[index]
     with trio.fail_after(timeout_s):
         while (await client.get(f"{API}/instances/{instance_id}")).json()["state"] != "running":

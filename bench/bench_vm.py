@@ -1,4 +1,5 @@
-"""VM provision to a console prompt, and VM save/restore, through hostd against libvirt alone.
+"""VM provision to a console prompt (cold, from a warm pool's saved slot, by fork), and VM
+save/restore, through hostd against libvirt alone.
 
 Cases, alternating iteration by iteration (``--iterations``, default 3):
 
@@ -9,6 +10,11 @@ Cases, alternating iteration by iteration (``--iterations``, default 3):
 * baseline ``virsh create->prompt``: ``virsh create`` of the same domain XML (hostd's domain,
   dumped, renamed, its UUID and metadata dropped), then the console opened with libvirt-python
   from the bench (``virDomainOpenConsole``, read in a thread) and the same typing.
+* ``hostd warm pool claim->prompt``: ``PoolClaimRequest`` of a pool of one slot (booted and saved
+  beforehand, outside the clock; its refill is stopped while the other cases run), then the same
+  console typing: a provision from a saved memory image.
+* ``hostd fork->prompt``: ``InstanceForkRequest`` of the running hostd guest (live memory
+  snapshot, restamped, restored as a new domain), then the same console typing in the fork.
 * ``hostd checkpoint`` / ``hostd restore``: ``CheckpointCreateRequest`` (libvirt save) and
   ``CheckpointRestoreRequest`` of the hostd guest; baseline ``virsh save`` / ``virsh restore``
   of the baseline guest into a file of the bench's.
@@ -35,6 +41,7 @@ from proto import HostdClient, open_hostd
 from proto import messages as m
 
 URI = "qemu:///system"
+POOL = "bench-vm"
 TYPE_EVERY_S = 0.3
 PROMPT_WAIT_S = 180.0
 
@@ -62,6 +69,37 @@ async def hostd_to_prompt(client: HostdClient, iid: str, memory_mib: int, token:
         ),
         timeout=120,
     )
+    return await prompt_since(client, iid, token, t0)
+
+
+async def claim_to_prompt(client: HostdClient, iid: str, token: int) -> int:
+    t0 = time.perf_counter_ns()
+    await client.call(m.PoolClaimRequest(pool=POOL, instance_id=iid, name=iid), timeout=120)
+    return await prompt_since(client, iid, token, t0)
+
+
+async def fork_to_prompt(client: HostdClient, source: str, iid: str, token: int) -> int:
+    t0 = time.perf_counter_ns()
+    await client.call(m.InstanceForkRequest(source_instance_id=source, instance_id=iid, name=iid), timeout=300)
+    return await prompt_since(client, iid, token, t0)
+
+
+async def pool_ready(client: HostdClient, memory_mib: int) -> None:
+    """The bench pool holds one saved slot and is making none (outside the clock)."""
+    template = m.PoolTemplate(runtime="vm", vm=m.VmSpec(memory_mib=memory_mib))
+    await client.call(m.PoolSetRequest(pool=POOL, template=template, size=1))
+    with trio.fail_after(PROMPT_WAIT_S * 2):
+        while True:
+            [pool] = [p for p in (await client.call(m.PoolListRequest())).pools if p.pool == POOL]
+            if pool.failures:
+                raise RuntimeError(f"the bench pool cannot make a slot: {pool.last_error}")
+            if pool.ready == 1 and not pool.filling:
+                return
+            await trio.sleep(0.2)
+
+
+async def prompt_since(client: HostdClient, iid: str, token: int, t0: int) -> int:
+    """ns from ``t0`` until the console of ``iid`` echoes ``token`` typed into it."""
     sid = (await client.call(m.SessionCreateRequest(instance_id=iid, argv=["console"]))).session.session_id
     expect, out = str(token).encode(), bytearray()
     async with client.stream(m.SessionSubscribeRequest(session_id=sid, from_seq=None)) as events:
@@ -133,7 +171,8 @@ async def run(args) -> Report:
     env = {"AIWG_LIBVIRT_URI": URI, "AIWG_VM_DOMAIN_TYPE": args.domain_type}
     if args.image_dir:
         env["AIWG_VM_IMAGE_DIR"] = args.image_dir
-    samples: dict[str, list[int]] = {k: [] for k in ("hostd", "direct", "h-save", "d-save", "h-restore", "d-restore")}
+    keys = ("hostd", "direct", "claim", "fork", "h-save", "d-save", "h-restore", "d-restore")
+    samples: dict[str, list[int]] = {k: [] for k in keys}
     sizes: list[int] = []
     work = Path(tempfile.mkdtemp(prefix="aiwg-bench-vm-"))
     os.chmod(work, 0o755)
@@ -143,7 +182,15 @@ async def run(args) -> Report:
             try:
                 for i in range(args.iterations):
                     iid = f"bench-vm-{i}"
+                    await pool_ready(client, args.memory_mib)
+                    samples["claim"].append(await claim_to_prompt(client, f"bench-pooled-{i}", 6000 + i))
+                    # No refill while the other cases run: it would boot a VM beside them.
+                    template = m.PoolTemplate(runtime="vm", vm=m.VmSpec(memory_mib=args.memory_mib))
+                    await client.call(m.PoolSetRequest(pool=POOL, template=template, size=0))
+                    await client.call(m.InstanceDestroyRequest(instance_id=f"bench-pooled-{i}", grace_s=0), timeout=60)
                     samples["hostd"].append(await hostd_to_prompt(client, iid, args.memory_mib, 7000 + i))
+                    samples["fork"].append(await fork_to_prompt(client, iid, f"bench-fork-{i}", 9000 + i))
+                    await client.call(m.InstanceDestroyRequest(instance_id=f"bench-fork-{i}", grace_s=0), timeout=60)
                     info = (await client.call(m.InstanceGetRequest(instance_id=iid))).instance
                     assert info.vm is not None
                     xml = work / "direct.xml"
@@ -174,6 +221,10 @@ async def run(args) -> Report:
                     (work / "direct.save").unlink(missing_ok=True)
             finally:
                 subprocess.run(["virsh", "-c", URI, "destroy", base], capture_output=True, check=False)
+                await client.call(m.PoolDeleteRequest(pool=POOL))
+                with trio.move_on_after(60):
+                    while any(c.pool for c in (await client.call(m.CheckpointListRequest())).checkpoints):
+                        await trio.sleep(0.2)
                 for info in (await client.call(m.InstanceListRequest())).instances:
                     await client.call(m.InstanceDestroyRequest(instance_id=info.instance_id, grace_s=0), timeout=60)
                 subprocess.run(["rm", "-rf", str(work)], check=False)
@@ -182,22 +233,29 @@ async def run(args) -> Report:
         return latency_result(case, samples[key], unit="VMs/s", **extra)
 
     direct = row("virsh create->prompt", "direct")
+    cold = row("hostd provision->prompt", "hostd")
     d_save, d_restore = row("virsh save", "d-save"), row("virsh restore", "d-restore")
     mean_mb = sum(sizes) / len(sizes) / 1e6 if sizes else 0
     return Report(
         bench="bench_vm",
-        title="VM to a console prompt, and save/restore, through hostd vs libvirt alone",
+        title="VM to a console prompt (cold, warm pool, fork), and save/restore, through hostd vs libvirt alone",
         vs_of="p50",
         params={"iterations": args.iterations, "memory_mib": args.memory_mib, "domain_type": args.domain_type},
         results=[
             direct,
-            compare(row("hostd provision->prompt", "hostd"), direct, "p50"),
+            compare(cold, direct, "p50"),
+            compare(row("hostd warm pool claim->prompt", "claim"), direct, "p50"),
+            compare(row("hostd fork->prompt", "fork"), direct, "p50"),
             d_save,
             compare(row("hostd checkpoint", "h-save", save_mb=round(mean_mb, 1)), d_save, "p50"),
             d_restore,
             compare(row("hostd restore", "h-restore"), d_restore, "p50"),
         ],
         targets=[],
+        notes=[
+            "the warm pool's slot was booted and saved before the clock started (a refill is not timed)",
+            "a fork copies the running guest's memory: its console is the source's shell, already at a prompt",
+        ],
     )
 
 

@@ -43,6 +43,7 @@ from .output import (
     print_instance,
     print_instances,
     print_json,
+    print_pools,
     print_sessions,
     print_status,
 )
@@ -50,6 +51,18 @@ from .output import (
 DEFAULT_INSTANCE_NAME = "dev"
 #: Bound for calls that wait for process trees to end (stop, destroy, kill, delete) beyond their grace.
 TREE_CALL_TIMEOUT_S = 120.0
+#: Bound of a container or VM provision or fork (an image copied on vfs storage, a guest's memory).
+MAKE_CALL_TIMEOUT_S = 300.0
+
+
+def _runtime_of(image: str | None, runtime: str | None) -> str:
+    """``--runtime``, else what ``--image`` says: a VM boot image (``qcow2://``, ``direct://``) or
+    a container image (an OCI reference); no image: a host instance."""
+    if runtime is not None:
+        return runtime
+    if image is None:
+        return "host"
+    return "vm" if image.startswith(("qcow2://", "direct://")) else "container"
 
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
@@ -104,21 +117,44 @@ async def cmd_status(client: HostdClient, args: argparse.Namespace) -> int:
 
 
 async def cmd_instances(client: HostdClient, args: argparse.Namespace) -> int:
-    print_instances((await client.call(m.InstanceListRequest())).instances, args.json)
+    print_instances((await client.call(m.InstanceListRequest(pool_slots=args.pool_slots))).instances, args.json)
     return 0
 
 
 async def cmd_instance_create(client: HostdClient, args: argparse.Namespace) -> int:
+    runtime = _runtime_of(args.image, args.runtime)
+    if runtime == "host" and args.image is not None:
+        raise UsageError("--image names a container or VM image; a host instance has none")
+    workdir = args.workdir
+    if workdir and runtime == "host":
+        workdir = os.path.abspath(workdir)  # a container's is a path inside it, taken as given
+    vm = m.VmSpec(memory_mib=args.memory_mib, vcpus=args.vcpus) if runtime == "vm" else None
     request = m.InstanceProvisionRequest(
         instance_id=args.id or new_id(),
         name=args.name,
-        working_dir=os.path.abspath(args.workdir) if args.workdir else None,
+        runtime=runtime,
+        working_dir=workdir or None,
         env=_pairs(args.env, "--env"),
         labels=_pairs(args.label, "--label"),
         command=args.argv or None,
         start=not args.no_start,
+        image=args.image,
+        vm=vm,
     )
-    print_instance((await client.call(request)).instance, args.json)
+    timeout = None if runtime == "host" else MAKE_CALL_TIMEOUT_S
+    print_instance((await client.call(request, timeout=timeout)).instance, args.json)
+    return 0
+
+
+async def cmd_instance_fork(client: HostdClient, args: argparse.Namespace) -> int:
+    source = await _resolve_instance(client, args.instance)
+    request = m.InstanceForkRequest(source_instance_id=source, instance_id=args.id or new_id(), name=args.name)
+    print_instance((await client.call(request, timeout=MAKE_CALL_TIMEOUT_S)).instance, args.json)
+    return 0
+
+
+async def cmd_pools(client: HostdClient, args: argparse.Namespace) -> int:
+    print_pools((await client.call(m.PoolListRequest())).pools, args.json)
     return 0
 
 
@@ -247,7 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     command(sub, "status", cmd_status, "what hostd is and holds")
-    command(sub, "instances", cmd_instances, "list instances")
+    p = command(sub, "instances", cmd_instances, "list instances")
+    p.add_argument("--pool-slots", action="store_true", help="also the ready slots of warm pools")
+    command(sub, "pools", cmd_pools, "list warm pools (slots ready, being made, hits, misses)")
 
     instance = sub.add_parser("instance", help="create, start, stop, destroy an instance").add_subparsers(
         dest="instance_command", required=True, metavar="ACTION"
@@ -256,15 +294,27 @@ def build_parser() -> argparse.ArgumentParser:
         instance,
         "create",
         cmd_instance_create,
-        "provision a host instance; COMMAND is its supervised main process",
+        "provision an instance (host, or a container or VM of --image); COMMAND is its main process",
         usage=f"{PROG} instance create [options] NAME [-- COMMAND ...]",
     )
     p.add_argument("name")
     p.add_argument("--id", help="instance id (default: a new UUIDv7)")
+    p.add_argument(
+        "--image",
+        help="a container image (OCI reference, e.g. localhost/busybox:latest) or a VM boot image "
+        "(qcow2://PATH@sha256:HEX, direct://KERNEL@sha256:HEX,INITRD@sha256:HEX); sets the runtime",
+    )
+    p.add_argument("--runtime", choices=("host", "container", "vm"), help="default: from --image (none: host)")
+    p.add_argument("--memory-mib", type=int, default=192, help="a VM's memory (default 192)")
+    p.add_argument("--vcpus", type=int, default=1, help="a VM's virtual CPUs (default 1)")
     p.add_argument("--workdir", help="working directory (default: hostd's choice)")
     p.add_argument("--label", action="append", metavar="K=V")
     p.add_argument("--env", action="append", metavar="K=V")
     p.add_argument("--no-start", action="store_true", help="provision only")
+    p = command(instance, "fork", cmd_instance_fork, "copy a running instance into a new one named NAME")
+    p.add_argument("instance", metavar="ID")
+    p.add_argument("name")
+    p.add_argument("--id", help="the fork's instance id (default: a new UUIDv7)")
     for name, func in (("start", cmd_instance_start), ("stop", cmd_instance_stop), ("destroy", cmd_instance_destroy)):
         p = command(instance, name, func, f"{name} an instance (by id or name)")
         p.add_argument("instance", metavar="ID")

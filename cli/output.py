@@ -103,6 +103,26 @@ def print_instances(infos: list[m.InstanceInfo], as_json: bool) -> None:
     print_table(["INSTANCE", "NAME", "RUNTIME", "STATE", "PID", "SESSIONS", "EXECS", "WORKDIR"], rows)
 
 
+def print_pools(pools: list[m.PoolInfo], as_json: bool) -> None:
+    if as_json:
+        print_json(pools)
+        return
+    rows = [
+        [
+            p.pool,
+            f"{p.runtime}/{p.provider}",
+            p.source,
+            f"{p.ready}/{p.size}",
+            str(p.filling),
+            str(p.hits),
+            str(p.misses),
+            p.last_error or "-",
+        ]
+        for p in pools
+    ]
+    print_table(["POOL", "RUNTIME", "SOURCE", "READY", "FILLING", "HITS", "MISSES", "LAST ERROR"], rows)
+
+
 def print_sessions(sessions: list[m.SessionInfo], as_json: bool) -> None:
     if as_json:
         print_json(sessions)

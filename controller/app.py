@@ -45,6 +45,7 @@ from .loadouts import LoadoutService
 from .logring import LogRing
 from .metrics import Metrics
 from .operations import OperationService
+from .pools import WarmPoolService
 from .problems import error_body, from_http_exception, problem_response, trace_id
 from .pty.rooms import Rooms
 from .pty.route import WebsocketConnection
@@ -114,8 +115,13 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         error_body=lambda exc, op_id: error_body(exc, operation_path(op_id)),
     )
     loadouts = LoadoutService(Path(config.loadouts_dir))
-    instances = InstanceService(store, link, operations, loadouts=loadouts, events=events, credentials=credentials)
+    pools = WarmPoolService(link, operations, loadouts, config.warm_pools)
+    pools.check_config()
+    instances = InstanceService(
+        store, link, operations, loadouts=loadouts, events=events, credentials=credentials, pools=pools
+    )
     link.on_connected.append(instances.reconcile)
+    link.on_connected.append(pools.sync)
     watch = HostdWatch(link, instances, events, interval_s=config.watch_interval_s)
     tasks = TaskService(store, link, loadouts, events, retention_s=config.task_retention_s)
     push = PushService(store, tasks.hub, config, metrics.registry)
@@ -129,6 +135,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         credentials=credentials,
         operations=operations,
         instances=instances,
+        pools=pools,
         loadouts=loadouts,
         storage=StorageService(Path(config.storage_dir), events, max_object_bytes=config.max_request_bytes),
         images=ImageService(link),

@@ -20,6 +20,7 @@ from proto import new_id
 
 from .errors import InvalidState, NotFound, Unavailable, Unimplemented, ValidationFailed
 from .hostlink import HostdLink
+from .instancebase import provider_facts
 from .models import LibvirtCheckpointRequest, LibvirtRestoreRequest
 from .operations import OperationService
 from .store import InstanceRecord, OperationRecord, Store
@@ -90,6 +91,9 @@ class CheckpointService:
         saved = next((c for c in listed if c.checkpoint_id == checkpoint_id), None)
         if saved is None:
             raise NotFound("checkpoint.not_found", f"no checkpoint {checkpoint_id!r}")
+        if saved.pool is not None:
+            message = f"checkpoint {checkpoint_id!r} is a slot of warm pool {saved.pool!r}; hand it off from the pool"
+            raise InvalidState("instance.invalid_state", message)
         if req.name not in (saved.domain, saved.source_name):
             raise ValidationFailed(
                 [{"field": "name", "message": f"the checkpoint holds domain {saved.domain!r} ({saved.source_name!r})"}]
@@ -121,6 +125,7 @@ class CheckpointService:
                 await self.store.instances.delete(iid)
                 raise
             rec.state, rec.working_dir, rec.updated_at = info.state, info.working_dir, time.time()
+            rec.capabilities, rec.image_ref = provider_facts(info)
             await self.store.instances.update(rec)
             return {"instance_id": iid, "name": name, "state": info.state, "checkpoint_id": checkpoint_id}
 

@@ -133,6 +133,9 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     push_backoff_s: float = 0.5
     #: Undelivered events a push config holds; older ones are dropped beyond it. AIWG_PUSH_MAX_QUEUE
     push_max_queue: int = 1024
+    #: Warm pools: loadout name -> slots hostd keeps ready (``busybox=2,tiny-vm=1``; TOML: a table).
+    #: AIWG_WARM_POOLS
+    warm_pools: dict[str, int] = {}
     dev: bool = False
 
     def __repr__(self) -> str:
@@ -230,6 +233,7 @@ _ENV = {
     "push_retry_s": "AIWG_PUSH_RETRY_S",
     "push_backoff_s": "AIWG_PUSH_BACKOFF_S",
     "push_max_queue": "AIWG_PUSH_MAX_QUEUE",
+    "warm_pools": "AIWG_WARM_POOLS",
 }
 _FLOATS = {
     "hostd_call_timeout_s": (0.01, 3600.0),
@@ -278,8 +282,43 @@ def _read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
+#: Most slots one warm pool keeps ready (hostd's bound).
+MAX_POOL_SLOTS = 64
+
+
+def _warm_pools(raw: Any, source: str) -> dict[str, int]:
+    """``loadout=size,...`` (env) or a table of sizes (TOML): loadout names, sizes 0..64."""
+    if isinstance(raw, str):
+        pairs: list[tuple[str, Any]] = []
+        for item in filter(None, (part.strip() for part in raw.split(","))):
+            name, sep, size = item.partition("=")
+            if not sep:
+                raise ConfigError(f"{source}: {item!r} is not loadout=size")
+            pairs.append((name.strip(), size.strip()))
+    elif isinstance(raw, dict):
+        pairs = list(raw.items())
+    else:
+        raise ConfigError(f"{source} must be loadout=size,... or a table")
+    pools: dict[str, int] = {}
+    for name, size in pairs:
+        if not re.match(r"^[a-z][a-z0-9-]{1,62}$", str(name)):
+            raise ConfigError(f"{source}: {name!r} is not a loadout name")
+        try:
+            count = int(size)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source}: the size of {name!r} is not an integer") from None
+        if not 0 <= count <= MAX_POOL_SLOTS or isinstance(size, bool):
+            raise ConfigError(f"{source}: the size of {name!r} must be between 0 and {MAX_POOL_SLOTS}")
+        if name in pools:
+            raise ConfigError(f"{source}: {name!r} is named twice")
+        pools[str(name)] = count
+    return pools
+
+
 def _coerce(key: str, raw: Any, source: str) -> Any:
     """Turn a TOML value or an env string into the field's type, naming ``source`` on error."""
+    if key == "warm_pools":
+        return _warm_pools(raw, source)
     if key in _FLOATS:
         low, high = _FLOATS[key]
         try:

@@ -3,8 +3,10 @@
 * :meth:`InstanceCredentials.issue_token` makes a fresh random token for an instance, keeps its
   SHA-256 digest (store and :class:`~controller.auth.Authenticator`) and returns the token; it is
   never stored or shown again. Issuing again replaces the previous token.
-* :meth:`InstanceCredentials.signing_key` is the instance's persistent Ed25519 key, made on first
-  use (one per instance, kept in the 0600 store; ``kid`` is the instance id, as upstream has it).
+* :meth:`InstanceCredentials.signing_key` is the instance's persistent Ed25519 key (one per
+  instance, kept in the 0600 store; ``kid`` is the instance id, as upstream has it), made with its
+  token when the instance is provisioned (:meth:`InstanceCredentials.issue_identity`), else on
+  first use (instances from before that, or adopted from hostd).
 * :meth:`InstanceCredentials.jwks` publishes the public halves as a JWK Set (RFC 7517, OKP keys per
   RFC 8037).
 
@@ -38,6 +40,11 @@ def public_jwk(rec: SigningKeyRecord) -> dict[str, Any]:
     return {"kty": "OKP", "crv": "Ed25519", "x": b64url(raw), "kid": rec.kid, "alg": "EdDSA", "use": "sig"}
 
 
+def _new_key(instance_id: str) -> SigningKeyRecord:
+    fresh = Ed25519PrivateKey.generate().private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    return SigningKeyRecord(instance_id=instance_id, kid=instance_id, private_key=fresh, created_at=time.time())
+
+
 class InstanceCredentials:
     def __init__(self, store: Store, auth: Authenticator) -> None:
         self.store = store
@@ -50,6 +57,15 @@ class InstanceCredentials:
         self.auth.set_instance_token(instance_id, digest)
         return token
 
+    async def issue_identity(self, instance_id: str) -> str:
+        """A new instance's whole identity at once: its token (returned, never kept) and its
+        signing key (a warm pool's slot gets its own, like any new instance)."""
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        await self.store.credentials.set_identity(instance_id, digest, _new_key(instance_id))
+        self.auth.set_instance_token(instance_id, digest)
+        return token
+
     async def forget(self, instance_id: str) -> None:
         self.auth.forget_instance(instance_id)
         await self.store.credentials.forget(instance_id)
@@ -57,12 +73,8 @@ class InstanceCredentials:
     async def signing_key(self, instance_id: str) -> tuple[SigningKeyRecord, Ed25519PrivateKey]:
         rec = await self.store.credentials.signing_key(instance_id)
         if rec is None:
-            fresh = Ed25519PrivateKey.generate().private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-            candidate = SigningKeyRecord(
-                instance_id=instance_id, kid=instance_id, private_key=fresh, created_at=time.time()
-            )
             # Two first requests at once: the store keeps one key and both use it.
-            rec = await self.store.credentials.add_signing_key(candidate)
+            rec = await self.store.credentials.add_signing_key(_new_key(instance_id))
         return rec, Ed25519PrivateKey.from_private_bytes(rec.private_key)
 
     async def jwks(self, instance_id: str | None = None) -> dict[str, Any]:

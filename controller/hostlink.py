@@ -92,6 +92,10 @@ def _remote_failure(exc: HostdRemoteError) -> ControllerError:
             return OperationFailed("runtime.provider_failed", exc.message, details=details)
         case ErrorCode.CHECKPOINT_NOT_FOUND:
             return NotFound("checkpoint.not_found", exc.message, details=details)
+        case ErrorCode.POOL_NOT_FOUND:
+            return NotFound("warm_pool.not_found", exc.message, details=details)
+        case ErrorCode.POOL_EMPTY:
+            return Conflict("warm_pool.empty", exc.message, details=details)
         case ErrorCode.UNSUPPORTED:
             return Unimplemented("capability.unsupported", exc.message, details=details)
         case ErrorCode.SESSION_NOT_FOUND:

@@ -12,12 +12,21 @@
 * ``aiwg_idempotency_hit_total{operation}`` (upstream's name), ``aiwg_idempotency_miss_total`` and
   ``aiwg_idempotency_collision_total``: idempotency/v1 outcomes of ``SendMessage`` and ``SendStreamingMessage``.
 * ``aiwg_operations_total{kind,state}``: operations that ended, by outcome.
+* ``aiwg_warm_pool_size{pool}``, ``aiwg_warm_pool_ready{pool}``, ``aiwg_warm_pool_filling{pool}``
+  and ``aiwg_warm_pool_{hits,misses,refills,failures}_total{pool}``: each warm pool as hostd keeps it
+  (its counters are hostd's, kept across restarts of either process), read at scrape time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from proto import messages as m
 
 INSTANCE_STATES = ("provisioning", "stopped", "starting", "running", "stopping", "failed", "destroying", "destroyed")
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -26,10 +35,39 @@ RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
+class _WarmPools(Collector):
+    """The warm pools of the last scrape's ``PoolList``: gauges and hostd's own counters."""
+
+    GAUGES = (("size", "Slots the pool keeps ready"), ("ready", "Slots ready now"), ("filling", "Slots being made"))
+    COUNTERS = (
+        ("hits", "Claims served from a ready slot"),
+        ("misses", "Claims that found no ready slot"),
+        ("refills", "Slots made"),
+        ("failures", "Attempts to make a slot that failed"),
+    )
+
+    def __init__(self) -> None:
+        self.pools: Sequence[m.PoolInfo] = ()
+
+    def collect(self) -> Iterator[Metric]:
+        for name, doc in self.GAUGES:
+            gauge = GaugeMetricFamily(f"aiwg_warm_pool_{name}", doc, labels=["pool"])
+            for pool in self.pools:
+                gauge.add_metric([pool.pool], getattr(pool, name))
+            yield gauge
+        for name, doc in self.COUNTERS:
+            counter = CounterMetricFamily(f"aiwg_warm_pool_{name}", doc, labels=["pool"])
+            for pool in self.pools:
+                counter.add_metric([pool.pool], getattr(pool, name))
+            yield counter
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self._warm_pools = _WarmPools()
+        r.register(self._warm_pools)
         self.http_requests = Counter(
             "aiwg_http_requests",
             "HTTP requests by surface and route template",
@@ -98,6 +136,9 @@ class Metrics:
     def set_instances(self, counts: dict[str, int]) -> None:
         for state in set(INSTANCE_STATES) | set(counts):
             self.instances.labels(state=state).set(counts.get(state, 0))
+
+    def set_warm_pools(self, pools: Sequence[m.PoolInfo]) -> None:
+        self._warm_pools.pools = tuple(pools)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

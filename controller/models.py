@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from .loadouts import RuntimeOptions
+
 RUNTIMES = ("qemu", "docker", "host", "container")
 #: ``container`` is runtime/v1's kind name for what the contract calls ``docker``: accepted as an
 #: alias on input, stored and shown as ``docker``.
@@ -44,7 +46,8 @@ class ProvisionRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     name: InstanceName
     runtime: Runtime
     provider: Short | None = None
-    runtime_options: dict[str, Any] | None = None
+    #: Provider-neutral launch intent (``LoadoutRuntimeOptions``): see :mod:`controller.launch`.
+    runtime_options: RuntimeOptions | None = None
     loadout: Short | None = None
     profile: Short | None = None
     image: Short | None = None
@@ -83,6 +86,45 @@ class LibvirtRestoreRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=
         ]
         | None
     ) = None
+
+
+PoolName = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
+class LibvirtWarmPoolInitRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Upstream's ``LibvirtWarmPoolInitRequest``: distinct pre-enrollment checkpoints become the
+    slots of pool ``pool`` (each claimed once: a save image restores only under its own UUID)."""
+
+    checkpoint_ids: Annotated[list[CheckpointId], msgspec.Meta(min_length=1, max_length=64)]
+    pool: PoolName
+
+
+class LibvirtWarmPoolHandoffRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Upstream's ``LibvirtWarmPoolHandoffRequest``: empty (the slot supplies its domain)."""
+
+
+class WarmPoolView(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """One warm pool as served (``GET /warm-pools``): hostd's ``PoolInfo``."""
+
+    pool: str
+    runtime: str
+    provider: str
+    source: str
+    size: int
+    ready: int
+    filling: int
+    hits: int
+    misses: int
+    refills: int
+    failures: int
+    loadout: str | None = None
+    last_error: str | None = None
+    #: Whether this controller's configuration (``AIWG_WARM_POOLS``) names it.
+    configured: bool
+
+
+class WarmPoolList(msgspec.Struct, kw_only=True):
+    items: list[WarmPoolView]
 
 
 class ReprovisionRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

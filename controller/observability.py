@@ -3,9 +3,9 @@
 * ``/healthz``: ``{"status": "alive"}`` while the process serves.
 * ``/readyz``: 200 ``{"ready": true}`` while the hostd link is up, else 503
   ``{"ready": false, "reason": ...}``; it follows the link, so it recovers by itself.
-* ``/metrics``: Prometheus text from the app's own registry; the instance and session gauges are
-  refreshed from hostd at scrape time when hostd is reachable (a scrape never fails because hostd
-  is away: ``aiwg_hostd_up`` says so).
+* ``/metrics``: Prometheus text from the app's own registry; the instance, session and warm pool
+  figures are refreshed from hostd at scrape time when hostd is reachable (a scrape never fails
+  because hostd is away: ``aiwg_hostd_up`` says so; the pools keep their last figures).
 * ``/openapi.json`` and ``/api/v2/admin/openapi.json``: ``controller/openapi.yaml`` (package data)
   as JSON, loaded once per app.
 """
@@ -24,6 +24,7 @@ from proto import messages as m
 from .errors import ControllerError
 from .http import json_response
 from .metrics import CONTENT_TYPE
+from .pools import CAPABILITY as WARM_POOLS
 from .state import app_state
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,9 @@ async def metrics() -> Response:
                 await state.instances.reconcile()
                 status: m.StatusResponse = await state.link.call(m.StatusRequest(), timeout=SCRAPE_HOSTD_TIMEOUT_S)
                 state.metrics.open_sessions.set(status.sessions_running)
+                if any(WARM_POOLS in p.capabilities for p in status.providers):
+                    listing = await state.link.call(m.PoolListRequest(), timeout=SCRAPE_HOSTD_TIMEOUT_S)
+                    state.metrics.set_warm_pools(listing.pools)
             except ControllerError as exc:
                 log.debug("metrics scrape could not refresh from hostd: %s", exc)
     state.metrics.set_instances(await state.store.instances.count_by_state())

@@ -11,7 +11,7 @@ from __future__ import annotations
 from proto import messages as m
 
 from .hostlink import HostdLink
-from .instances import HOSTD_RUNTIMES
+from .instancebase import HOSTD_RUNTIMES
 
 #: Admin runtime kind -> hostd runtime family.
 FAMILY = {"host": "host", "docker": "container", "qemu": "vm"}

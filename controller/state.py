@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .logring import LogRing
     from .metrics import Metrics
     from .operations import OperationService
+    from .pools import WarmPoolService
     from .pty.rooms import Rooms
     from .push import PushService
     from .runtimes import RuntimeService
@@ -52,6 +53,7 @@ class AppState:
     credentials: InstanceCredentials
     operations: OperationService
     instances: InstanceService
+    pools: WarmPoolService
     loadouts: LoadoutService
     storage: StorageService
     images: ImageService

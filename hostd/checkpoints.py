@@ -29,6 +29,8 @@ MAX_CHECKPOINTS = 256
 class CheckpointRecord(msgspec.Struct, kw_only=True):
     info: m.CheckpointInfo
     detail: dict[str, object] = {}
+    #: hostd made it as a warm pool slot (removed with its pool), rather than being given it.
+    pool_made: bool = False
 
 
 class CheckpointStore:
@@ -66,13 +68,23 @@ class CheckpointStore:
             ) from None
 
     def list(self) -> builtins.list[m.CheckpointInfo]:
+        return [record.info for record in self.records()]
+
+    def records(self) -> builtins.list[CheckpointRecord]:
         out = []
         for path in sorted(self.directory.glob("*.json")) if self.directory.is_dir() else []:
             try:
-                out.append(msgspec.json.decode(path.read_bytes(), type=CheckpointRecord).info)
+                out.append(msgspec.json.decode(path.read_bytes(), type=CheckpointRecord))
             except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
                 log.warning("skipping unreadable checkpoint record %s: %s", path, exc)
         return out
+
+    def sweep(self) -> None:
+        """Remove saved state without a record: a save cut off before its record was written."""
+        for data in self.directory.glob("*.save") if self.directory.is_dir() else []:
+            if not self._record_path(data.stem).exists():
+                log.info("removing %s: a checkpoint that was never completed", data)
+                data.unlink(missing_ok=True)
 
     def remove(self, checkpoint_id: str) -> None:
         self._record_path(checkpoint_id).unlink(missing_ok=True)

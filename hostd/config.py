@@ -145,6 +145,15 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         return Path(self.state_dir) / "checkpoints"
 
     @property
+    def forks_dir(self) -> Path:
+        """Memory snapshots of VM forks, for the few seconds between snapshot and restore."""
+        return Path(self.state_dir) / "forks"
+
+    @property
+    def pools_file(self) -> Path:
+        return Path(self.state_dir) / "warm-pools.json"
+
+    @property
     def state_file(self) -> Path:
         return Path(self.state_dir) / "hostd-state.json"
 

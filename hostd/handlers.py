@@ -20,6 +20,7 @@ from .errors import RpcError
 from .execs import ExecRegistry
 from .images import ImageCatalog
 from .instances import InstanceRegistry
+from .pools import WarmPools
 from .proctree import Cgroups
 from .sessions import SessionRegistry
 
@@ -64,6 +65,7 @@ class Handlers:
         config: HostdConfig,
         cgroups: Cgroups,
         instances: InstanceRegistry,
+        pools: WarmPools,
         sessions: SessionRegistry,
         execs: ExecRegistry,
         images: ImageCatalog,
@@ -74,6 +76,7 @@ class Handlers:
         self.config = config
         self.cgroups = cgroups
         self.instances = instances
+        self.pools = pools
         self.sessions = sessions
         self.execs = execs
         self.images = images
@@ -94,6 +97,12 @@ class Handlers:
             m.CheckpointCreateRequest: self.checkpoint_create,
             m.CheckpointRestoreRequest: self.checkpoint_restore,
             m.CheckpointListRequest: self.checkpoint_list,
+            m.InstanceForkRequest: self.instance_fork,
+            m.PoolSetRequest: self.pool_set,
+            m.PoolFromCheckpointsRequest: self.pool_from_checkpoints,
+            m.PoolDeleteRequest: self.pool_delete,
+            m.PoolListRequest: self.pool_list,
+            m.PoolClaimRequest: self.pool_claim,
             m.SessionCreateRequest: self.session_create,
             m.SessionWriteRequest: self.session_write,
             m.SessionResizeRequest: self.session_resize,
@@ -197,6 +206,27 @@ class Handlers:
     async def checkpoint_list(self, req: m.CheckpointListRequest) -> m.CheckpointListResponse:
         return m.CheckpointListResponse(checkpoints=self.instances.checkpoints())
 
+    async def instance_fork(self, req: m.InstanceForkRequest) -> m.InstanceForkResponse:
+        return m.InstanceForkResponse(instance=await self.instances.fork(req))
+
+    # -- warm pools ---------------------------------------------------------------------------
+
+    async def pool_set(self, req: m.PoolSetRequest) -> m.PoolSetResponse:
+        return m.PoolSetResponse(pool=self.pools.set(req))
+
+    async def pool_from_checkpoints(self, req: m.PoolFromCheckpointsRequest) -> m.PoolFromCheckpointsResponse:
+        return m.PoolFromCheckpointsResponse(pool=self.pools.from_checkpoints(req))
+
+    async def pool_delete(self, req: m.PoolDeleteRequest) -> m.PoolDeleteResponse:
+        self.pools.delete(req.pool)
+        return m.PoolDeleteResponse()
+
+    async def pool_list(self, req: m.PoolListRequest) -> m.PoolListResponse:
+        return m.PoolListResponse(pools=self.pools.list())
+
+    async def pool_claim(self, req: m.PoolClaimRequest) -> m.PoolClaimResponse:
+        return m.PoolClaimResponse(instance=await self.pools.claim(req))
+
     async def instance_destroy(self, req: m.InstanceDestroyRequest) -> m.InstanceDestroyResponse:
         return m.InstanceDestroyResponse(instance=await self.instances.destroy(req.instance_id, req.grace_s))
 
@@ -204,7 +234,7 @@ class Handlers:
         return m.InstanceGetResponse(instance=self.instances.get(req.instance_id))
 
     async def instance_list(self, req: m.InstanceListRequest) -> m.InstanceListResponse:
-        return m.InstanceListResponse(instances=self.instances.list())
+        return m.InstanceListResponse(instances=self.instances.list(pool_slots=req.pool_slots))
 
     # -- sessions -----------------------------------------------------------------------------
 

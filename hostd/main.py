@@ -28,6 +28,7 @@ from .handlers import HOSTD_VERSION, Handlers
 from .images import ImageCatalog
 from .instances import InstanceRegistry
 from .listener import SocketInUse, bind_unix
+from .pools import WarmPools
 from .proctree import Cgroups
 from .providers import make_providers
 from .server import RpcServer
@@ -75,6 +76,9 @@ async def run_hostd(config: HostdConfig, *, task_status: trio.TaskStatus[None] =
             instances = InstanceRegistry(config)
             instances.use_providers(make_providers(config, cgroups, registry_nursery, instances.commit))
             await instances.load(records)
+            pools = WarmPools(config, instances)
+            await pools.load()
+            await registry_nursery.start(pools.run)
             sessions = SessionRegistry(config, cgroups, registry_nursery, instances.placement)
             execs = ExecRegistry(config, cgroups, registry_nursery, instances.placement)
             instances.on_stop.append(sessions.kill_instance)
@@ -86,6 +90,7 @@ async def run_hostd(config: HostdConfig, *, task_status: trio.TaskStatus[None] =
                 config=config,
                 cgroups=cgroups,
                 instances=instances,
+                pools=pools,
                 sessions=sessions,
                 execs=execs,
                 images=ImageCatalog(config.podman_socket),
@@ -121,6 +126,7 @@ async def run_hostd(config: HostdConfig, *, task_status: trio.TaskStatus[None] =
                     await sessions.shutdown()
                     await execs.shutdown()
                     await instances.shutdown()
+                    pools.flush()
                 registry_nursery.cancel_scope.cancel()
     log.info("hostd stopped")
 

@@ -46,6 +46,8 @@ class ErrorCode(enum.Enum):
     IMAGE_NOT_FOUND = "image.not_found", "no such image"
     UNSUPPORTED = "capability.unsupported", "the instance's provider cannot do this"
     CHECKPOINT_NOT_FOUND = "checkpoint.not_found", "no such checkpoint"
+    POOL_NOT_FOUND = "pool.not_found", "no such warm pool"
+    POOL_EMPTY = "pool.empty", "the warm pool has no ready slot"
     WORKING_DIR_NOT_FOUND = "working_dir.not_found", "working directory does not exist"
     SESSION_NOT_FOUND = "session.not_found", "no such session"
     SESSION_EXITED = "session.exited", "session has exited"

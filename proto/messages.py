@@ -56,6 +56,8 @@ RuntimeKind = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r
 ProviderName = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 #: An image reference; its form is the runtime's (containers: OCI, checked by the provider).
 ImageRef = Annotated[str, msgspec.Meta(min_length=1, max_length=8192)]
+#: Most slots one warm pool holds (upstream's bound on a libvirt warm pool).
+MAX_POOL_SLOTS = 64
 
 
 class Frame(msgspec.Struct, tag_field="t", tag=True, kw_only=True):
@@ -217,7 +219,9 @@ class InstanceGetResponse(Response):
 
 
 class InstanceListRequest(Request):
-    pass
+    #: Also list the ready slots of warm pools (``InstanceInfo.pool`` set); they are not instances
+    #: anyone asked for yet, so a plain listing (the controller's catalog) never sees them.
+    pool_slots: bool = False
 
 
 class InstanceListResponse(Response):
@@ -262,6 +266,91 @@ class CheckpointListRequest(Request):
 
 class CheckpointListResponse(Response):
     checkpoints: list[CheckpointInfo]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fork: a running instance copied into a new instance with its own identity. Only where the
+# instance lists ``instance.fork``; what is copied depends on the runtime (``InstanceInfo.launched_from``
+# names the source): a VM's memory and device state (a live memory snapshot, restored as a new
+# libvirt domain with its own name and UUID), a container's filesystem (``podman commit``, then a
+# new container whose processes start anew).
+
+
+class InstanceForkRequest(Request):
+    source_instance_id: ObjectId
+    instance_id: ObjectId
+    name: Name
+    labels: Labels = {}
+
+
+class InstanceForkResponse(Response):
+    instance: InstanceInfo
+
+
+# ---------------------------------------------------------------------------------------------
+# Warm pools: instances made ahead of time, per pool, taken by a claim as a new instance (renamed,
+# relabelled; the caller gives it its identity). hostd keeps them: slots are re-adopted after a
+# restart like any instance, and a pool with a template is refilled in the background. Only where a
+# provider lists ``warm_pool.manage``. Containers wait as running containers; VMs as saved memory
+# images (booted, then saved before anything secret entered them), restored on claim.
+
+
+class PoolSetRequest(Request):
+    """Define or change pool ``pool``: keep ``size`` slots made from ``template`` ready. Ready slots
+    of an older template are replaced; ``size`` 0 empties the pool (it stays defined)."""
+
+    pool: ObjectId
+    template: PoolTemplate
+    size: Annotated[int, msgspec.Meta(ge=0, le=MAX_POOL_SLOTS)]
+
+
+class PoolSetResponse(Response):
+    pool: PoolInfo
+
+
+class PoolFromCheckpointsRequest(Request):
+    """A pool of saved VMs: each checkpoint (taken before enrollment) becomes one slot, claimed once
+    and never refilled (a save image restores only under its own domain name and UUID)."""
+
+    pool: ObjectId
+    checkpoint_ids: Annotated[list[ObjectId], msgspec.Meta(min_length=1, max_length=MAX_POOL_SLOTS)]
+
+
+class PoolFromCheckpointsResponse(Response):
+    pool: PoolInfo
+
+
+class PoolDeleteRequest(Request):
+    """Forget pool ``pool``: ready slots hostd made are destroyed, checkpoints it was given are
+    released (plain checkpoints again), fills under way are stopped and cleaned up."""
+
+    pool: ObjectId
+
+
+class PoolDeleteResponse(Response):
+    pass
+
+
+class PoolListRequest(Request):
+    pass
+
+
+class PoolListResponse(Response):
+    pools: list[PoolInfo]
+
+
+class PoolClaimRequest(Request):
+    """Take the oldest ready slot of ``pool`` as the new running instance ``instance_id``, named
+    ``name`` with ``labels``; ``pool.empty`` (counted as a miss) when no slot is ready."""
+
+    pool: ObjectId
+    instance_id: ObjectId
+    name: Name
+    labels: Labels = {}
+
+
+class PoolClaimResponse(Response):
+    instance: InstanceInfo
 
 
 # ---------------------------------------------------------------------------------------------
@@ -575,6 +664,8 @@ class ContainerDetail(msgspec.Struct, kw_only=True):
     status: str | None = None
     pid: int | None = None
     limits: ResourceLimits | None = None
+    #: An image hostd made for this container (a fork's commit of its source), removed with it.
+    owned_image: str | None = None
 
 
 class HostDetail(msgspec.Struct, kw_only=True):
@@ -616,6 +707,45 @@ class CheckpointInfo(msgspec.Struct, kw_only=True):
     uuid: str | None = None
     size_bytes: int = 0
     created_at: float
+    #: The warm pool this checkpoint is a slot of (claimed through the pool, not restored directly).
+    pool: str | None = None
+
+
+class PoolTemplate(msgspec.Struct, kw_only=True):
+    """What each slot of a pool is made as: an ``InstanceProvisionRequest`` without an identity."""
+
+    runtime: RuntimeKind
+    provider: ProviderName | None = None
+    image: ImageRef | None = None
+    limits: ResourceLimits | None = None
+    vm: VmSpec | None = None
+    command: Argv | None = None
+    loadout: str | None = None
+    working_dir: str | None = None
+
+
+class PoolInfo(msgspec.Struct, kw_only=True):
+    """One warm pool as it stands now."""
+
+    pool: str
+    runtime: str
+    provider: str
+    #: ``template``: hostd makes and refills the slots; ``checkpoints``: the slots were given.
+    source: str
+    #: Slots kept ready (template pools); for a checkpoint pool, how many it was given.
+    size: int
+    ready: int = 0
+    #: Slots being made right now.
+    filling: int = 0
+    #: Claims served from a ready slot, and claims that found none (since the pool was defined).
+    hits: int = 0
+    misses: int = 0
+    #: Slots made, and attempts that failed (the last one's reason in ``last_error``).
+    refills: int = 0
+    failures: int = 0
+    last_error: str | None = None
+    loadout: str | None = None
+    template: PoolTemplate | None = None
 
 
 class InstanceInfo(msgspec.Struct, kw_only=True):
@@ -647,6 +777,11 @@ class InstanceInfo(msgspec.Struct, kw_only=True):
     note: str | None = None
     sessions: int = 0
     execs: int = 0
+    #: While the instance is a ready slot of a warm pool: the pool (see ``InstanceListRequest``).
+    pool: str | None = None
+    #: How it was made, when not cold: ``warm_pool:<pool>``, ``fork:<source instance id>`` or
+    #: ``checkpoint:<checkpoint id>``.
+    launched_from: str | None = None
 
 
 class SessionInfo(msgspec.Struct, kw_only=True):
@@ -714,6 +849,12 @@ ClientFrame = Union[  # noqa: UP007 - one member per line reads as the API index
     CheckpointCreateRequest,
     CheckpointRestoreRequest,
     CheckpointListRequest,
+    InstanceForkRequest,
+    PoolSetRequest,
+    PoolFromCheckpointsRequest,
+    PoolDeleteRequest,
+    PoolListRequest,
+    PoolClaimRequest,
     SessionCreateRequest,
     SessionWriteRequest,
     SessionResizeRequest,
@@ -748,6 +889,12 @@ ServerFrame = Union[  # noqa: UP007
     CheckpointCreateResponse,
     CheckpointRestoreResponse,
     CheckpointListResponse,
+    InstanceForkResponse,
+    PoolSetResponse,
+    PoolFromCheckpointsResponse,
+    PoolDeleteResponse,
+    PoolListResponse,
+    PoolClaimResponse,
     SessionCreateResponse,
     SessionWriteResponse,
     SessionResizeResponse,

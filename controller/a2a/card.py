@@ -16,6 +16,7 @@ verifier reads the same bytes.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import rfc8785
@@ -23,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..credentials import b64url
 from ..errors import InternalError
-from ..instances import HOSTD_RUNTIMES
+from ..instancebase import HOSTD_RUNTIMES
 from ..store import InstanceRecord
 
 RUNTIME_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/runtime/v1"
@@ -47,11 +48,27 @@ def instance_url(base_url: str, instance_id: str) -> str:
     return f"{base_url.rstrip('/')}/agents/{instance_id}"
 
 
+#: runtime/v1's forms (``params.schema.json``): a value in no form is left out, never bent into one.
+CAPABILITY_FORM = re.compile(r"^[a-z0-9][a-z0-9._:-]{0,127}$")
+MAX_CAPABILITIES = 128
+IMAGE_REF_FORMS = {
+    "vm": re.compile(r"^qcow2://.+@sha256:[0-9a-f]{64}(\?.*)?$"),
+    "container": re.compile(r"^[a-z0-9.-]+(:[0-9]+)?/[a-z0-9._/-]+(@sha256:[0-9a-f]{64}|:[A-Za-z0-9._-]+)$"),
+}
+MAX_IMAGE_REF = 1024
+
+
 def runtime_params(rec: InstanceRecord) -> dict[str, Any]:
-    """runtime/v1 params (``params.schema.json``): no ``image_ref`` for host instances."""
+    """runtime/v1 params (``params.schema.json``) from the catalog row, whose provider facts are
+    hostd's (folded in at every reconcile): the kind and provider, the provider's capabilities of
+    this instance, and ``image_ref`` as resolved where it has runtime/v1's form for the kind (a
+    container's ``registry/name@sha256:...``, a VM's ``qcow2://...@sha256:...``). A host instance
+    has no image; neither has a direct-boot VM (kernel and initramfs, which no runtime/v1 form names).
+    """
+    kind = HOSTD_RUNTIMES[rec.runtime][0] if rec.runtime in HOSTD_RUNTIMES else rec.runtime
     params: dict[str, Any] = {
         # runtime/v1 names the broad kind (vm, container, host), not the admin contract's qemu/docker.
-        "runtime": HOSTD_RUNTIMES[rec.runtime][0] if rec.runtime in HOSTD_RUNTIMES else rec.runtime,
+        "runtime": kind,
         "loadout": rec.loadout or DEFAULT_LOADOUT,
         "instance_id": rec.id,
     }
@@ -59,6 +76,12 @@ def runtime_params(rec: InstanceRecord) -> dict[str, Any]:
         params["provider"] = rec.provider
     elif rec.runtime == "host":
         params["provider"] = "hostd"
+    capabilities = [c for c in dict.fromkeys(rec.capabilities) if CAPABILITY_FORM.match(c)][:MAX_CAPABILITIES]
+    if capabilities:
+        params["capabilities"] = capabilities
+    form = IMAGE_REF_FORMS.get(kind)
+    if form is not None and rec.image_ref and len(rec.image_ref) <= MAX_IMAGE_REF and form.match(rec.image_ref):
+        params["image_ref"] = rec.image_ref
     return params
 
 

@@ -3,9 +3,9 @@
 The blueprint and its error handlers live here; route modules register on it and are imported at the
 bottom: ``instances``, ``operations``, ``deprecation`` (instances and their lifecycle, operation
 polling, v1 counters), ``storage``, ``catalog`` (agentshare storage, container images, loadouts),
-``libvirt`` (VM checkpoints), ``sessions`` (PTY sessions), ``streams`` (events and logs),
-``discovery`` (runtime providers, bootstrap readiness, MCP discovery) and ``cloudhypervisor``
-(upstream's CH verbs, answered 501);
+``libvirt`` (VM checkpoints and warm pools), ``warmpools`` (every warm pool), ``sessions`` (PTY
+sessions), ``streams`` (events and logs), ``discovery`` (runtime providers, bootstrap readiness,
+MCP discovery) and ``cloudhypervisor`` (upstream's CH verbs, answered 501);
 ``views`` turns the services' records into the contract's shapes. Handlers decode into a typed
 object, call one service method, and return its view.
 
@@ -36,4 +36,5 @@ from . import (  # noqa: E402,F401  (routes register on import)
     sessions,
     storage,
     streams,
+    warmpools,
 )

@@ -16,7 +16,6 @@ from ..http import json_response
 from ..models import HostDaemon, InstanceView, OperationView, iso
 from ..store import InstanceRecord, OperationRecord
 
-HOST_CAPABILITIES = ["instance.start", "instance.stop", "instance.restart", "instance.destroy"]
 #: The contract's ``operation_status`` for each instance state.
 OPERATION_STATUS = {
     "running": "ready",
@@ -34,13 +33,25 @@ def agent_card_url(base_url: str, instance_id: str) -> str:
     return f"{base_url.rstrip('/')}/agents/{instance_id}/.well-known/agent-card.json"
 
 
+def provider_state(info: m.InstanceInfo) -> dict[str, object]:
+    """hostd's runtime detail of the instance (host process, container or domain) and how it was
+    made (``launched_from``: a warm pool, a fork, a checkpoint)."""
+    detail = info.host or info.container or info.vm
+    state: dict[str, object] = msgspec.to_builtins(detail) if detail is not None else {}
+    if info.launched_from is not None:
+        state["launched_from"] = info.launched_from
+    if info.adopted is not None:
+        state["adopted"] = info.adopted
+    return state
+
+
 def instance_view(
     rec: InstanceRecord, base_url: str, *, hostd_available: bool, info: m.InstanceInfo | None = None
 ) -> InstanceView:
-    """``info`` (hostd's view, when it was asked) adds the image and the provider's own state."""
+    """``info`` (hostd's view, when it was asked) adds the image and the provider's own state.
+    Capabilities are the provider's, as folded into the row at the last reconcile."""
     host = rec.runtime == "host"
-    detail = (info.host or info.container) if info is not None else None
-    container = info.container if info is not None else None
+    image = info.container.image if info is not None and info.container is not None else None
     return InstanceView(
         id=rec.id,
         name=rec.name,
@@ -49,7 +60,7 @@ def instance_view(
         agent_card_url=agent_card_url(base_url, rec.id),
         created_at=iso(rec.created_at),
         provider=rec.provider,
-        capabilities=list(HOST_CAPABILITIES) if rec.runtime in ("host", "docker") else [],
+        capabilities=list(rec.capabilities),
         loadout=rec.loadout,
         source=rec.source,
         cwd=rec.working_dir,
@@ -60,9 +71,9 @@ def instance_view(
         if host
         else None,
         labels=dict(rec.labels),
-        image=container.image if container is not None else None,
-        image_ref=container.image_ref if container is not None else None,
-        provider_state=msgspec.to_builtins(detail) if detail is not None else None,
+        image=image or rec.image_ref,
+        image_ref=rec.image_ref,
+        provider_state=provider_state(info) or None if info is not None else None,
     )
 
 

@@ -35,6 +35,18 @@ class CredentialTable:
             )
         )
 
+    async def set_identity(self, instance_id: str, digest: str, key: SigningKeyRecord) -> None:
+        """A new instance's token digest and signing key, in one transaction (one round trip)."""
+
+        def store(db: sqlite3.Connection) -> None:
+            db.execute("INSERT OR REPLACE INTO instance_tokens VALUES (?,?,?)", (instance_id, digest, key.created_at))
+            db.execute(
+                "INSERT OR IGNORE INTO signing_keys VALUES (?,?,?,?)",
+                (key.instance_id, key.kid, key.private_key, key.created_at),
+            )
+
+        await self._db.run(self._db.transaction(store))
+
     def token_digests(self) -> dict[str, str]:
         """Every instance's token digest, by instance id (read at start, before serving)."""
         rows = self._db.locked(lambda db: db.execute("SELECT instance_id, hash FROM instance_tokens").fetchall())

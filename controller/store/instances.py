@@ -27,6 +27,9 @@ class InstanceRecord(msgspec.Struct, kw_only=True):
     note: str | None = None
     created_at: float
     updated_at: float
+    #: hostd's provider's word on the instance (schema step 7): what it can do, what image it runs.
+    capabilities: list[str] = []
+    image_ref: str | None = None
 
 
 def _record(row: sqlite3.Row) -> InstanceRecord:
@@ -43,6 +46,8 @@ def _record(row: sqlite3.Row) -> InstanceRecord:
         note=row["note"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        capabilities=from_json(row["capabilities"]) or [],
+        image_ref=row["image_ref"],
     )
 
 
@@ -60,6 +65,8 @@ def _values(rec: InstanceRecord) -> tuple[Any, ...]:
         rec.note,
         rec.created_at,
         rec.updated_at,
+        to_json(rec.capabilities),
+        rec.image_ref,
     )
 
 
@@ -73,7 +80,11 @@ class InstanceTable:
 
         def insert(db: sqlite3.Connection) -> None:
             try:
-                db.execute("INSERT INTO instances VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", values)
+                db.execute(
+                    "INSERT INTO instances (id, name, runtime, provider, state, loadout, working_dir, labels, source,"
+                    " note, created_at, updated_at, capabilities, image_ref) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    values,
+                )
             except sqlite3.IntegrityError as exc:
                 raise NameTaken(rec.name) from exc
 
@@ -84,7 +95,8 @@ class InstanceTable:
         await self._db.run(
             lambda db: db.execute(
                 "UPDATE instances SET name=?2, runtime=?3, provider=?4, state=?5, loadout=?6, working_dir=?7,"
-                " labels=?8, source=?9, note=?10, created_at=?11, updated_at=?12 WHERE id=?1",
+                " labels=?8, source=?9, note=?10, created_at=?11, updated_at=?12, capabilities=?13, image_ref=?14"
+                " WHERE id=?1",
                 values,
             )
         )

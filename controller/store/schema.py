@@ -143,4 +143,12 @@ CREATE TABLE IF NOT EXISTS agent_outbox (
 ALTER TABLE push_configs ADD COLUMN extensions TEXT NOT NULL DEFAULT '[]';
 """
 
-STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5, STEP_6)
+#: Step 7: what hostd's provider reports of each instance, folded into its row at every reconcile:
+#: its capabilities (the AgentCard's and every Task's ``runtime.capabilities``) and the image it
+#: runs as resolved (``image_ref``; none for host instances).
+STEP_7 = """
+ALTER TABLE instances ADD COLUMN capabilities TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE instances ADD COLUMN image_ref TEXT;
+"""
+
+STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5, STEP_6, STEP_7)

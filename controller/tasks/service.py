@@ -330,7 +330,9 @@ class TaskService:
             argv=loadout.command,
             env={"AIWG_TASK_ID": task_id, "AIWG_CONTEXT_ID": context_id},
             stdin=stdin,
-            control=True,
+            # Only where the provider has one (host instances): an fd cannot cross into a container or
+            # VM. A row whose provider facts were never folded in yet asks, as before they existed.
+            control="exec.control" in instance.capabilities or not instance.capabilities,
             exec_id=exec_id,
         )
         try:

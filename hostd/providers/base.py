@@ -84,15 +84,25 @@ class Provider(abc.ABC):
 
     runtime: ClassVar[str]
     name: ClassVar[str]
+    #: How a warm pool keeps this provider's slots: ``running`` (made and started, claimed as they
+    #: are) or ``saved`` (booted, then checkpointed; a claim restores one). None: no warm pools.
+    pool_form: ClassVar[str | None] = None
 
     def __init__(self, commit: Callable[[Instance], None]) -> None:
         self._commit = commit
+        #: What checkpoints hold (VM domain UUIDs), so a provider looking for strays does not count
+        #: them; set by the registry.
+        self.held_elsewhere: Callable[[], set[str]] = set
 
     # -- what it is -----------------------------------------------------------------------------
 
     @abc.abstractmethod
     def capabilities(self) -> list[str]:
         """What instances of this provider can do (``instance.start``, ``session.pty``, ...)."""
+
+    def instance_capabilities(self, info: m.InstanceInfo) -> list[str]:
+        """What this one instance can do: :meth:`capabilities`, less what its own make-up rules out."""
+        return self.capabilities()
 
     def availability(self) -> str | None:
         """None if new instances can be provisioned now, else why not."""
@@ -159,6 +169,24 @@ class Provider(abc.ABC):
     async def restore(self, instance: Instance, saved: Saved, path: Path) -> None:
         """Bring the state saved at ``path`` back as ``instance`` (new id, name), running."""
         raise RpcError(ErrorCode.UNSUPPORTED, f"{self.runtime}/{self.name} cannot restore checkpoints")
+
+    async def drop_checkpoint(self, saved: Saved) -> None:  # noqa: B027 - optional hook
+        """A checkpoint is being thrown away unrestored: remove what :meth:`checkpoint` left behind
+        besides its file (a VM's defined, shut-off domain)."""
+
+    # -- fork and warm pools (source lock held; only with ``instance.fork`` / ``warm_pool.manage``) --
+
+    async def fork(self, source: Instance, instance: Instance) -> None:
+        """Make ``instance`` (new id, name; nothing made yet) a running copy of the running ``source``.
+        On error the registry calls :meth:`discard` on ``instance``."""
+        raise RpcError(ErrorCode.UNSUPPORTED, f"{self.runtime}/{self.name} instances cannot be forked")
+
+    async def wait_usable(self, instance: Instance) -> None:  # noqa: B027 - optional hook
+        """Until a freshly started pool slot is ready to be handed out (a VM's guest has booted)."""
+
+    async def take_identity(self, instance: Instance, slot_id: str) -> None:  # noqa: B027 - optional hook
+        """A running pool slot (``slot_id``) became ``instance`` (``info`` carries the new id and
+        name): rename what the provider made for it. Called with the instance's lock held."""
 
     # -- processes inside an instance -----------------------------------------------------------
 

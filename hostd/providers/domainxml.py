@@ -34,6 +34,8 @@ class DomainSpec(msgspec.Struct, frozen=True, kw_only=True):
     vcpus: int
     instance_id: str
     namespace: str
+    #: The warm pool the domain is a slot of (in its mark: a slot nobody holds is safe to remove).
+    pool: str | None = None
     #: Direct boot: kernel, initrd and command line (all set) ...
     kernel: str | None = None
     initrd: str | None = None
@@ -54,15 +56,25 @@ def mark_element(instance_id: str, namespace: str) -> str:
     return ET.tostring(ET.Element("instance", {"id": instance_id, "namespace": namespace}), encoding="unicode")
 
 
+def _mark(instance_id: str, namespace: str, pool: str | None = None) -> ET.Element:
+    # The prefix and its declaration are plain text to ElementTree, so they are written as libvirt
+    # expects them (on the element itself), not hoisted to the document's root.
+    attrs = {f"xmlns:{METADATA_PREFIX}": METADATA_NS, "id": instance_id, "namespace": namespace}
+    if pool is not None:
+        attrs["pool"] = pool
+    return ET.Element(f"{METADATA_PREFIX}:instance", attrs)
+
+
+def mark_xml(instance_id: str, namespace: str) -> str:
+    """The mark as it stands in a domain's ``<metadata>``, with its namespace declared on it."""
+    return ET.tostring(_mark(instance_id, namespace), encoding="unicode")
+
+
 def render(spec: DomainSpec) -> str:
     dom = ET.Element("domain", {"type": spec.domain_type})
     _sub(dom, "name", spec.name)
     meta = _sub(dom, "metadata")
-    _sub(
-        meta,
-        f"{METADATA_PREFIX}:instance",
-        **{f"xmlns:{METADATA_PREFIX}": METADATA_NS, "id": spec.instance_id, "namespace": spec.namespace},
-    )
+    meta.append(_mark(spec.instance_id, spec.namespace, spec.pool))
     _sub(dom, "memory", str(spec.memory_mib), unit="MiB")
     _sub(dom, "vcpu", str(spec.vcpus))
     os_el = _sub(dom, "os")
@@ -99,6 +111,8 @@ def render(spec: DomainSpec) -> str:
 class DomainMark(msgspec.Struct, frozen=True):
     instance_id: str
     namespace: str
+    #: Set while the domain is a warm pool slot nobody has claimed.
+    pool: str | None = None
 
 
 def parse_mark(metadata_xml: str) -> DomainMark | None:
@@ -113,4 +127,4 @@ def parse_mark(metadata_xml: str) -> DomainMark | None:
     iid, ns = el.get("id"), el.get("namespace")
     if not iid or not ns:
         return None
-    return DomainMark(iid, ns)
+    return DomainMark(iid, ns, el.get("pool") or None)

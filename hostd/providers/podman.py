@@ -15,6 +15,11 @@ watcher (:meth:`PodmanProvider._poll`) notices containers that ended by themselv
 going away and coming back (restarting the service hostd started), and re-adopts instances whose
 container it could not see when hostd started.
 
+Warm pools keep container slots running (:attr:`PodmanProvider.pool_form`); claims and forks:
+:mod:`.podmancopies`. Every process hostd starts inside gets the instance's identity
+(``AIWG_INSTANCE_ID``, ``AGENT_INSTANCE_ID``, ``AGENT_ID``) from hostd's record, not from the
+container's environment, which for a claimed slot still names the slot.
+
 Processes inside (sessions, execs): hostd owns the PTY (or the pipes) and runs ``podman --url <socket>
 exec -i [-t]`` on it, so ring, replay, lag, exit codes and reattach are the host machinery's. The
 exec'd process gets the caller's env and the tree mark by name (``-e NAME``: values never appear in
@@ -45,11 +50,13 @@ from ..podmanapi import PodmanApi, PodmanBadAnswer, PodmanUnreachable, reason
 from ..proctree import TREE_ENV
 from ..statefile import mkdir_private
 from .base import EndChildren, Instance, Provider, Saved, SpawnSpec
+from .podmancopies import CALL_SLACK_S, PodmanCopies, container_detail
 from .podmanstate import (
     IDLE_MAIN,
     LABEL_INSTANCE,
     LABEL_NAME,
     LABEL_NAMESPACE,
+    LABEL_POOL,
     OCI_REFERENCE,
     has_own_command,
     image_ref,
@@ -61,8 +68,6 @@ log = logging.getLogger(__name__)
 
 #: How often the watcher looks at podman and at this hostd's containers.
 POLL_S = 2.0
-#: Extra time a podman call gets beyond the grace of a stop.
-_CALL_SLACK_S = 10.0
 #: Creating (a copy of the image's rootfs on vfs storage) and starting a container may take long.
 _MAKE_TIMEOUT_S = 120.0
 MAX_STRAYS = 64
@@ -71,6 +76,8 @@ CAPABILITIES = [
     "instance.stop",
     "instance.restart",
     "instance.destroy",
+    "instance.fork",
+    "warm_pool.manage",
     "session.pty",
     "exec",
 ]
@@ -84,10 +91,12 @@ class _Container:
         self.lost_contact = lost_contact
 
 
-def _detail(instance: Instance) -> m.ContainerDetail:
-    detail = instance.info.container
-    assert detail is not None, "a container instance always has its detail"
-    return detail
+def _identity_env(info: m.InstanceInfo) -> dict[str, str]:
+    env = {"AIWG_INSTANCE_ID": info.instance_id, "AGENT_INSTANCE_ID": info.instance_id}
+    env["AGENT_ID"] = f"container-{info.instance_id}"
+    if info.loadout:
+        env["AGENT_LOADOUT"] = info.loadout
+    return env
 
 
 def _record(instance: Instance) -> _Container:
@@ -96,12 +105,13 @@ def _record(instance: Instance) -> _Container:
     return instance.state
 
 
-class PodmanProvider(Provider):
+class PodmanProvider(PodmanCopies, Provider):
     """Containers on the podman API socket of ``config.podman_socket``. The watcher runs in
     ``nursery`` (owned by hostd's registry, outliving connections)."""
 
     runtime = "container"
     name = "podman"
+    pool_form = "running"
 
     def __init__(self, config: HostdConfig, nursery: trio.Nursery, commit: Callable[[Instance], None]) -> None:
         super().__init__(commit)
@@ -198,16 +208,13 @@ class PodmanProvider(Provider):
         name = f"aiwg-{info.instance_id}"
         info.container = m.ContainerDetail(container_name=name, image=image_name, limits=req.limits)
         self._known[info.instance_id] = instance
-        env = {"AIWG_INSTANCE_ID": info.instance_id, "AGENT_INSTANCE_ID": info.instance_id}
-        env["AGENT_ID"] = f"container-{info.instance_id}"
-        if info.loadout:
-            env["AGENT_LOADOUT"] = info.loadout
-        env.update(instance.env)
+        env = {**_identity_env(info), **instance.env}
         labels = {
             **info.labels,
             LABEL_NAMESPACE: self._config.namespace,
             LABEL_INSTANCE: info.instance_id,
             LABEL_NAME: info.name,
+            **({LABEL_POOL: info.pool} if info.pool else {}),
         }
         options = limit_options(req.limits, nofile=self._config.container_nofile, nproc=self._config.container_nproc)
         command = info.command
@@ -226,11 +233,11 @@ class PodmanProvider(Provider):
             return container.id, image_ref(image.attrs, image_name)
 
         container_id, resolved = await self._call(create, timeout_s=_MAKE_TIMEOUT_S)
-        detail = _detail(instance)
+        detail = container_detail(instance)
         detail.container_id, detail.image_ref, detail.status = container_id, resolved, "created"
 
     async def start(self, instance: Instance) -> None:
-        info, detail = instance.info, _detail(instance)
+        info, detail = instance.info, container_detail(instance)
         info.state = "starting"
         name = detail.container_name
 
@@ -257,7 +264,7 @@ class PodmanProvider(Provider):
             raise RpcError(ErrorCode.SPAWN_FAILED, info.note)
 
     async def stop(self, instance: Instance, grace_s: float, end_children: EndChildren) -> None:
-        detail = _detail(instance)
+        detail = container_detail(instance)
         await end_children()
         name = detail.container_name
         timeout = max(0, math.ceil(grace_s))
@@ -275,7 +282,7 @@ class PodmanProvider(Provider):
             return dict(container.attrs)
 
         try:
-            attrs = await self._call(stop, timeout_s=timeout + _CALL_SLACK_S)
+            attrs = await self._call(stop, timeout_s=timeout + CALL_SLACK_S)
         finally:
             detail.pid = None
         state = attrs.get("State") or {}
@@ -285,21 +292,27 @@ class PodmanProvider(Provider):
     async def discard(self, instance: Instance) -> None:
         info = instance.info
         if info.container is not None:
-            name = info.container.container_name
+            ref = info.container.container_id or info.container.container_name
+            owned = info.container.owned_image
 
             def remove(client: Any) -> None:
                 import podman.errors
 
                 try:
-                    client.containers.get(name).remove(force=True)
+                    client.containers.get(ref).remove(force=True)
                 except podman.errors.NotFound:
                     pass
+                if owned is not None:
+                    try:
+                        client.images.remove(owned, force=True)
+                    except podman.errors.ImageNotFound:
+                        pass
 
             try:
-                await self._call(remove, timeout_s=_CALL_SLACK_S + self._config.stop_grace_s)
+                await self._call(remove, timeout_s=CALL_SLACK_S + self._config.stop_grace_s)
             except RpcError as exc:
                 # The instance is gone for hostd either way; what podman still holds shows as a stray.
-                log.error("instance %s: container %s not removed: %s", info.instance_id, name, exc.message)
+                log.error("instance %s: container %s not removed: %s", info.instance_id, ref, exc.message)
         # Forgotten only now: a watcher round meanwhile must not take its container for a stray.
         self._known.pop(info.instance_id, None)
         if info.instance_dir:
@@ -320,7 +333,7 @@ class PodmanProvider(Provider):
                 info.note = f"podman was not reachable when hostd started: {self._reason}"
             return
         try:
-            attrs = await self._inspect(info.container.container_name)
+            attrs = await self._inspect(info.container.container_id or info.container.container_name)
         except RpcError as exc:
             record.lost_contact = True
             info.state, info.adopted, info.note = "failed", False, exc.message
@@ -341,7 +354,7 @@ class PodmanProvider(Provider):
 
     def _settle(self, instance: Instance, attrs: Mapping[str, Any] | None, *, adopting: bool) -> bool:
         _record(instance).lost_contact = False
-        return settle(instance.info, _detail(instance), attrs, adopting=adopting)
+        return settle(instance.info, container_detail(instance), attrs, adopting=adopting)
 
     # -- the watcher ----------------------------------------------------------------------------
 
@@ -376,15 +389,27 @@ class PodmanProvider(Provider):
             containers = await self._call(listing)
         except RpcError:
             return
+        # A container is matched by its id, and by its instance label only while its instance has no
+        # container id recorded yet (being made): claimed pool slots keep the labels they were made
+        # with, and a container run from a commit of one of ours carries its labels too.
+        by_id = {i.info.container.container_id: iid for iid, i in self._known.items() if i.info.container}
         by_instance: dict[str, dict[str, Any]] = {}
-        strays = []
+        strays, unclaimed_slots = [], []
         for attrs in containers:
-            iid = (attrs.get("Labels") or {}).get(LABEL_INSTANCE)
-            if isinstance(iid, str) and iid in self._known:
+            labels = attrs.get("Labels") or {}
+            names = attrs.get("Names") or [str(attrs.get("Id", ""))[:12]]
+            iid = by_id.get(attrs.get("Id"))
+            label_iid = labels.get(LABEL_INSTANCE)
+            if iid is None and label_iid in self._known:
+                detail = self._known[label_iid].info.container
+                iid = label_iid if detail is None or detail.container_id is None else None
+            if iid is not None:
                 by_instance[iid] = attrs
+            elif labels.get(LABEL_POOL) and label_iid not in self._known and f"aiwg-{label_iid}" in names:
+                unclaimed_slots.append(str(attrs.get("Id")))  # made as a slot, never recorded: never handed out
             else:
-                names = attrs.get("Names") or [str(attrs.get("Id", ""))[:12]]
                 strays.append(str(names[0]))
+        await self._remove_unclaimed(unclaimed_slots)
         strays.sort()
         if strays != self._strays:
             if strays:
@@ -401,7 +426,8 @@ class PodmanProvider(Provider):
                 status = attrs.get("State")
                 if status != "running":
                     try:
-                        attrs = await self._inspect(instance.info.container.container_name)
+                        detail = instance.info.container
+                        attrs = await self._inspect(detail.container_id or detail.container_name)
                     except RpcError:
                         continue
                 else:
@@ -416,17 +442,19 @@ class PodmanProvider(Provider):
     def spawn_spec(
         self, instance: Instance, argv: Sequence[str], cwd: str | None, env: Mapping[str, str], *, tty: bool
     ) -> SpawnSpec:
-        info, detail = instance.info, _detail(instance)
+        info, detail = instance.info, container_detail(instance)
         if self._api.binary is None:
             raise RpcError(ErrorCode.PROVIDER_UNAVAILABLE, "podman is not installed (no podman on PATH)")
         shown = posixpath.normpath(posixpath.join(info.working_dir, cwd or ""))
         command = [self._api.binary, "--url", self._api.url, "exec", "-i"]
         if tty:
             command.append("-t")
+        # The identity comes from hostd's record: a claimed pool slot's container env names the slot.
+        env = {**_identity_env(info), **env}
         command += ["-w", shown, "-e", TREE_ENV]
         for key in env:
             command += ["-e", key]
-        command += ["--", detail.container_name, *argv]
+        command += ["--", detail.container_id or detail.container_name, *argv]
         host_env = {
             "PATH": os.environ.get("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": info.instance_dir,

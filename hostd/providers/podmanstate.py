@@ -13,6 +13,8 @@ from proto import messages as m
 LABEL_NAMESPACE = "org.aiwg.hostd.namespace"
 LABEL_INSTANCE = "org.aiwg.instance-id"
 LABEL_NAME = "org.aiwg.instance-name"
+#: Set on a container made as a warm pool slot: one no instance holds was never handed to anyone.
+LABEL_POOL = "org.aiwg.pool"
 CPU_PERIOD_US = 100_000
 #: ``[registry[:port]/]name[:tag][@sha256:<64 hex>]``, lower-case repository, as runtime/v1 allows.
 OCI_REFERENCE = re.compile(

@@ -17,6 +17,14 @@ Restart of hostd: domains keep running. :meth:`VmProvider.readopt` finds each by
 checks that its metadata mark names this instance and this hostd (else it is not ours); it scans
 every domain by mark when the UUID is gone. What it cannot find is reported ``failed``.
 
+Forks and warm pool slots: :mod:`.vmcopies`. Warm pools keep VM slots saved
+(:attr:`VmProvider.pool_form`): booted, given until the guest agent answers, then saved.
+
+Strays: every round the watcher also lists libvirt's domains; one marked with this hostd's
+namespace that no instance or checkpoint holds, or named like this hostd's domains but without its
+mark, is reported in ``ProviderInfo.strays`` (logged, never touched). Domains of anyone else are
+none of hostd's business.
+
 Processes inside (:meth:`VmProvider.spawn_spec`): a PTY session is the serial console, relayed by
 ``python -m hostd.vmconsole`` on the PTY hostd owns (so ring, replay and reattach work as for host
 sessions); an exec runs through qemu-guest-agent's ``guest-exec`` by ``python -m hostd.guestexec``.
@@ -29,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,10 +52,10 @@ from proto import messages as m
 
 from ..config import HostdConfig
 from ..errors import RpcError
-from ..statefile import mkdir_private
 from . import domainxml, hostdir, libvirtconn, vmimage
 from .base import EndChildren, Instance, Provider, Saved, SpawnSpec
 from .libvirtconn import LONG_CALL_TIMEOUT_S, LibvirtLink
+from .vmcopies import FORK, VmCopies, make_dir, vm_detail
 
 log = logging.getLogger(__name__)
 
@@ -54,24 +63,14 @@ POLL_S = 2.0
 #: How often stop checks whether the guest has shut down within its grace period.
 _SHUTDOWN_POLL_S = 0.2
 _LIFECYCLE = ["instance.start", "instance.stop", "instance.restart", "instance.destroy"]
-#: libvirt save/restore. No ``instance.fork``: libvirt restores a saved domain only under its own
-#: UUID, so a copy with its own identity cannot be made from one checkpoint.
-_CHECKPOINTS = ["instance.snapshot", "instance.restore"]
+#: libvirt save/restore, and warm pools of saved slots (each its own domain, booted and saved).
+_CHECKPOINTS = ["instance.snapshot", "instance.restore", "warm_pool.manage"]
+MAX_STRAYS = 64
 #: The environment variable carrying the guest env of an exec to ``hostd.guestexec``.
 GUEST_ENV = "AIWG_GUEST_ENV"
 
 
-def _make_dir(inst_dir: Path) -> None:
-    mkdir_private(inst_dir.parent)
-    mkdir_private(inst_dir)
-
-
-def _detail(instance: Instance) -> m.VmDetail:
-    assert instance.info.vm is not None
-    return instance.info.vm
-
-
-class VmProvider(Provider):
+class VmProvider(VmCopies, Provider):
     """libvirt domains, through one :class:`LibvirtLink` to ``config.libvirt_uri``."""
 
     runtime = "vm"
@@ -83,12 +82,25 @@ class VmProvider(Provider):
         self._link = LibvirtLink(config.libvirt_uri)
         self._instances: dict[str, Instance] = {}
         self._emulated = config.libvirt_uri.startswith("test")
+        self._strays: list[str] = []
         nursery.start_soon(self._watch)
+
+    pool_form = "saved"
 
     def capabilities(self) -> list[str]:
         if self._emulated:
             return [*_LIFECYCLE, *_CHECKPOINTS]
-        return [*_LIFECYCLE, *_CHECKPOINTS, "session.pty", "exec"]
+        return [*_LIFECYCLE, *_CHECKPOINTS, FORK, "session.pty", "exec"]
+
+    def instance_capabilities(self, info: m.InstanceInfo) -> list[str]:
+        # A disk's state is not in a memory image: such a VM cannot be forked (saveimage refuses it).
+        disk = info.vm is not None and (info.vm.image_ref or "").startswith("qcow2://")
+        return [c for c in self.capabilities() if not (disk and c == FORK)]
+
+    def describe(self, *, default: bool) -> m.ProviderInfo:
+        info = super().describe(default=default)
+        info.strays = list(self._strays)
+        return info
 
     def availability(self) -> str | None:
         return self._link.reason
@@ -113,7 +125,7 @@ class VmProvider(Provider):
         self._instances[info.instance_id] = instance
         image = await vmimage.resolve(req.image, self._config.guest_image_dir)
         info.vm.image_ref = image.image_ref
-        await trio.to_thread.run_sync(_make_dir, Path(info.instance_dir))
+        await trio.to_thread.run_sync(make_dir, Path(info.instance_dir))
         xml = domainxml.render(
             domainxml.DomainSpec(
                 name=info.vm.domain,
@@ -122,6 +134,7 @@ class VmProvider(Provider):
                 vcpus=spec.vcpus,
                 instance_id=info.instance_id,
                 namespace=self._config.namespace,
+                pool=info.pool,
                 kernel=image.kernel,
                 initrd=image.initrd,
                 cmdline=image.cmdline,
@@ -131,7 +144,7 @@ class VmProvider(Provider):
         info.vm.uuid = await self._link.call(lambda conn: conn.defineXML(xml).UUIDString())
 
     async def start(self, instance: Instance) -> None:
-        info, vm = instance.info, _detail(instance)
+        info, vm = instance.info, vm_detail(instance)
 
         def boot(conn: Any) -> None:
             dom = self._domain(conn, vm)
@@ -148,7 +161,7 @@ class VmProvider(Provider):
         info.exit_code = info.adopted = info.note = None
 
     async def stop(self, instance: Instance, grace_s: float, end_children: EndChildren) -> None:
-        vm = _detail(instance)
+        vm = vm_detail(instance)
         await end_children()
         if vm.uuid is None:
             return
@@ -230,15 +243,17 @@ class VmProvider(Provider):
     async def checkpoint(self, instance: Instance, path: Path) -> Saved:
         """``virDomainSave``: the domain's memory and device state go to ``path`` and it shuts off
         (still defined, its definition kept for the restore)."""
-        info, vm = instance.info, _detail(instance)
+        info, vm = instance.info, vm_detail(instance)
 
         def save(conn: Any) -> None:
             self._domain(conn, vm).save(str(path))
 
         await self._link.call(save, timeout_s=LONG_CALL_TIMEOUT_S)
-        self._instances.pop(info.instance_id, None)
         if info.instance_dir:
             await trio.to_thread.run_sync(hostdir.remove, Path(info.instance_dir))
+        # Forgotten only now, with no await before the registry records the checkpoint: until then
+        # the domain is this instance's, not a stray (a pool slot's would be removed as one).
+        self._instances.pop(info.instance_id, None)
         return {"vm": msgspec.to_builtins(vm)}
 
     async def restore(self, instance: Instance, saved: Saved, path: Path) -> None:
@@ -261,7 +276,7 @@ class VmProvider(Provider):
                 libvirt.VIR_DOMAIN_METADATA_ELEMENT, mark, domainxml.METADATA_PREFIX, domainxml.METADATA_NS, flags
             )
 
-        await trio.to_thread.run_sync(_make_dir, Path(info.instance_dir))
+        await trio.to_thread.run_sync(make_dir, Path(info.instance_dir))
         await self._link.call(restore, timeout_s=LONG_CALL_TIMEOUT_S)
         self._instances[info.instance_id] = instance
         info.state, info.started_at, info.stopped_at = "running", time.time(), None
@@ -271,7 +286,7 @@ class VmProvider(Provider):
     def spawn_spec(
         self, instance: Instance, argv: Sequence[str], cwd: str | None, env: Mapping[str, str], *, tty: bool
     ) -> SpawnSpec:
-        vm = _detail(instance)
+        vm = vm_detail(instance)
         needed = "session.pty" if tty else "exec"
         if needed not in self.capabilities() or vm.uuid is None:
             raise RpcError(
@@ -331,7 +346,8 @@ class VmProvider(Provider):
         dom = libvirtconn.lookup(conn, uuid) if uuid else None
         candidates = [dom] if dom is not None else list(conn.listAllDomains())
         for cand in candidates:
-            if self._mark(cand) == domainxml.DomainMark(instance_id, self._config.namespace):
+            mark = self._mark(cand)
+            if mark is not None and (mark.instance_id, mark.namespace) == (instance_id, self._config.namespace):
                 return cand.UUIDString(), libvirtconn.is_active(cand)
         return None
 
@@ -346,6 +362,10 @@ class VmProvider(Provider):
 
     # -- the watcher ----------------------------------------------------------------------------
 
+    async def startup(self) -> None:
+        # A fork cut off by a hostd crash leaves its snapshot file; nothing else reads it.
+        await trio.to_thread.run_sync(shutil.rmtree, self._config.forks_dir, True)
+
     async def _watch(self) -> None:
         """Keep the connection up and notice domains that stopped by themselves (module docstring)."""
         while True:
@@ -353,10 +373,49 @@ class VmProvider(Provider):
                 running = [i for i in self._instances.values() if i.info.state == "running" and i.info.vm]
                 for instance in running:
                     await self._check(instance)
+                await self._find_strays()
             await trio.sleep(POLL_S)
 
+    async def _find_strays(self) -> None:
+        """Report strays; remove those marked as a pool slot (made ahead, never handed to anyone:
+        a fill cut off by a crash before hostd recorded it)."""
+        known = {i.info.vm.uuid for i in self._instances.values() if i.info.vm and i.info.vm.uuid}
+        known |= self.held_elsewhere()
+        # By mark too, but only for an instance whose domain is being defined (its UUID not yet
+        # recorded): a copy of one of ours (virsh dumpxml, define) carries its mark as well.
+        defining = {iid for iid, i in self._instances.items() if i.info.vm is None or i.info.vm.uuid is None}
+        prefix = f"aiwg-{self._config.namespace}-"
+
+        def listing(conn: Any) -> list[str]:
+            out = []
+            for dom in conn.listAllDomains():
+                mark = self._mark(dom)
+                ours = mark is not None and mark.namespace == self._config.namespace
+                if not (ours or dom.name().startswith(prefix)) or dom.UUIDString() in known:
+                    continue
+                if mark is not None and ours and mark.instance_id in defining:
+                    continue
+                slot_name = mark is not None and dom.name() == self._domain_name(mark.instance_id)
+                if mark is not None and ours and mark.pool is not None and slot_name:
+                    log.info("removing domain %s: a warm pool slot nothing holds", dom.name())
+                    if libvirtconn.is_active(dom):
+                        dom.destroy()
+                    dom.undefine()
+                    continue
+                out.append(str(dom.name()) if ours else f"{dom.name()} (no hostd mark)")
+            return sorted(out)
+
+        try:
+            strays = await self._link.call(listing)
+        except RpcError:
+            return
+        if strays != self._strays:
+            if strays:
+                log.warning("libvirt domains of this hostd that no instance claims: %s", ", ".join(strays))
+            self._strays = strays[:MAX_STRAYS]
+
     async def _check(self, instance: Instance) -> None:
-        vm = _detail(instance)
+        vm = vm_detail(instance)
         if instance.lock.locked():
             return  # a lifecycle call is working on it and records the outcome itself
 

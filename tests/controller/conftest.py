@@ -117,9 +117,16 @@ class LiveHostd:
         await trio.to_thread.run_sync(self.proc.stop)
 
     async def destroy_all(self) -> None:
-        """Destroy every instance hostd holds (their main processes outlive a stopping hostd)."""
-        with trio.move_on_after(15):
+        """Delete every warm pool and destroy every instance hostd holds (their main processes and
+        containers outlive a stopping hostd)."""
+        with trio.move_on_after(30):
             async with open_hostd(self.socket_path, client_name="test-cleanup") as client:
+                for pool in (await client.call(m.PoolListRequest())).pools:
+                    await client.call(m.PoolDeleteRequest(pool=pool.pool))
+                while (await client.call(m.InstanceListRequest(pool_slots=True))).instances != (
+                    await client.call(m.InstanceListRequest())
+                ).instances:
+                    await trio.sleep(0.05)  # the pools' slots are destroyed in the background
                 for info in (await client.call(m.InstanceListRequest())).instances:
                     await client.call(m.InstanceDestroyRequest(instance_id=info.instance_id, grace_s=0))
 

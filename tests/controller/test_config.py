@@ -94,6 +94,27 @@ def test_unknown_file_key_is_refused(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.toml", env={})
 
 
+def test_warm_pools_from_env_and_file(tmp_path: Path) -> None:
+    env = {"AIWG_STATE_DIR": str(tmp_path), "AIWG_ADMIN_TOKEN": TOKEN}
+    assert load_config(env={**env, "AIWG_WARM_POOLS": " busybox=2, tiny-vm=0 "}).warm_pools == {
+        "busybox": 2,
+        "tiny-vm": 0,
+    }
+    assert load_config(env=env).warm_pools == {}
+    toml = tmp_path / "c.toml"
+    toml.write_text("[warm_pools]\nbusybox = 3\n")
+    assert load_config(toml, env=env).warm_pools == {"busybox": 3}
+    for bad, why in (
+        ("busybox", "not loadout=size"),
+        ("busybox=x", "not an integer"),
+        ("busybox=65", "between 0 and 64"),
+        ("Bad_Name=1", "not a loadout name"),
+        ("busybox=1,busybox=2", "named twice"),
+    ):
+        with pytest.raises(ConfigError, match=f"AIWG_WARM_POOLS.*{why}"):
+            load_config(env={**env, "AIWG_WARM_POOLS": bad})
+
+
 def test_secrets_are_masked_in_repr() -> None:
     config = load_config(env={"AIWG_ADMIN_TOKEN": TOKEN, "AIWG_OPERATOR_TOKEN": "o" * 20}, dev=True)
     assert TOKEN not in repr(config)

@@ -105,14 +105,10 @@ DIFFERENCES: tuple[Difference, ...] = (
         problem_json=("410",),
     ),
     Difference(
-        "^(createLibvirtCheckpoint|restoreLibvirtCheckpoint)$",
-        "The checkpoint routes need a VM runtime, which this run's hostd does not have (they would only answer "
-        "501 capability.unsupported); they run against libvirt's test driver in test_admin_instances.py.",
-        skip=True,
-    ),
-    Difference(
-        "^(initializeLibvirtWarmPool|handoffLibvirtWarmPool)$",
-        "Warm pools are not built yet: route.not_found, so they are left out of this run.",
+        "^(createLibvirtCheckpoint|restoreLibvirtCheckpoint|initializeLibvirtWarmPool|handoffLibvirtWarmPool)$",
+        "The checkpoint and libvirt warm pool routes need a VM runtime and its checkpoints, which this run's hostd "
+        "does not have (they would only answer 501 capability.unsupported or 404 warm_pool.not_found); they run "
+        "against libvirt's test driver in test_admin_instances.py and test_admin_pools.py.",
         skip=True,
     ),
 )

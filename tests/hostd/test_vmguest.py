@@ -1,10 +1,11 @@
 """Real QEMU VMs through a real hostd: the serial console as a PTY session, execs through
-qemu-guest-agent, and re-adoption after a hostd restart (``hostd.vmconsole``, ``hostd.guestexec``,
-``hostd.providers.vm`` on ``qemu:///system``).
+qemu-guest-agent, checkpoints, forks, a warm pool of saved VMs, and re-adoption after a hostd
+restart (``hostd.vmconsole``, ``hostd.guestexec``, ``hostd.providers.vm`` on ``qemu:///system``).
 
 One VM (the tiny guest of ``scripts/build-guest-image.py``, software emulation) is booted for the
-whole module and shared by its tests, in file order; the last one restarts hostd. Needs root and
-libvirt (started by the fixture when nothing answers); skips otherwise.
+whole module and shared by its tests, in file order; the fork runs beside it for one test, the
+warm pool boots one more; the last test powers the shared one off. Needs root and libvirt (started
+by the fixture when nothing answers); skips otherwise.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ async def console_until(client: HostdClient, sid: str, line: bytes, expect: byte
     return bytes(out)
 
 
-async def run_exec(client: HostdClient, argv: list[str]) -> tuple[int | None, bytes, bytes]:
-    started = await client.call(m.ExecStartRequest(instance_id=IID, argv=argv, timeout_s=BOOT_WAIT_S))
+async def run_exec(client: HostdClient, argv: list[str], iid: str = IID) -> tuple[int | None, bytes, bytes]:
+    started = await client.call(m.ExecStartRequest(instance_id=iid, argv=argv, timeout_s=BOOT_WAIT_S))
     out, err = bytearray(), bytearray()
     code = None
     async with client.stream(m.ExecSubscribeRequest(exec_id=started.exec.exec_id)) as events:
@@ -179,6 +180,70 @@ async def test_checkpoint_and_restore_keep_the_guest_memory(guest: Guest) -> Non
         code, out, _err = await run_exec(client, ["/bin/cat", "/tmp/marker"])
         assert (code, out) == (0, b"before-save\n")
         assert (await client.call(m.CheckpointListRequest())).checkpoints == []
+
+
+async def test_a_fork_runs_beside_its_source_with_a_copy_of_its_memory(guest: Guest) -> None:
+    import libvirt
+
+    async with open_hostd(guest.proc.socket_path) as client:
+        source = (await client.call(m.InstanceGetRequest(instance_id=IID))).instance
+        assert "instance.fork" in source.capabilities
+        assert (await run_exec(client, ["/bin/sh", "-c", "echo before-fork > /tmp/fork-marker"]))[0] == 0
+        fork = (
+            await client.call(
+                m.InstanceForkRequest(source_instance_id=IID, instance_id="vm-fork", name="fork"), timeout=180
+            )
+        ).instance
+        try:
+            assert (fork.state, fork.launched_from) == ("running", f"fork:{IID}")
+            assert fork.vm is not None and source.vm is not None
+            assert fork.vm.uuid != source.vm.uuid and fork.vm.domain != source.vm.domain
+            # The source never stopped: what it writes now is its own.
+            assert (await run_exec(client, ["/bin/sh", "-c", "echo after-fork >> /tmp/fork-marker"]))[0] == 0
+            code, out, _ = await run_exec(client, ["/bin/cat", "/tmp/fork-marker"], iid="vm-fork")
+            assert (code, out) == (0, b"before-fork\n")  # the memory as it was at the fork
+            code, out, _ = await run_exec(client, ["/bin/cat", "/tmp/fork-marker"])
+            assert (code, out) == (0, b"before-fork\nafter-fork\n")
+            conn = libvirt.open("qemu:///system")
+            try:
+                dom = conn.lookupByUUIDString(fork.vm.uuid)
+                assert dom.isActive() and dom.isPersistent() and dom.name() == fork.vm.domain
+            finally:
+                conn.close()
+            assert (await client.call(m.InstanceGetRequest(instance_id=IID))).instance.state == "running"
+        finally:
+            await client.call(m.InstanceDestroyRequest(instance_id="vm-fork", grace_s=0.5), timeout=60)
+
+
+async def test_a_warm_pool_hands_out_a_saved_vm_that_answers_at_once(guest: Guest) -> None:
+    """One slot: booted until its agent answers, saved; the claim restores it as the new instance."""
+    template = m.PoolTemplate(runtime="vm", vm=m.VmSpec(memory_mib=128), loadout="tiny-vm")
+    async with open_hostd(guest.proc.socket_path) as client:
+        await client.call(m.PoolSetRequest(pool="vms", template=template, size=1))
+        with trio.fail_after(BOOT_WAIT_S * 2):
+            while (pool := (await client.call(m.PoolListRequest())).pools[0]).ready < 1:
+                assert pool.failures == 0, pool.last_error
+                await trio.sleep(0.5)
+        slot = next(c for c in (await client.call(m.CheckpointListRequest())).checkpoints if c.pool == "vms")
+        claimed = (
+            await client.call(m.PoolClaimRequest(pool="vms", instance_id="vm-pooled", name="pooled"), timeout=120)
+        ).instance
+        try:
+            assert (claimed.state, claimed.launched_from) == ("running", "warm_pool:vms")
+            assert claimed.vm is not None and claimed.vm.uuid == slot.uuid
+            # Restored booted: the agent answers without waiting for a boot.
+            with trio.fail_after(30):
+                code, out, _ = await run_exec(client, ["/bin/cat", "/proc/sys/kernel/hostname"], iid="vm-pooled")
+            assert (code, out) == (0, b"aiwg-vm\n")
+        finally:
+            # Deleting the pool stops its refill (a boot under way) and removes what it made.
+            await client.call(m.PoolDeleteRequest(pool="vms"))
+            await client.call(m.InstanceDestroyRequest(instance_id="vm-pooled", grace_s=0.5), timeout=60)
+        with trio.fail_after(60):
+            while (await client.call(m.InstanceListRequest(pool_slots=True))).instances != [
+                (await client.call(m.InstanceGetRequest(instance_id=IID))).instance
+            ]:
+                await trio.sleep(0.2)
 
 
 async def test_vm_is_readopted_after_a_hostd_restart(guest: Guest) -> None:

@@ -65,7 +65,12 @@ async def test_card_is_v1_signed_and_verifies_with_the_sdk_and_by_hand(
         "loadout": "echo",
         "instance_id": agent.instance_id,
         "provider": "hostd",
-    }
+        # hostd's host provider's, for this instance (no image: a host instance has none).
+        "capabilities": [
+            "instance.start", "instance.stop", "instance.restart", "instance.destroy",
+            "session.pty", "exec", "exec.control",
+        ],
+    }  # fmt: skip
 
     jwks = (await anon.get(f"/agents/{agent.instance_id}/.well-known/jwks.json")).json()
     header = verify_by_hand(card, jwks)

@@ -77,6 +77,9 @@ async def test_conf_004_task_metadata_equals_the_card_on_get_list_send_stream_su
 ) -> None:
     agent = await new_agent(admin, controller, "rt-meta", loadout="shell")
     params = runtime_entries(await card_of(admin, agent.instance_id))[0]["params"]
+    # The capabilities are the provider's own of this instance (hostd's), as the admin API shows them.
+    shown = (await admin.get(f"/api/v2/admin/instances/{agent.instance_id}")).json()
+    assert params["capabilities"] == shown["capabilities"] and "exec" in params["capabilities"]
     seen: list[dict[str, Any]] = []
     async with agent.client(controller) as c:
         sent = (await send(c, "true")).json()["task"]
@@ -103,7 +106,7 @@ async def test_conf_004_task_metadata_equals_the_card_on_get_list_send_stream_su
         assert meta["runtime.instance_id"] == params["instance_id"]
         assert meta["runtime.kind"] == params["runtime"]
         assert meta["runtime.provider"] == params["provider"]
-        assert "runtime.capabilities" not in meta and "capabilities" not in params
+        assert meta["runtime.capabilities"] == params["capabilities"]
         assert "runtime.host" not in meta  # policy: not for an instance token
     async with agent.client(controller, token=ADMIN_TOKEN) as c:
         meta = (await c.get(f"/tasks/{sent['id']}")).json()["metadata"]

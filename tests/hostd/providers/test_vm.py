@@ -97,10 +97,11 @@ def gone(conn: Any, uuid: str) -> bool:
 async def test_provider_publishes_only_what_the_test_driver_can_do(registry: InstanceRegistry) -> None:
     vm = next(p for p in registry.providers() if p.runtime == "vm")
     assert (vm.provider, vm.available, vm.default, vm.reason) == ("libvirt", True, True, None)
-    # The test driver has no console and no guest agent: nothing is published that would not work.
+    # The test driver has no console, no guest agent and no QEMU save images (no fork): nothing is
+    # published that would not work.
     assert vm.capabilities == [
         "instance.start", "instance.stop", "instance.restart", "instance.destroy",
-        "instance.snapshot", "instance.restore",
+        "instance.snapshot", "instance.restore", "warm_pool.manage",
     ]  # fmt: skip
 
 
@@ -280,7 +281,7 @@ async def test_checkpoint_retires_the_instance_and_restore_brings_it_back_once(
 ) -> None:
     source = await registry.provision(vm_req(name="base"))
     assert {"instance.snapshot", "instance.restore"} <= set(source.capabilities)
-    assert "instance.fork" not in source.capabilities  # libvirt restores only under the saved UUID
+    assert "instance.fork" not in source.capabilities  # the test driver's save images are not QEMU's
     saved = await registry.checkpoint(source.instance_id, "cp-1")
     assert (saved.source_instance_id, saved.source_name, saved.runtime, saved.provider) == (
         source.instance_id, "base", "vm", "libvirt",
@@ -331,3 +332,51 @@ async def test_checkpoint_refusals(registry: InstanceRegistry) -> None:
     assert excinfo.value.code is ErrorCode.UNSUPPORTED
     restored = await registry.restore(m.CheckpointRestoreRequest(checkpoint_id="cp-taken", instance_id="r1", name="r"))
     assert restored.state == "running"
+
+
+async def test_fork_is_refused_where_it_cannot_work(registry: InstanceRegistry, conn: Any) -> None:
+    source = await registry.provision(vm_req(name="source"))
+    before = {d.UUIDString() for d in conn.listAllDomains()}
+    with pytest.raises(RpcError) as excinfo:
+        await registry.fork(m.InstanceForkRequest(source_instance_id=source.instance_id, instance_id="f1", name="f"))
+    assert excinfo.value.code is ErrorCode.UNSUPPORTED and "cannot be forked" in excinfo.value.message
+    assert {d.UUIDString() for d in conn.listAllDomains()} == before  # nothing made for the refusal
+    assert [i.instance_id for i in registry.list()] == [source.instance_id]
+    with pytest.raises(RpcError) as excinfo:
+        await registry.fork(m.InstanceForkRequest(source_instance_id="nope", instance_id="f2", name="f"))
+    assert excinfo.value.code is ErrorCode.INSTANCE_NOT_FOUND
+
+
+async def test_stray_domains_are_reported_never_touched(
+    registry: InstanceRegistry, config: HostdConfig, conn: Any
+) -> None:
+    """A domain carrying this hostd's mark that no instance or checkpoint holds, and one named like
+    this hostd's domains but without its mark, are strays; someone else's domain is not."""
+    kept = await registry.provision(vm_req(name="kept"))
+    await registry.checkpoint((await registry.provision(vm_req(name="saved"))).instance_id, "cp-held")
+    marked = domainxml.render(
+        domainxml.DomainSpec(
+            name="someone-copied-it", domain_type="qemu", memory_mib=64, vcpus=1,
+            instance_id="gone-instance", namespace=config.namespace,
+        )
+    )  # fmt: skip
+    copied = domainxml.render(
+        domainxml.DomainSpec(
+            name="a-copy-of-kept", domain_type="qemu", memory_mib=64, vcpus=1,
+            instance_id=kept.instance_id, namespace=config.namespace,
+        )
+    )  # fmt: skip
+    bare = "<domain type='test'><name>{}</name><memory>65536</memory><os><type>hvm</type></os></domain>"
+    unmarked, foreign = bare.format(f"aiwg-{config.namespace}-orphan"), bare.format("not-ours")
+    made = [conn.defineXML(xml) for xml in (marked, copied, unmarked, foreign)]
+    try:
+        with trio.fail_after(WAIT_S):
+            while not (vm := next(p for p in registry.providers() if p.runtime == "vm")).strays:
+                await trio.sleep(0.05)
+        # A copy carrying the mark of a live instance (another UUID) is not that instance.
+        assert vm.strays == ["a-copy-of-kept", f"aiwg-{config.namespace}-orphan (no hostd mark)", "someone-copied-it"]
+        assert all(d.isPersistent() for d in made)  # reported, never touched
+        assert kept.vm is not None and domain(conn, kept).isActive()
+    finally:
+        for dom in made:
+            dom.undefine()
