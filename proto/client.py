@@ -13,9 +13,10 @@ errors from hostd (``HostdRemoteError``). Nothing is ever retried: a broken clie
 broken and the caller decides whether to open a new one.
 
 One connection carries any number of concurrent calls and streams. A stream whose consumer
-falls behind by more than ``stream_buffer`` events is cancelled on hostd and ends with
-:class:`HostdStreamOverflow` after the buffered events, so one slow consumer never stalls
-the other calls on the connection; the consumer resubscribes from the next sequence it wants.
+falls behind by more than ``stream_buffer`` events is cancelled on hostd at once (by the reader)
+and ends with :class:`HostdStreamOverflow` after the buffered events, so one slow consumer never
+stalls or burdens the other calls on the connection; the consumer resubscribes from the next
+sequence it wants.
 """
 
 from __future__ import annotations
@@ -140,6 +141,8 @@ class HostdClient:
         self._posts: dict[int, tuple[Callable[[HostdError], None], Callable[[], None] | None]] = {}
         self._broken: HostdError | None = None
         self._reader_done = trio.Event()
+        #: The nursery of the client's own tasks (the reader, cancels of overflowed streams).
+        self._nursery: trio.Nursery | None = None
         self.hello: m.HelloResponse | None = None
 
     # -- public API ---------------------------------------------------------------------------
@@ -247,8 +250,8 @@ class HostdClient:
                     unyielded = 0
                     return await state.get()
                 except trio.EndOfChannel:
-                    # An overflowed stream is still open on hostd: the finally cancels it.
-                    finished = not state.overflowed
+                    # An overflowed stream was cancelled on hostd by the reader already.
+                    finished = True
                     if state.overflowed:
                         raise HostdStreamOverflow(
                             f"stream {stream_id} fell more than {self._stream_buffer} events behind"
@@ -380,8 +383,23 @@ class HostdClient:
         if not stream.closed and not stream.put(frame):
             stream.overflowed = True
             stream.close()
+            self._cancel_soon(frame_id)
         if isinstance(frame, (m.StreamEnd, m.ErrorResponse)):
             self._streams.pop(frame_id, None)
+
+    def _cancel_soon(self, stream_id: int) -> None:
+        """Tell hostd now to stop a stream whose consumer fell behind: else it would go on sending
+        it, at the cost of every other stream on the connection, until the consumer moved again."""
+        if self._nursery is None:
+            return
+
+        async def cancel() -> None:
+            try:
+                await self._send(m.StreamCancel(stream_id=stream_id))
+            except HostdError:
+                pass  # the connection is gone: so is the stream
+
+        self._nursery.start_soon(cancel)
 
     async def _read_loop(self) -> None:
         buffer = FrameBuffer(self._max_frame_bytes)
@@ -477,6 +495,7 @@ async def open_hostd(
         # hand that on unwrapped, as callers expect from an ordinary context manager.
         with _unwrap_single():
             async with trio.open_nursery() as nursery:
+                client._nursery = nursery
                 nursery.start_soon(client._read_loop)
                 try:
                     hello = await client.call(

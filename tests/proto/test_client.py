@@ -303,8 +303,11 @@ async def test_slow_stream_consumer_overflows_without_stalling_calls(sock_path: 
         with pytest.raises(HostdStreamOverflow):
             async with client.stream(m.SessionSubscribeRequest(session_id="s", from_seq=1)) as events:
                 await trio.sleep(0.3)  # do not read while the server floods
-                # Calls on the same connection still complete while the stream is stuck.
+                # Calls on the same connection still complete while the stream is stuck, and hostd
+                # is told to stop the stream at once, not once its consumer moves again.
                 await client.call(m.PingRequest(), timeout=2)
+                with trio.fail_after(2):
+                    await cancelled.wait()
                 async for _ in events:
                     pass
         with trio.fail_after(2):
