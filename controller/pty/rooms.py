@@ -147,13 +147,13 @@ class Room:
             await self.caught_up.wait()
         self._frames_since_keyframe = 0
         self._last_keyframe = trio.current_time()
-        cols, rows = self.screen.size
+        snap = await self.screen.snapshot()
         return f.Keyframe(
-            snapshot=self.screen.snapshot(),
+            snapshot=snap.data,
             snapshot_format=f.SNAPSHOT_FORMAT,
-            snapshot_cols=cols,
-            snapshot_rows=rows,
-            anchor_sequence=self.screen.anchor,
+            snapshot_cols=snap.cols,
+            snapshot_rows=snap.rows,
+            anchor_sequence=snap.anchor,
         )
 
     def resized(self, cols: int, rows: int) -> None:
