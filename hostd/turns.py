@@ -49,7 +49,3 @@ class SendTurns:
             queue.popleft().set()  # the turn passes on directly; it is never free in between
         else:
             self._busy = False
-
-    @property
-    def waiting(self) -> int:
-        return len(self._urgent) + len(self._bulk)
