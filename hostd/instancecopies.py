@@ -21,7 +21,6 @@ from proto import messages as m
 
 from .checkpoints import CheckpointRecord
 from .errors import RpcError
-from .providers import Instance
 from .registrybase import RegistryBase
 
 log = logging.getLogger(__name__)
@@ -118,22 +117,17 @@ class InstanceCopies(RegistryBase):
         if req.instance_id in self._instances:
             raise RpcError(ErrorCode.INSTANCE_EXISTS, f"instance {req.instance_id!r} already exists")
         provider = self._provider_for(record.info.runtime, record.info.provider)
-        info = m.InstanceInfo(
-            instance_id=req.instance_id,
+        inst = self._reserve(
+            req.instance_id,
+            provider,
+            {},
             name=req.name,
-            state="provisioning",
-            instance_dir="",
-            working_dir="",
-            runtime=provider.runtime,
-            provider=provider.name,
+            labels=req.labels,
             capabilities=provider.capabilities(),
-            labels=dict(req.labels),
             loadout=req.loadout,
-            created_at=time.time(),
             launched_from=f"warm_pool:{record.info.pool}" if from_pool else f"checkpoint:{req.checkpoint_id}",
         )
-        inst = Instance(info, {}, provider)
-        self._instances[req.instance_id] = inst
+        info = inst.info
         try:
             async with inst.lock:
                 await provider.restore(inst, record.detail, self._checkpoints.data_path(req.checkpoint_id))
@@ -165,23 +159,18 @@ class InstanceCopies(RegistryBase):
                 capability="instance.fork",
             )
         provider = source.provider
-        info = m.InstanceInfo(
-            instance_id=req.instance_id,
+        inst = self._reserve(
+            req.instance_id,
+            provider,
+            dict(source.env),
             name=req.name,
-            state="provisioning",
-            instance_dir="",
-            working_dir="",
-            runtime=provider.runtime,
-            provider=provider.name,
+            labels=req.labels,
             capabilities=list(source.info.capabilities),
-            labels=dict(req.labels),
             command=list(source.info.command) if source.info.command else None,
             loadout=source.info.loadout,
-            created_at=time.time(),
             launched_from=f"fork:{source.id}",
         )
-        inst = Instance(info, dict(source.env), provider)
-        self._instances[req.instance_id] = inst
+        info = inst.info
         try:
             async with source.lock, inst.lock:
                 self._find(source.id)

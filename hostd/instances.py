@@ -101,23 +101,18 @@ class InstanceRegistry(InstanceCopies):
             )
         provider = self._provider_for(req.runtime, req.provider)
         validate_instance_env(req.env)
-        info = m.InstanceInfo(
-            instance_id=iid,
+        inst = self._reserve(
+            iid,
+            provider,
+            dict(req.env),
             name=req.name,
-            state="provisioning",
-            instance_dir="",
-            working_dir="",
-            runtime=provider.runtime,
-            provider=provider.name,
+            labels=req.labels,
             capabilities=provider.capabilities(),
-            labels=dict(req.labels),
             command=list(req.command) if req.command else None,
             loadout=req.loadout,
-            created_at=time.time(),
             pool=pool,
         )
-        inst = Instance(info, dict(req.env), provider)
-        self._instances[iid] = inst  # reserved before the first await: a concurrent twin gets EXISTS
+        info = inst.info
         try:
             async with inst.lock:
                 await provider.provision(inst, req)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
@@ -134,6 +135,42 @@ class RegistryBase:
     def _check_open(self) -> None:
         if self._closed:
             raise RpcError(ErrorCode.SHUTTING_DOWN)
+
+    def _reserve(
+        self,
+        instance_id: str,
+        provider: Provider,
+        env: dict[str, str],
+        *,
+        name: str,
+        labels: dict[str, str],
+        capabilities: builtins.list[str],
+        loadout: str | None,
+        command: builtins.list[str] | None = None,
+        pool: str | None = None,
+        launched_from: str | None = None,
+    ) -> Instance:
+        """A new instance in ``provisioning``, entered in the table before the caller's first await
+        (so a concurrent twin gets ``instance.exists``)."""
+        info = m.InstanceInfo(
+            instance_id=instance_id,
+            name=name,
+            state="provisioning",
+            instance_dir="",
+            working_dir="",
+            runtime=provider.runtime,
+            provider=provider.name,
+            capabilities=capabilities,
+            labels=dict(labels),
+            command=command,
+            loadout=loadout,
+            created_at=time.time(),
+            pool=pool,
+            launched_from=launched_from,
+        )
+        inst = Instance(info, env, provider)
+        self._instances[instance_id] = inst
+        return inst
 
     def _find(self, instance_id: str) -> Instance:
         inst = self._instances.get(instance_id)
