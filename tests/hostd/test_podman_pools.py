@@ -20,7 +20,8 @@ from tests.hostd.test_podman import container_names, podman, run_exec, start_hos
 from tests.hostd_process import HostdProcess
 from tests.podman_service import BUSYBOX_IMAGE, PodmanStorage
 
-pytestmark = pytest.mark.podman
+#: Above the fork call's own 120 s deadline (see tests/hostd/test_vmguest.py on pytest-timeout and trio).
+pytestmark = [pytest.mark.podman, pytest.mark.timeout(240)]
 
 TEMPLATE = m.PoolTemplate(runtime="container", image=BUSYBOX_IMAGE, loadout="busybox")
 WAIT_S = 60.0

@@ -25,6 +25,10 @@ IID = "vm-guest"
 #: Boot, console and agent waits are generous: software emulation on a loaded machine.
 BOOT_WAIT_S = 120.0
 RESEND_S = 3.0
+#: pytest-timeout's limit per test here, above the sum of a test's own waits: a test that runs out
+#: of time fails with its own TooSlowError. pytest-timeout interrupts trio.run from a signal
+#: handler, which leaves trio's run state behind and fails every later test of the session.
+pytestmark = pytest.mark.timeout(3 * BOOT_WAIT_S + 60)
 
 
 class Guest:
