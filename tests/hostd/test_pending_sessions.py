@@ -31,12 +31,17 @@ async def start(h: Harness, sid: str, **kw: object) -> tuple[m.SessionInfo, bool
     return await h.registry.start(m.SessionStartRequest(session_id=sid, **kw))  # type: ignore[arg-type]
 
 
-async def test_a_pending_session_starts_with_the_start_fields_over_the_creation_ones(harness: Harness) -> None:
+async def test_a_pending_session_starts_with_the_start_fields_over_the_creation_ones(harness: Harness) -> None:  # noqa: F811
     (harness.workdir / "sub").mkdir()
     info = await hold(harness, "sh", "-c", "echo created", cwd="sub", cols=90, rows=20, env={"X": "created"})
     sid = info.session_id
     assert (info.pending, info.state, info.pid) == (True, "running", None)
-    assert (info.argv, info.cwd, info.cols, info.rows) == (["sh", "-c", "echo created"], str(harness.workdir / "sub"), 90, 20)
+    assert (info.argv, info.cwd, info.cols, info.rows) == (
+        ["sh", "-c", "echo created"],
+        str(harness.workdir / "sub"),
+        90,
+        20,
+    )
     assert harness.registry.counts() == (1, 0)  # held, not running
     for refused in (
         lambda: harness.registry.resize(sid, 80, 24),
@@ -73,7 +78,7 @@ async def test_a_pending_session_starts_with_the_start_fields_over_the_creation_
     assert harness.registry.get(sid).state == "exited"
 
 
-async def test_two_starts_at_once_start_it_once(harness: Harness) -> None:
+async def test_two_starts_at_once_start_it_once(harness: Harness) -> None:  # noqa: F811
     sid = (await hold(harness, "sleep", "300")).session_id
     results: list[tuple[m.SessionInfo, bool]] = []
     async with trio.open_nursery() as nursery:
@@ -88,7 +93,7 @@ async def _collect_start(h: Harness, sid: str, into: list[tuple[m.SessionInfo, b
     into.append(await start(h, sid))
 
 
-async def test_checks_at_creation_and_at_start(make_harness: Callable[..., Awaitable[Harness]]) -> None:
+async def test_checks_at_creation_and_at_start(make_harness: Callable[..., Awaitable[Harness]]) -> None:  # noqa: F811
     h = await make_harness(max_sessions=1)
     running = await h.create("sleep", "300")
     pending = await hold(h, "sleep", "300")  # one may run and one wait: pending does not count as running
@@ -127,7 +132,7 @@ async def test_checks_at_creation_and_at_start(make_harness: Callable[..., Await
     assert err.value.code is ErrorCode.INSTANCE_NOT_FOUND
 
 
-async def test_kill_delete_instance_stop_and_shutdown_end_pending_sessions(harness: Harness) -> None:
+async def test_kill_delete_instance_stop_and_shutdown_end_pending_sessions(harness: Harness) -> None:  # noqa: F811
     reg = harness.registry
     killed = await hold(harness, "sleep", "300")
     deleted = await hold(harness, "sleep", "300")
