@@ -78,13 +78,13 @@ async def test_create_pending_then_join_with_launch_fields_and_type(instance: In
 async def test_observer_first_waits_then_sees_the_start(instance: Instance) -> None:
     sid = (await pending(instance, size={"cols": 90, "rows": 20}))["id"]
     observer = await instance.attach(sid)
-    assert (await observer.join("observer"))["role"] == "observer"
+    assert (await observer.join("observer", payload={"argv": ["/bin/false"]}))["role"] == "observer"
     keyframe = (await observer.kind("Keyframe"))["payload"]
     assert (keyframe["anchor_sequence"], keyframe["snapshot_cols"]) == (0, 90)
     await observer.type(b"nope\n")
     assert (await observer.error())["payload"]["code"] == "PERMISSION_DENIED"
     await trio.sleep(0.2)
-    assert (await info(instance, sid))["state"] == "pending"  # an observer starts nothing
+    assert (await info(instance, sid))["state"] == "pending"  # an observer starts nothing, whatever it names
 
     controller = await instance.attach(sid, subprotocols=("pty-ws.v1.binary",))
     command = 'echo "started by $0 at $(stty size)"; exec cat'
@@ -110,6 +110,28 @@ async def test_an_observer_taking_the_controller_role_starts_it_as_created(insta
         roles.append((await ws.kind("RoleAssigned"))["payload"]["role"])
     assert roles == ["observer", "controller"]
     await ws.close()
+
+
+async def test_two_controllers_joining_at_once_start_it_once(instance: Instance) -> None:
+    sid = (await pending(instance))["id"]
+    sockets = [await instance.attach(sid) for _ in range(2)]
+    roles: dict[int, dict[str, Any]] = {}
+
+    async def join(i: int) -> None:
+        roles[i] = await sockets[i].join(payload={"argv": ["/bin/sh", "-c", f"echo run-{i}; exec cat"]})
+
+    async with trio.open_nursery() as nursery:
+        for i in range(2):
+            nursery.start_soon(join, i)
+    assert sorted(role["role"] for role in roles.values()) == ["controller", "observer"]
+    winner = next(i for i, role in roles.items() if role["role"] == "controller")
+    loser = 1 - winner
+    assert roles[loser]["downgraded"] is True
+    assert (await info(instance, sid))["argv"][-1] == f"echo run-{winner}; exec cat"
+    await sockets[winner].type(b"from the winner\n")
+    await sockets[loser].output_until(b"from the winner")
+    for ws in sockets:
+        await ws.close()
 
 
 BAD_LAUNCHES: list[tuple[dict[str, Any], str, str]] = [
