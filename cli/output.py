@@ -131,7 +131,7 @@ def print_sessions(sessions: list[m.SessionInfo], as_json: bool) -> None:
         [
             s.session_id,
             s.instance_id,
-            s.state if s.state == "running" else exit_text(s.exit_code, s.signal),
+            "pending" if s.pending else s.state if s.state == "running" else exit_text(s.exit_code, s.signal),
             opt(s.pid),
             f"{s.first_seq}-{s.next_seq - 1}" if s.next_seq > s.first_seq else "-",
             " ".join(s.argv),

@@ -9,7 +9,9 @@ drops (the controller restarted, the network blinked) attach reconnects by itsel
 new connection may cure are retried (:data:`RECONNECT_DELAYS_S`, up to ``--retries`` in a row),
 and never before the first connection succeeded. ``--observe`` joins as an observer: keys other
 than the detach keys are dropped. The app-level pings of the binding are answered, so an idle
-attach is never reaped.
+attach is never reaped. ``attach ... -- ARGV`` starts a pending session (``session new --pending``)
+with ARGV: it goes in the join's launch fields (a session that runs already ignores them); a start
+the server refuses ends the attach with its reason.
 
 Each connection is one nursery (output, keyboard, signals); leaving it closes the socket.
 """
@@ -45,6 +47,9 @@ to the session, its output comes here, and the window size follows this terminal
 
 Detach with {DETACH_KEYS_HELP}. A lost connection (e.g. a controller restart) is retried with
 backoff and resumes right after the last output shown. --observe joins read-only.
+
+A pending session (`session new --pending`) starts when its first controller attaches: with
+`-- ARGV` if given, else with what it was created with. On a running session -- ARGV is ignored.
 """
 
 
@@ -56,8 +61,13 @@ def _frame(op: str, payload: dict[str, Any] | None = None, **extra: Any) -> str:
 class _Attach:
     """What one attach keeps across connections."""
 
-    def __init__(self, observe: bool) -> None:
+    def __init__(self, observe: bool, argv: list[str]) -> None:
         self.observe = observe
+        #: Launch argv for a pending session (the join's launch field; ignored once it runs).
+        self.argv = argv
+        #: The id of the join frame, and why the server refused it (a pending session not started).
+        self.join_id = ""
+        self.refused: str | None = None
         self.cursor: int | None = None  # last sequence written to the terminal
         self.paint_keyframe = True  # the next keyframe is drawn (fresh attach, after a lag)
         self.closed: dict[str, Any] | None = None
@@ -82,6 +92,10 @@ async def _output(ws: WebSocketConnection, st: _Attach, term: Terminal, scope: t
             await ws.send_message(_frame("pong", {"client_ts": payload.get("client_ts", "")}))
         elif op == "Error" and payload.get("code") == "REPLAY_OUT_OF_RANGE":
             st.paint_keyframe = True
+        elif op == "Error" and frame.get("id") == st.join_id:
+            st.refused = str(payload.get("message", payload.get("code")))
+            scope.cancel()
+            return
         elif op == "pty.session_frame":
             kind = payload.get("kind")
             if kind == "Keyframe" and st.paint_keyframe:
@@ -116,7 +130,10 @@ async def _connection(api: Api, url: str, st: _Attach, term: Terminal) -> None:
         join: dict[str, Any] = {"role": "observer" if st.observe else "controller", "client_label": PROG}
         if size is not None and not st.observe:
             join["cols"], join["rows"] = (min(dim, m.MAX_TERMINAL_DIM) for dim in size)
-        await ws.send_message(_frame("pty.join_session", join))
+        if st.argv and not st.observe:
+            join["argv"] = st.argv
+        st.join_id = new_id()
+        await ws.send_message(_frame("pty.join_session", join, id=st.join_id))
 
         async def flush() -> None:
             data = st.keys.drain()
@@ -170,15 +187,17 @@ RECOVERABLE = (ConnectionClosed, HandshakeError, OSError)
 async def cmd_attach(api: Api, args: argparse.Namespace) -> int:
     iid = await api.instance_id(args.instance)
     url = f"{api.ws_base}/agents/{iid}/sessions/{args.session_id}/attach"
-    await api.call("GET", f"{api.sessions_path(iid)}/{args.session_id}")  # a clear 404 before raw mode
-    st = _Attach(args.observe)
+    session = await api.call("GET", f"{api.sessions_path(iid)}/{args.session_id}")  # a clear 404 before raw mode
+    if args.argv and session.get("state") != "pending":
+        _say(f"[agentic: session {args.session_id} is {session.get('state')}: the command after -- is ignored]\n")
+    st = _Attach(args.observe, list(args.argv or []))
     connected = False
     with Terminal() as term:
-        while not st.left and st.closed is None:
+        while not st.left and st.closed is None and st.refused is None:
             try:
                 await _connection(api, url, st, term)
                 connected = True
-                if st.closed is None and not st.left:
+                if st.closed is None and not st.left and st.refused is None:
                     raise ConnectionClosed(None)  # the server ended the socket: reconnect
             except* RECOVERABLE as group:
                 if not connected and st.cursor is None:
@@ -192,8 +211,10 @@ async def cmd_attach(api: Api, args: argparse.Namespace) -> int:
             if st.notice:
                 _say(f"\r\n[agentic: {st.notice}]\r\n")
                 st.notice = None
-            if not st.left and st.closed is None:
+            if not st.left and st.closed is None and st.refused is None:
                 await _backoff(st, term, RECONNECT_DELAYS_S[min(st.failures, len(RECONNECT_DELAYS_S)) - 1])
+    if st.refused is not None:
+        raise ApiError(0, "", f"cannot attach to {args.session_id}: {st.refused}")
     if st.closed is not None:
         code = st.closed.get("exit_code")
         _say(f"\n[session {args.session_id} ended: {st.closed.get('reason')}, exit code {code}]\n")
@@ -236,6 +257,8 @@ async def cmd_session_new(api: Api, args: argparse.Namespace) -> int:
         body["env"] = env
     if args.cols or args.rows:
         body["size"] = {k: v for k, v in (("cols", args.cols), ("rows", args.rows)) if v}
+    if args.pending:
+        body["start"] = False
     session = await api.call("POST", api.sessions_path(iid), body)
     print(json.dumps(session, indent=2) if args.json else session["id"])
     return 0
@@ -253,6 +276,7 @@ def register(sub: Any) -> None:
     p.add_argument("session_id", metavar="SESSION")
     p.add_argument("--observe", action="store_true", help="join read-only, as an observer")
     p.add_argument("--retries", type=int, default=len(RECONNECT_DELAYS_S), metavar="N", help="reconnect attempts")
+    p.usage = f"{PROG} attach [options] INSTANCE SESSION [-- ARGV ...]"
     p.set_defaults(func=cmd_attach)
 
     p = sub.add_parser("sessions", help="list the PTY sessions of an instance")
@@ -264,6 +288,7 @@ def register(sub: Any) -> None:
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     q = verbs.add_parser("new", help="start a session: session new INSTANCE [-- ARGV...]; prints its id")
     q.add_argument("instance", metavar="INSTANCE", help="instance id or name")
+    q.add_argument("--pending", action="store_true", help="start nothing yet: the first controller to attach starts it")
     q.add_argument("--cwd")
     q.add_argument("--env", action="append", metavar="NAME=VALUE")
     q.add_argument("--cols", type=int)

@@ -102,6 +102,8 @@ def _remote_failure(exc: HostdRemoteError) -> ControllerError:
             return NotFound("session.not_found", exc.message, details=details)
         case ErrorCode.SESSION_EXITED:
             return InvalidState("session.exited", exc.message, details=details)
+        case ErrorCode.SESSION_PENDING:
+            return InvalidState("session.pending", exc.message, details=details)
         case _:
             return Unavailable(UNAVAILABLE, f"hostd refused the call: {exc.code}: {exc.message}", details=details)
 

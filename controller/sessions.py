@@ -1,24 +1,32 @@
-"""PTY sessions of an instance: create, list, read, delete; the records live on hostd.
+"""PTY sessions of an instance: create, start, list, read, delete; the records live on hostd.
 
 The controller keeps no session state of its own: a session is a hostd PTY session, so it outlives
 every controller restart and every attached client. This service checks that the instance is in the
 catalog and that a session belongs to the instance the caller named (a session id under another
 instance is ``session.not_found``, never another instance's shell), then asks hostd.
 
+A session created with ``start=False`` is *pending*: hostd holds it (so it too outlives a controller
+restart) and nothing runs until :meth:`SessionService.start`, whose :class:`Launch` fields replace
+the ones given at creation (the attach socket's first controller starts it, with its
+``pty.join_session`` launch fields). Of two starts the first wins; the second changes nothing.
+
 Errors: :mod:`controller.errors` only (hostd's own arrive translated by :mod:`controller.hostlink`:
-``session.not_found``, ``session.exited``, ``instance.invalid_state``; 503 when hostd is away or
-refuses, e.g. at its session limit).
+``session.not_found``, ``session.exited``, ``session.pending``, ``instance.invalid_state``; 503 when
+hostd is away or refuses, e.g. at its session limit).
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+import msgspec
 
 from proto import messages as m
 
-from .errors import NotFound
+from .errors import NotFound, Unavailable
 
 if TYPE_CHECKING:
     from .hostlink import HostdLink
@@ -29,6 +37,20 @@ _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_ARGV = ("/bin/bash", "-l")
 DEFAULT_COLS = 120
 DEFAULT_ROWS = 30
+#: A working directory as callers give it (absolute, or relative to the instance's working dir).
+Cwd = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+
+log = logging.getLogger(__name__)
+
+
+class Launch(msgspec.Struct, kw_only=True, frozen=True):
+    """What a pending session starts with; each field given replaces the one given at its creation."""
+
+    argv: builtins.list[str] | None = None
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    cols: int | None = None
+    rows: int | None = None
 
 
 def session_not_found(session_id: str) -> NotFound:
@@ -49,6 +71,7 @@ class SessionService:
         env: dict[str, str] | None = None,
         cols: int = DEFAULT_COLS,
         rows: int = DEFAULT_ROWS,
+        start: bool = True,
     ) -> m.SessionInfo:
         await self.instances.record(instance_id)  # 404 from the catalog first
         request = m.SessionCreateRequest(
@@ -58,8 +81,29 @@ class SessionService:
             env=dict(env or {}),
             cols=cols,
             rows=rows,
+            deferred=not start,
         )
-        return (await self.link.call(request)).session
+        info: m.SessionInfo = (await self.link.call(request)).session
+        if not start and not info.pending:
+            # A hostd older than pending sessions ignores ``deferred`` and starts it: undo that.
+            await self.link.call(m.SessionDeleteRequest(session_id=info.session_id))
+            raise Unavailable("internal.unavailable", "this hostd cannot hold a session unstarted; upgrade hostd")
+        return info
+
+    async def start(self, info: m.SessionInfo, launch: Launch) -> tuple[m.SessionInfo, bool]:
+        """Start a pending session (``info`` from :meth:`get`); (the session now, whether this started it)."""
+        request = m.SessionStartRequest(
+            session_id=info.session_id,
+            argv=launch.argv,
+            cwd=launch.cwd,
+            env=launch.env,
+            cols=launch.cols,
+            rows=launch.rows,
+        )
+        answer = await self.link.call(request)
+        if answer.started:
+            log.info("session %s started: argv %r", info.session_id, answer.session.argv)
+        return answer.session, answer.started
 
     async def list(self, instance_id: str) -> builtins.list[m.SessionInfo]:
         await self.instances.record(instance_id)

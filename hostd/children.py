@@ -155,26 +155,30 @@ class ChildRegistry(Generic[C]):
 
     # -- the start path -------------------------------------------------------------------------
 
-    def _admit(self, requested_id: str | None, instance_id: str, env: dict[str, str]) -> tuple[str, Placement]:
+    def _admit(
+        self, requested_id: str | None, instance_id: str, env: dict[str, str], *, live: bool = True, held: bool = False
+    ) -> tuple[str, Placement]:
         """Every check before a spawn; reserves and returns the child's id (release with
-        :meth:`_release` once the spawn returned or failed)."""
+        :meth:`_release` once the spawn returned or failed). ``live=False``: nothing will run yet
+        (a pending session), so the running limit does not apply; ``held``: the id is the one of a
+        child this registry holds and is about to start (a pending session)."""
         if self._closing:
             raise RpcError(ErrorCode.SHUTTING_DOWN)
         placement = self._resolve(instance_id)
         child_id = requested_id or new_id()
         bind_log_ids(**{f"{self.kind}_id": child_id})  # this request's lines and the child's tasks name it
-        if child_id in self._children or child_id in self._starting:
+        if (child_id in self._children and not held) or child_id in self._starting:
             raise RpcError(
                 ErrorCode.REQUEST_INVALID,
                 f"{self.kind} id {child_id!r} is already in use",
                 **{f"{self.kind}_id": child_id},
             )
         running = sum(1 for c in self._children.values() if c.running) + len(self._starting)
-        if running >= self.max_live:
+        if live and running >= self.max_live:
             raise RpcError(
                 ErrorCode.LIMIT_REACHED, f"at most {self.max_live} {self.kind}s may run at once", limit=self.max_live
             )
-        retained = sum(1 for c in self._children.values() if not c.running)
+        retained = sum(1 for c in self._children.values() if c.done.is_set())
         if retained >= self.max_retained:
             raise RpcError(
                 ErrorCode.LIMIT_REACHED,

@@ -104,6 +104,7 @@ class Handlers:
             m.PoolListRequest: self.pool_list,
             m.PoolClaimRequest: self.pool_claim,
             m.SessionCreateRequest: self.session_create,
+            m.SessionStartRequest: self.session_start,
             m.SessionWriteRequest: self.session_write,
             m.SessionResizeRequest: self.session_resize,
             m.SessionSignalRequest: self.session_signal,
@@ -240,6 +241,10 @@ class Handlers:
 
     async def session_create(self, req: m.SessionCreateRequest) -> m.SessionCreateResponse:
         return m.SessionCreateResponse(session=await self.sessions.create(req))
+
+    async def session_start(self, req: m.SessionStartRequest) -> m.SessionStartResponse:
+        session, started = await self.sessions.start(req)
+        return m.SessionStartResponse(session=session, started=started)
 
     async def session_write(self, req: m.SessionWriteRequest) -> m.SessionWriteResponse:
         return m.SessionWriteResponse(written=await self.sessions.write(req.session_id, req.data))

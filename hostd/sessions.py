@@ -5,6 +5,15 @@ master into the session's :class:`~hostd.ring.OutputRing` whether or not anyone 
 (a PTY nobody reads blocks its writer), reaps the leader, and records how it ended. Exited
 sessions keep their ring and exit status until deleted.
 
+Pending sessions: a create with ``deferred`` holds the session (id, instance, the launch it asked
+for, an empty ring that subscribers may already follow) without starting anything; a
+``SessionStartRequest`` starts it, each field it gives replacing the creation's (the first start
+wins; a later one, or one on a session that is not pending, changes nothing). A pending session
+counts toward no running limit (pending ones are bounded by ``max_sessions`` of their own); writes,
+resizes and signals to it are ``session.pending``; a kill, its instance stopping or hostd shutting
+down ends it as ``killed`` with no exit code; a delete forgets it. Like every session it dies with
+hostd.
+
 Subscribers keep a cursor into the ring and send from it at their own pace; the PTY reader
 never waits for them. One ring entry becomes one ``SessionOutput`` (seq == the entry's seq).
 A subscriber whose cursor fell out of the ring gets ``SessionLagged`` and resumes at the
@@ -35,6 +44,7 @@ from hostd.config import HostdConfig
 from hostd.errors import RpcError
 from hostd.instances import Placement
 from hostd.proctree import TREE_ENV, Cgroups, kill_tree_now, remove_cgroup, signal_marked, terminate_tree
+from hostd.providers.base import SpawnSpec
 from hostd.ptyspawn import ExitStatus, PtyChild, spawn_pty
 from hostd.ring import Lag, MemoryBudget, OutputRing, follow, start_seq
 from hostd.spool import Spool
@@ -78,12 +88,23 @@ def parse_signal(sig: str | int) -> signals.Signals:
 
 class _Session(Child):
     def __init__(
-        self, sid: str, req: m.SessionCreateRequest, cwd: str, child: PtyChild, cgroup: Path | None, ring: OutputRing
+        self,
+        sid: str,
+        req: m.SessionCreateRequest,
+        cwd: str,
+        child: PtyChild | None,
+        cgroup: Path | None,
+        ring: OutputRing,
     ) -> None:
         super().__init__(sid, req.instance_id, list(req.argv), cwd, cgroup)
         self.cols = req.cols
         self.rows = req.rows
+        #: None while the session is pending (created ``deferred``, not started yet).
         self.child = child
+        #: What a pending session was created with (the start's fields replace it).
+        self.launch = req
+        #: Set while a start spawns a pending session's process; other starts and kills wait for it.
+        self.starting: trio.Event | None = None
         self.ring = ring
         self.status: ExitStatus | None = None
         self.subscribers = 0
@@ -97,8 +118,23 @@ class _Session(Child):
         self.proxied = False
 
     @property
+    def pending(self) -> bool:
+        return self.child is None and not self.done.is_set()
+
+    @property
+    def running(self) -> bool:
+        return self.child is not None and not self.done.is_set()
+
+    @property
+    def pty(self) -> PtyChild:
+        """The PTY child of a started session (every caller has checked it is not pending)."""
+        if self.child is None:
+            raise RpcError(ErrorCode.SESSION_PENDING, f"session {self.id!r} has not been started yet")
+        return self.child
+
+    @property
     def leader_alive(self) -> bool:
-        return self.running and not self.child.reaped
+        return self.running and not self.pty.reaped
 
     def info(self) -> m.SessionInfo:
         return m.SessionInfo(
@@ -106,10 +142,10 @@ class _Session(Child):
             instance_id=self.instance_id,
             argv=self.argv,
             cwd=self.cwd,
-            pid=self.child.pid,
+            pid=None if self.child is None else self.child.pid,
             cols=self.cols,
             rows=self.rows,
-            state="running" if self.running else "exited",
+            state="exited" if self.done.is_set() else "running",
             created_at=self.created_at,
             exited_at=self.exited_at,
             exit_code=self.status.exit_code if self.status else None,
@@ -118,6 +154,7 @@ class _Session(Child):
             first_seq=self.ring.first_seq,
             next_seq=self.ring.next_seq,
             subscribers=self.subscribers,
+            pending=self.pending,
         )
 
 
@@ -158,13 +195,19 @@ class SessionRegistry(ChildRegistry[_Session]):
 
     async def shutdown(self) -> None:
         """Kill every session (they cannot outlive hostd), then drop their spooled output."""
+        for s in self._pending():
+            self._end_pending(s, "killed")
         await super().shutdown()
         for s in self._children.values():
             s.ring.discard()
 
     def _running(self, session_id: str) -> _Session:
+        if self._find(session_id).pending:
+            raise RpcError(
+                ErrorCode.SESSION_PENDING, f"session {session_id!r} has not been started yet", session_id=session_id
+            )
         s = super()._running(session_id)
-        if s.child.reaped:
+        if s.pty.reaped:
             raise RpcError(ErrorCode.SESSION_EXITED, f"session {session_id!r} has exited", session_id=session_id)
         return s
 
@@ -177,37 +220,121 @@ class SessionRegistry(ChildRegistry[_Session]):
     # -- create ---------------------------------------------------------------------------
 
     async def create(self, req: m.SessionCreateRequest) -> m.SessionInfo:
+        if req.deferred:
+            return self._hold(req)
         env = dict(req.env)
         sid, placement = self._admit(req.session_id, req.instance_id, env)
         try:
-            env.setdefault("TERM", DEFAULT_TERM)
-            spec = placement.spawn_spec(req.argv, req.cwd, env, tty=True)
-            cgroup = self._make_cgroup(spec.cgroup_parent, sid)
-            try:
-                child = await spawn_pty(
-                    spec.argv,
-                    cwd=spec.cwd,
-                    env={**spec.env, TREE_ENV: self._tree(sid)},
-                    cols=req.cols,
-                    rows=req.rows,
-                    cgroup=cgroup,
-                )
-            except BaseException:
-                Cgroups.remove(cgroup)
-                raise
+            child, cgroup, spec = await self._spawn(sid, placement, req.argv, req.cwd, env, req.cols, req.rows)
         finally:
             self._release(sid)
-        ring = OutputRing(
+        s = _Session(sid, req, spec.shown_cwd, child, cgroup, self._ring(sid))
+        s.proxied = spec.proxied
+        await self._adopt(s)
+        log.info("session %s started: pid %d, instance %s, argv %r", sid, child.pid, s.instance_id, s.argv)
+        return s.info()
+
+    def _hold(self, req: m.SessionCreateRequest) -> m.SessionInfo:
+        """A deferred create: the checks of a start (instance, id, env, cwd), nothing spawned."""
+        waiting = len(self._pending())
+        if waiting >= self.max_live:
+            raise RpcError(
+                ErrorCode.LIMIT_REACHED, f"at most {self.max_live} sessions may wait to start", limit=self.max_live
+            )
+        env = dict(req.env)
+        sid, placement = self._admit(req.session_id, req.instance_id, env, live=False)
+        try:
+            cwd = placement.spawn_spec(req.argv, req.cwd, env, tty=True).shown_cwd
+        finally:
+            self._release(sid)
+        s = _Session(sid, req, cwd, None, None, self._ring(sid))
+        self._children[sid] = s  # no await since the checks: nothing can have taken the id
+        log.info("session %s pending: instance %s, argv %r", sid, s.instance_id, s.argv)
+        return s.info()
+
+    async def start(self, req: m.SessionStartRequest) -> tuple[m.SessionInfo, bool]:
+        """Start a pending session with the request's fields over its creation's; (info, started)."""
+        s = self._find(req.session_id)
+        while s.starting is not None:  # another start is spawning it: see how that ends
+            await s.starting.wait()
+            s = self._find(req.session_id)
+        if not s.pending:
+            return s.info(), False
+        launch = s.launch
+        argv = launch.argv if req.argv is None else req.argv
+        cwd = launch.cwd if req.cwd is None else req.cwd
+        env = dict(launch.env if req.env is None else req.env)
+        cols, rows = req.cols or launch.cols, req.rows or launch.rows
+        sid, placement = self._admit(s.id, s.instance_id, env, held=True)
+        s.starting = trio.Event()
+        try:
+            child, cgroup, spec = await self._spawn(sid, placement, argv, cwd, env, cols, rows)
+        finally:
+            self._release(sid)
+            s.starting.set()
+            s.starting = None
+        s.child, s.cgroup, s.proxied = child, cgroup, spec.proxied
+        s.argv, s.cwd, s.cols, s.rows = list(argv), spec.shown_cwd, cols, rows
+        await self._adopt(s)
+        log.info("session %s started: pid %d, instance %s, argv %r", sid, child.pid, s.instance_id, s.argv)
+        return s.info(), True
+
+    async def _spawn(
+        self,
+        sid: str,
+        placement: Placement,
+        argv: builtins.list[str],
+        cwd: str | None,
+        env: dict[str, str],
+        cols: int,
+        rows: int,
+    ) -> tuple[PtyChild, Path | None, SpawnSpec]:
+        env.setdefault("TERM", DEFAULT_TERM)
+        spec = placement.spawn_spec(argv, cwd, env, tty=True)
+        cgroup = self._make_cgroup(spec.cgroup_parent, sid)
+        try:
+            child = await spawn_pty(
+                spec.argv,
+                cwd=spec.cwd,
+                env={**spec.env, TREE_ENV: self._tree(sid)},
+                cols=cols,
+                rows=rows,
+                cgroup=cgroup,
+            )
+        except BaseException:
+            Cgroups.remove(cgroup)
+            raise
+        return child, cgroup, spec
+
+    def _ring(self, sid: str) -> OutputRing:
+        return OutputRing(
             max_frames=self._config.ring_frames,
             max_bytes=self._config.ring_bytes,
             budget=self._budget,
             spool=self._spool.open(sid) if self._spool is not None else None,
         )
-        s = _Session(sid, req, spec.shown_cwd, child, cgroup, ring)
-        s.proxied = spec.proxied
-        await self._adopt(s)
-        log.info("session %s started: pid %d, instance %s, argv %r", sid, child.pid, s.instance_id, s.argv)
-        return s.info()
+
+    # -- pending sessions -------------------------------------------------------------------
+
+    def _pending(self, instance_id: str | None = None) -> builtins.list[_Session]:
+        return [s for s in self._held(instance_id) if s.pending]
+
+    @staticmethod
+    async def _settle(s: _Session) -> None:
+        """Wait until no start is spawning ``s``'s process (it then runs, or is pending again)."""
+        while s.starting is not None:
+            await s.starting.wait()
+
+    def _end_pending(self, s: _Session, reason: str) -> None:
+        """End a session that never started: no exit code, ``reason`` as its end; followers told."""
+        s.kill_reason = reason
+        self._finish(s)
+
+    async def kill_instance(self, instance_id: str, grace_s: float) -> None:
+        for s in self._pending(instance_id):
+            if s.starting is None:  # a start under way fails by itself: the instance is not running
+                self._end_pending(s, "killed")
+        await super().kill_instance(instance_id, grace_s)
 
     # -- the session task -------------------------------------------------------------------
 
@@ -217,9 +344,9 @@ class SessionRegistry(ChildRegistry[_Session]):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._pump, s, output_done)
             nursery.start_soon(self._feed, s)
-            await s.child.wait_exited()
+            await s.pty.wait_exited()
             async with s.reap_lock:
-                s.status = s.child.reap()
+                s.status = s.pty.reap()
             if s.proxied:
                 # No hangup reaches what it ran inside the instance: it goes with its client.
                 await kill_tree_now(leader=None, pgid=None, cgroup=None, tree_id=self._tree(s.id))
@@ -231,12 +358,13 @@ class SessionRegistry(ChildRegistry[_Session]):
         # What arrived since the reader stopped; bounded, since a leftover process may
         # still be writing flat out.
         for _ in range(_FINAL_READS):
-            if not (data := s.child.read_nowait(READ_CHUNK)):
+            if not (data := s.pty.read_nowait(READ_CHUNK)):
                 break
             s.ring.append(data)
 
     def _finish(self, s: _Session) -> None:
-        s.child.close()
+        if s.child is not None:
+            s.child.close()
         s.exited_at = time.time()
         status = s.status
         s.end_reason = self.end_reason(s, status.exit_code if status else None, status.signal if status else None)
@@ -248,7 +376,7 @@ class SessionRegistry(ChildRegistry[_Session]):
         try:
             # Bulk output comes gathered into large chunks, so a fast producer makes a few large
             # ring entries, not thousands of small ones (each entry is a frame for every subscriber).
-            while data := await s.child.read_chunk(READ_CHUNK, self._bulk_readers):
+            while data := await s.pty.read_chunk(READ_CHUNK, self._bulk_readers):
                 s.ring.append(data)
         except OSError as exc:
             log.warning("session %s: reading the pty failed: %s", s.id, exc)
@@ -278,7 +406,7 @@ class SessionRegistry(ChildRegistry[_Session]):
         written = 0
         if not s.pending_input:
             try:
-                written = s.child.write_nowait(data)
+                written = s.pty.write_nowait(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 raise RpcError(
                     ErrorCode.SESSION_EXITED, f"session {session_id!r} has exited", session_id=session_id
@@ -296,7 +424,7 @@ class SessionRegistry(ChildRegistry[_Session]):
             while s.pending_input:
                 chunk = bytes(s.pending_input[:READ_CHUNK])
                 try:
-                    await s.child.write_all(chunk)
+                    await s.pty.write_all(chunk)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     s.pending_input.clear()  # the child is gone: nobody will read it
                     return
@@ -307,7 +435,7 @@ class SessionRegistry(ChildRegistry[_Session]):
             raise RpcError(ErrorCode.REQUEST_INVALID, f"terminal size {cols}x{rows} out of range", cols=cols, rows=rows)
         s = self._running(session_id)
         try:
-            s.child.resize(cols, rows)
+            s.pty.resize(cols, rows)
         except (OSError, trio.ClosedResourceError):
             raise RpcError(
                 ErrorCode.SESSION_EXITED, f"session {session_id!r} has exited", session_id=session_id
@@ -320,31 +448,37 @@ class SessionRegistry(ChildRegistry[_Session]):
         s = self._running(session_id)
         if s.proxied:
             # The leader only relays (podman exec): the signal is for what runs inside.
-            signal_marked(self._tree(s.id), signum, besides=s.child.pid)
+            signal_marked(self._tree(s.id), signum, besides=s.pty.pid)
             return
         # Not reaped yet (checked above, no await since): the pgid is still ours.
         try:
-            os.killpg(s.child.pid, signum)
+            os.killpg(s.pty.pid, signum)
         except ProcessLookupError:
             pass
 
     async def _terminate(self, s: _Session, grace_s: float) -> None:
         """End the session's tree; a session already ended still gets a sweep for escapees."""
         async with s.reap_lock:
-            leader = None if s.child.reaped else s.child.pid
+            leader = None if s.child is None or s.child.reaped else s.child.pid
             await terminate_tree(leader=leader, pgid=leader, cgroup=s.cgroup, tree_id=self._tree(s.id), grace_s=grace_s)
 
     async def kill(self, session_id: str, grace_s: float | None) -> m.SessionInfo:
         s = self._find(session_id)
-        await self._kill(s, "killed", self._grace(grace_s))
+        await self._settle(s)
+        if s.pending:
+            self._end_pending(s, "killed")
+        else:
+            await self._kill(s, "killed", self._grace(grace_s))
         return s.info()
 
     async def delete(self, session_id: str) -> None:
         """Kill the tree if it runs, end subscribers (``StreamEnd(deleted)``), forget the session."""
         s = self._find(session_id)
         with trio.CancelScope(shield=True):
+            await self._settle(s)
             self._mark_deleted(s)  # followers end now, with StreamEnd(deleted), not after the kill
-            await self._kill(s, "killed", self._config.stop_grace_s)
+            if not s.pending:
+                await self._kill(s, "killed", self._config.stop_grace_s)
             await self._forget(s)
         log.info("session %s deleted", session_id)
 

@@ -51,6 +51,7 @@ class ErrorCode(enum.Enum):
     WORKING_DIR_NOT_FOUND = "working_dir.not_found", "working directory does not exist"
     SESSION_NOT_FOUND = "session.not_found", "no such session"
     SESSION_EXITED = "session.exited", "session has exited"
+    SESSION_PENDING = "session.pending", "session has not been started yet"
     SEQ_OUT_OF_RANGE = "stream.seq_out_of_range", "sequence is no longer (or not yet) available"
     EXEC_NOT_FOUND = "exec.not_found", "no such exec"
     EXEC_EXITED = "exec.exited", "exec has exited"

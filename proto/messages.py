@@ -366,10 +366,32 @@ class SessionCreateRequest(Request):
     rows: Dim = 24
     #: Chosen by the caller (e.g. the A2A session id) or by hostd when None.
     session_id: ObjectId | None = None
+    #: Hold the session without starting anything (``SessionInfo.pending``) until a
+    #: ``SessionStartRequest``; the instance, id, cwd and env are checked now all the same.
+    deferred: bool = False
 
 
 class SessionCreateResponse(Response):
     session: SessionInfo
+
+
+class SessionStartRequest(Request):
+    """Start a pending session (one created ``deferred``). Each field given replaces the one given
+    at creation. A session that is not pending (it runs or has ended) is answered as it is, with
+    ``started`` false, and the fields are ignored: of two starts, the first wins."""
+
+    session_id: ObjectId
+    argv: Argv | None = None
+    cwd: str | None = None
+    env: Env | None = None
+    cols: Dim | None = None
+    rows: Dim | None = None
+
+
+class SessionStartResponse(Response):
+    session: SessionInfo
+    #: Whether this call started it.
+    started: bool
 
 
 class SessionWriteRequest(Request):
@@ -792,6 +814,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     pid: int | None
     cols: int
     rows: int
+    #: A pending session (``pending``) reads ``running`` here, which is what a peer that predates
+    #: pending sessions makes best sense of (no exit to report); ``pid`` is then None.
     state: Literal["running", "exited"]
     created_at: float
     exited_at: float | None = None
@@ -802,6 +826,9 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     first_seq: int = 1
     next_seq: int = 1
     subscribers: int = 0
+    #: Created ``deferred`` and not started yet: nothing runs; ``argv``, ``cwd`` (as hostd resolved
+    #: it), ``cols`` and ``rows`` are what it will start with unless the start names others.
+    pending: bool = False
 
 
 class ExecInfo(msgspec.Struct, kw_only=True):
@@ -856,6 +883,7 @@ ClientFrame = Union[  # noqa: UP007 - one member per line reads as the API index
     PoolListRequest,
     PoolClaimRequest,
     SessionCreateRequest,
+    SessionStartRequest,
     SessionWriteRequest,
     SessionResizeRequest,
     SessionSignalRequest,
@@ -896,6 +924,7 @@ ServerFrame = Union[  # noqa: UP007
     PoolListResponse,
     PoolClaimResponse,
     SessionCreateResponse,
+    SessionStartResponse,
     SessionWriteResponse,
     SessionResizeResponse,
     SessionSignalResponse,

@@ -22,7 +22,7 @@ function sessionHref(instanceId, sessionId, observe) {
 }
 
 function ending(s) {
-  if (s.state === 'running') return '';
+  if (s.state !== 'exited') return '';  // running, or pending (its first controller starts it)
   if (s.exit_code !== null && s.exit_code !== undefined) return `exit code ${s.exit_code}`;
   if (s.signal) return `signal ${s.signal}`;
   return s.end_reason || '';
@@ -97,7 +97,7 @@ function sessionColumns(instanceId, refresh) {
     {title: '', cell: (s) => [
       h('a', {href: sessionHref(instanceId, s.id, false), class: 'action'}, 'Open'), ' ',
       h('a', {href: sessionHref(instanceId, s.id, true), class: 'action'}, 'Observe'), ' ',
-      s.state === 'running' ? h('button', {type: 'button', class: 'action', onclick: () => end(s)}, 'End') : '',
+      s.state !== 'exited' ? h('button', {type: 'button', class: 'action', onclick: () => end(s)}, 'End') : '',
     ]},
   ];
 }

@@ -1,11 +1,14 @@
 """Admin PTY session routes: ``/api/v2/admin/instances/{id}/sessions[/{sid}]``.
 
 ``POST`` starts a process on a PTY in the instance (argv, cwd, env, size) and answers 201 with the
-session, its ``Location`` and how to attach (the pty-ws/v1 URL and subprotocols). ``GET`` lists or
-reads; ``DELETE`` kills the session's process tree and forgets it (204). Starting and deleting a
-session needs the operator or admin role (a shell in the instance is control of it); reading needs
-any token. An instance's own A2A token may do all four in its own instance (it drives that
-instance's shells over the attach socket already); another instance is a 404 to it.
+session, its ``Location`` and how to attach (the pty-ws/v1 URL and subprotocols); with ``"start":
+false`` nothing starts yet: the session is ``pending`` until the first controller joins it over the
+attach socket, whose ``pty.join_session`` launch fields then replace these
+(:mod:`controller.pty.launch`). ``GET`` lists or reads; ``DELETE`` kills the session's process tree
+and forgets it (204). Starting and deleting a session needs the operator or admin role (a shell
+in the instance is control of it); reading needs any token. An instance's own A2A token may do all
+four in its own instance (it drives that instance's shells over the attach socket already);
+another instance is a 404 to it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from proto import messages as m
 from ..auth import OPERATE, READ, require_role
 from ..decoding import decode_json
 from ..http import base_url, json_response, request_body
-from ..sessions import DEFAULT_COLS, DEFAULT_ROWS
+from ..sessions import DEFAULT_COLS, DEFAULT_ROWS, Cwd
 from ..state import app_state
 from . import admin
 from .views import SessionList, session_path, session_view
@@ -34,12 +37,14 @@ class TerminalSize(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fro
 
 
 class SessionCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """What ``POST .../sessions`` takes; every field is optional (``bash -l`` at 120x30)."""
+    """What ``POST .../sessions`` takes; every field is optional (``bash -l`` at 120x30, started now)."""
 
     argv: m.Argv | None = None
-    cwd: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+    cwd: Cwd | None = None
     env: m.Env = {}
     size: TerminalSize = TerminalSize()
+    #: False: hold the session pending; the first controller to join starts it.
+    start: bool = True
 
 
 @admin.post("/instances/<instance_id>/sessions")
@@ -48,7 +53,13 @@ async def create_session(instance_id: str) -> Response:
     body = await request_body()
     req = decode_json(body or b"{}", SessionCreate)
     info = await app_state().sessions.create(
-        instance_id, argv=req.argv, cwd=req.cwd, env=req.env, cols=req.size.cols, rows=req.size.rows
+        instance_id,
+        argv=req.argv,
+        cwd=req.cwd,
+        env=req.env,
+        cols=req.size.cols,
+        rows=req.size.rows,
+        start=req.start,
     )
     return json_response(session_view(info, base_url()), 201, {"Location": session_path(instance_id, info.session_id)})
 

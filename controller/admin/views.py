@@ -155,6 +155,7 @@ class SessionView(msgspec.Struct, kw_only=True):
     instance_id: str
     argv: list[str]
     cwd: str
+    #: running, exited, or pending (created with ``"start": false``; its first controller starts it)
     state: str
     cols: int
     rows: int
@@ -189,7 +190,7 @@ def session_view(info: m.SessionInfo, base_url: str) -> SessionView:
         instance_id=info.instance_id,
         argv=list(info.argv),
         cwd=info.cwd,
-        state=info.state,
+        state="pending" if info.pending else info.state,
         cols=info.cols,
         rows=info.rows,
         created_at=iso(info.created_at),

@@ -31,9 +31,11 @@ from proto import messages as m
 
 from ..errors import ControllerError, InvalidState
 from ..hostlink import hostd_failure
+from ..sessions import Launch
 from ..state import AppState
 from . import frames as f
 from .asgisocket import AsgiWebSocket
+from .launch import join_launch, start_failure, start_pending
 from .outbox import Close, Outbox
 from .rooms import Member, Room, RoomFull
 from .scopes import PTY_CONTROL
@@ -68,6 +70,8 @@ class AttachSocket:
         self.outbox = Outbox()
         self.member: Member | None = None
         self.room: Room | None = None
+        #: A join went through (a failed one, e.g. a pending session that would not start, may be retried).
+        self.joined = False
         self.last_seen = trio.current_time()
         self.bad_frames = 0
         self.last_keyframe_request = -KEYFRAME_REQUEST_GAP_S
@@ -150,7 +154,7 @@ class AttachSocket:
                 self.bad_frames = 0
             except f.FrameError as exc:
                 self.bad_frames += 1
-                self.outbox.put_control(f.error_frame(exc.code, exc.message, exc.request_id))
+                self.outbox.put_control(f.error_frame(exc.code, exc.message, exc.request_id, retryable=exc.retryable))
                 if self.bad_frames >= MAX_BAD_FRAMES:
                     self.outbox.put_control(Close(f.CLOSE_PROTOCOL, "too many bad frames"))
                     await trio.sleep_forever()  # the sender closes the socket once the errors are out
@@ -243,7 +247,7 @@ class AttachSocket:
         elif op == "pty.session_resize":
             await self._resize(payload.cols, payload.rows, frame.id)
         elif op == "pty.request_role":
-            self._request_role(payload.role, frame.id)
+            await self._request_role(payload.role, frame.id)
         elif op == "pty.request_keyframe":
             now = trio.current_time()
             if now - self.last_keyframe_request < KEYFRAME_REQUEST_GAP_S:
@@ -259,10 +263,12 @@ class AttachSocket:
             self.outbox.put_control(Close(f.CLOSE_NORMAL, "left the session"))
 
     async def _join(self, frame: f.ClientFrame, payload: f.JoinSession) -> None:
-        if self.member is not None or self.room is not None:
+        if self.joined:
             raise f.FrameError("INVALID_REQUEST", "already joined; leave first or use pty.request_role", frame.id)
-        room = await self._stack.enter_async_context(self.state.rooms.enter(self.info))
-        self.room = room
+        launch = join_launch(payload, frame.id)
+        room = self.room
+        if room is None:
+            room = self.room = await self._stack.enter_async_context(self.state.rooms.enter(self.info))
         member = Member(
             client_id=new_id(),
             label=payload.client_label,
@@ -270,18 +276,28 @@ class AttachSocket:
             may_control=PTY_CONTROL in self.scopes,
             outbox=self.outbox,
         )
+        # A pending session is started by its first controller, before it is one: a start that
+        # fails leaves the client unjoined, told why, free to join again.
+        started = payload.role == "controller" and member.may_control and await self._start(room, launch, frame.id)
         try:
             assigned = room.join(member, payload.role)
         except RoomFull as exc:
             raise f.FrameError("RATE_LIMITED", str(exc), frame.id) from None
         self.member = member
+        self.joined = True
         self.outbox.put_control(f.session_frame(assigned))
         room.broadcast(room.membership())
-        if member.role == "controller" and payload.cols and payload.rows:
-            await self._resize(payload.cols, payload.rows, frame.id)
+        if member.role == "controller" and not started and launch.cols and launch.rows:
+            await self._resize(launch.cols, launch.rows, frame.id)
         replay_from = frame.replay_from if frame.replay_from is not None else self.query_replay_from
         assert self._nursery is not None
         self._nursery.start_soon(partial(self._ending, partial(self._feed, room, replay_from), queues_close=True))
+
+    async def _start(self, room: Room, launch: Launch, request_id: str | None) -> bool:
+        try:
+            return await start_pending(self.state.sessions, room, self.info, launch)
+        except ControllerError as exc:
+            raise start_failure(exc, request_id) from None
 
     def _require_control(self, what: str, request_id: str | None) -> None:
         if PTY_CONTROL not in self.scopes:
@@ -306,10 +322,12 @@ class AttachSocket:
         assert self.room is not None
         self.room.resized(cols, rows)
 
-    def _request_role(self, role: str, request_id: str) -> None:
+    async def _request_role(self, role: str, request_id: str) -> None:
         assert self.member is not None and self.room is not None
         if role == "controller" and PTY_CONTROL not in self.scopes:
             raise f.FrameError("PERMISSION_DENIED", "the controller role needs pty:control", request_id)
+        if role == "controller" and self.member.role != "controller":
+            await self._start(self.room, Launch(), request_id)  # with what it was created with
         assigned = self.room.request_role(self.member, role)
         self.outbox.put_control(f.session_frame(assigned))
         self.room.broadcast(self.room.membership())

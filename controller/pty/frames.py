@@ -26,6 +26,8 @@ import msgspec
 from proto import messages as m
 from proto import new_id
 
+from ..sessions import Cwd
+
 BINDING_URI = "https://agentic-sandbox.aiwg.io/bindings/pty-ws/v1"
 BINDING_VERSION = "1.0.0"
 PTY_EXTENSIONS_URI = "https://agentic-sandbox.aiwg.io/extensions/pty-extensions/v1"
@@ -101,11 +103,29 @@ class _Payload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pass
 
 
+class TerminalSize(_Payload):
+    cols: Dim
+    rows: Dim
+
+
 class JoinSession(_Payload):
     role: Role
     cols: Dim | None = None
     rows: Dim | None = None
     client_label: Label | None = None
+    # Launch fields (upstream's, beyond the published schema; :mod:`controller.pty.launch`): they
+    # start a pending session when this join is its first controller, and are ignored otherwise.
+    argv: m.Argv | None = None
+    #: Run as ``/bin/sh -lc <command>``; give ``argv`` or this.
+    command: Annotated[str, msgspec.Meta(min_length=1, max_length=65536)] | None = None
+    cwd: Cwd | None = None
+    working_dir: Cwd | None = None
+    env: m.Env | None = None
+    terminal_size: TerminalSize | None = None
+    #: Upstream's session host choice: only ``native`` / ``direct`` are offered here (the hello says so).
+    session_backend: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    backend: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    session_class: Annotated[str, msgspec.Meta(max_length=64)] | None = None
 
 
 class LeaveSession(_Payload):
@@ -163,11 +183,14 @@ _PAYLOAD_DECODERS = {op: msgspec.json.Decoder(type_) for op, type_ in PAYLOADS.i
 class FrameError(Exception):
     """A client frame the binding refuses: ``code`` for the Error frame, ``request_id`` to answer."""
 
-    def __init__(self, code: ErrorCode, message: str, request_id: str | None = None) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, request_id: str | None = None, *, retryable: bool = False
+    ) -> None:
         super().__init__(message)
         self.code: ErrorCode = code
         self.message = message
         self.request_id = request_id
+        self.retryable = retryable
 
 
 def decode_client(text: str | bytes) -> tuple[ClientFrame, Any]:
@@ -320,7 +343,9 @@ def hello(session_id: str, current_sequence: int, extensions: list[str]) -> str:
 
 
 def goodbye(reason: str, detail: str | None = None) -> str:
-    return encode("binding_goodbye", Goodbye(reason=reason, detail=detail))
+    # Not the Goodbye Struct: it omits its default reason ("other"), which the schema requires.
+    payload = {"reason": reason} if detail is None else {"reason": reason, "detail": detail}
+    return encode("binding_goodbye", payload)
 
 
 #: hostd's end reasons as the Closed frame's reasons.

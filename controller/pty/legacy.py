@@ -14,9 +14,10 @@ Protocol (upstream ``docs/ws-protocol.md``), JSON text frames discriminated by `
   ``Resize{cols, rows}``, ``Keyframe{data}`` (the vt100 screen state) and ``Closed{exit_code}``.
 
 Roles share the session's controller lease with pty-ws/v1 clients (the same room): a controller
-request beyond it is downgraded to observer. Replay: ``replay_from=N`` sends the output after N,
-else a keyframe then live output. One nursery of two pumps (client frames; hostd output), sends
-serialized by a lock.
+request beyond it is downgraded to observer. A controller join on a pending session starts it with
+what it was created with (the v1 join has no launch fields; :mod:`controller.pty.launch`).
+Replay: ``replay_from=N`` sends the output after N, else a keyframe then live output. One nursery
+of two pumps (client frames; hostd output), sends serialized by a lock.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ from proto import HostdError, HostdStreamOverflow, new_id
 from proto import messages as m
 
 from ..errors import ControllerError, NotFound
+from ..sessions import Launch
 from ..state import AppState, app_state
 from . import frames as f
 from . import pty
+from .launch import start_pending
 from .rooms import Member, Room, RoomFull
 from .scopes import PTY_CONTROL, PTY_OBSERVE, pty_scopes
 
@@ -152,6 +155,12 @@ class LegacySocket:
                 return True
             room = await stack.enter_async_context(self.state.rooms.enter(self.info))
             member = Member(client_id=new_id(), label="v1", role="observer", may_control=PTY_CONTROL in self.scopes)
+            if join.role == "controller" and member.may_control:
+                try:
+                    await start_pending(self.state.sessions, room, self.info, Launch())
+                except ControllerError as exc:
+                    await self.send({"type": "error", "message": f"cannot start the session: {exc.message}"})
+                    return True
             try:
                 assigned = room.join(member, "controller" if join.role == "controller" else "observer")
             except RoomFull as exc:

@@ -92,6 +92,10 @@ class Room:
         #: Starts a catch-up from the given sequence (set by :class:`Rooms`).
         self._start_catch_up: Callable[[int], None] = lambda _seq: None
         self.pump_scope = trio.CancelScope()
+        #: The session is pending (created unstarted): its first controller starts it
+        #: (:func:`controller.pty.launch.start_pending`, one start at a time under ``starting``).
+        self.pending = False
+        self.starting = trio.Lock()
 
     # -- membership -----------------------------------------------------------------------------
 
@@ -263,8 +267,11 @@ class Rooms:
         room = self._rooms.get(sid)
         if room is None:
             room = Room(sid, info.cols, info.rows)
+            room.pending = info.pending
             self._rooms[sid] = room
             self._start_pump(room, info)
+        else:
+            room.pending = room.pending and info.pending  # started meanwhile by another hostd client
         self._users[sid] = self._users.get(sid, 0) + 1
         try:
             yield room

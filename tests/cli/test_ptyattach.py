@@ -188,3 +188,30 @@ async def test_reconnects_across_a_controller_restart_and_observes(
         await tmux.wait_for("c", "[exit 0]")
         await proc.stop()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_pending_session_starts_with_the_attach_argv(
+    controller: LiveController,  # noqa: F811
+    admin: httpx.AsyncClient,  # noqa: F811
+    tmux: Tmux,
+) -> None:
+    await provision(admin, "later", start=True)
+    sid = (await run_agentic(controller.url, "session", "new", "later", "--pending", "--env", "PS1=$ ")).strip()
+    assert f"{sid}  pending" in await run_agentic(controller.url, "sessions", "later")
+
+    tmux.start("p", [*AGENTIC, "attach", "later", sid, "--", *SHELL["argv"]], agentic_env(controller.url))
+    await tmux.wait_for("p", "$")
+    tmux.keys("p", "echo started-$((6*7)) $0", "Enter")
+    await tmux.wait_for("p", "started-42 /bin/bash")
+    listing = await run_agentic(controller.url, "sessions", "later")
+    assert f"{sid}  running" in listing and "--noprofile" in listing
+    tmux.keys("p", "C-]")
+    await tmux.wait_for("p", "[exit 0]")
+
+    # A start the server refuses ends the attach with its reason; the session still waits.
+    bad = (await run_agentic(controller.url, "session", "new", "later", "--pending")).strip()
+    tmux.start("q", [*AGENTIC, "attach", "later", bad, "--", "/no/such/program"], agentic_env(controller.url))
+    tmux.run("kill-session", "-t", "p")
+    screen = await tmux.wait_for("q", "[exit 1]")
+    assert "cannot start the session" in screen and "/no/such/program" in screen
+    assert f"{bad}  pending" in await run_agentic(controller.url, "sessions", "later")

@@ -74,6 +74,7 @@ async def test_bad_input(admin: httpx.AsyncClient) -> None:
         ({"size": {"cols": 100000, "rows": 10}}, "size.cols"),
         ({"env": {"A": 1}}, "env[...]"),
         ({"shell": "bash"}, "shell"),
+        ({"start": "later"}, "start"),
     ):
         problem = assert_problem(await admin.post(base, json=body), 422, "validation.failed")
         assert problem["errors"][0]["field"] == field, (body, problem)

@@ -97,3 +97,28 @@ async def test_refusals(instance: Instance, legacy_url: str) -> None:
         with pytest.raises(InvalidStatus) as info:
             await v1(url, **kwargs)
         assert info.value.response.status_code == status, url
+
+
+async def test_a_controller_join_starts_a_pending_session_as_created(instance: Instance, legacy_url: str) -> None:
+    response = await instance.admin.post(
+        f"/api/v2/admin/instances/{instance.id}/sessions",
+        json={"start": False, "argv": ["/bin/sh", "-c", "echo legacy-start; exec cat"]},
+    )
+    assert response.status_code == 201, response.text
+    sid = response.json()["id"]
+    observer = await v1(f"{legacy_url}/sessions/{sid}")
+    await observer.send({"type": "join_session", "session_id": sid, "role": "observer"})
+    assert (await message(observer, "session_joined"))["role"] == "observer"
+    info = await instance.admin.get(f"/api/v2/admin/instances/{instance.id}/sessions/{sid}")
+    assert info.json()["state"] == "pending"  # an observer starts nothing
+
+    ws = await v1(f"{legacy_url}/sessions/{sid}")
+    await ws.send({"type": "join_session", "session_id": sid, "role": "controller"})
+    assert (await message(ws, "session_joined"))["role"] == "controller"
+    seen = b""
+    while b"legacy-start" not in seen:
+        seen += base64.b64decode((await message(observer, "session_frame", "Output"))["data"])
+    info = await instance.admin.get(f"/api/v2/admin/instances/{instance.id}/sessions/{sid}")
+    assert info.json()["state"] == "running"
+    await ws.close()
+    await observer.close()
