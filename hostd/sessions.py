@@ -31,7 +31,6 @@ from __future__ import annotations
 import builtins
 import logging
 import os
-import signal as signals
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
@@ -39,24 +38,21 @@ from pathlib import Path
 
 import trio
 
-from hostd.children import Child, ChildRegistry
+from hostd.children import ChildRegistry
 from hostd.config import HostdConfig
 from hostd.errors import RpcError
 from hostd.instances import Placement
 from hostd.proctree import TREE_ENV, Cgroups, kill_tree_now, remove_cgroup, signal_marked, terminate_tree
 from hostd.providers.base import SpawnSpec
-from hostd.ptyspawn import ExitStatus, PtyChild, spawn_pty
+from hostd.ptyspawn import PtyChild, spawn_pty
 from hostd.ring import Lag, MemoryBudget, OutputRing, follow, start_seq
+from hostd.session import READ_CHUNK, Session, parse_signal
 from hostd.spool import Spool
 from proto import ErrorCode
 from proto import messages as m
 
 log = logging.getLogger(__name__)
 
-#: Largest chunk read from a PTY master in one go (one ring entry).
-READ_CHUNK = 64 * 1024
-#: Input a session may hold for a child that is not reading its terminal.
-INPUT_BACKLOG_BYTES = 4 * 1024 * 1024
 #: Ring entries a subscriber takes per read.
 _BATCH = 32  # entries per write to a subscriber...
 #: ... and bytes: a busy session's subscriber yields the connection's write lock after this much, so
@@ -69,96 +65,7 @@ _FINAL_READS = 16
 DEFAULT_TERM = "xterm-256color"
 
 
-def parse_signal(sig: str | int) -> signals.Signals:
-    """``"SIGINT"``, ``"INT"``, ``"int"``, ``2`` or ``"2"`` -> ``Signals.SIGINT``."""
-    if isinstance(sig, str):
-        name = sig.strip().upper()
-        if name.isdigit():
-            sig = int(name)
-        else:
-            member = signals.Signals.__members__.get(name if name.startswith("SIG") else f"SIG{name}")
-            if member is None:
-                raise RpcError(ErrorCode.SIGNAL_UNKNOWN, f"unknown signal {sig!r}", signal=sig)
-            return member
-    try:
-        return signals.Signals(sig)
-    except ValueError:
-        raise RpcError(ErrorCode.SIGNAL_UNKNOWN, f"unknown signal {sig!r}", signal=sig) from None
-
-
-class _Session(Child):
-    def __init__(
-        self,
-        sid: str,
-        req: m.SessionCreateRequest,
-        cwd: str,
-        child: PtyChild | None,
-        cgroup: Path | None,
-        ring: OutputRing,
-    ) -> None:
-        super().__init__(sid, req.instance_id, list(req.argv), cwd, cgroup)
-        self.cols = req.cols
-        self.rows = req.rows
-        #: None while the session is pending (created ``deferred``, not started yet).
-        self.child = child
-        #: What a pending session was created with (the start's fields replace it).
-        self.launch = req
-        #: Set while a start spawns a pending session's process; other starts and kills wait for it.
-        self.starting: trio.Event | None = None
-        self.ring = ring
-        self.status: ExitStatus | None = None
-        self.subscribers = 0
-        #: Held while the tree is signalled, so the leader is not reaped (and its pid freed
-        #: for reuse) in the middle of it.
-        self.reap_lock = trio.Lock()
-        #: Input the PTY did not take at once, in arrival order; drained by ``_feed``.
-        self.pending_input = bytearray()
-        self.input_waiting = trio.Event()
-        #: The leader is a client for the real process (:attr:`hostd.providers.SpawnSpec.proxied`).
-        self.proxied = False
-
-    @property
-    def pending(self) -> bool:
-        return self.child is None and not self.done.is_set()
-
-    @property
-    def running(self) -> bool:
-        return self.child is not None and not self.done.is_set()
-
-    @property
-    def pty(self) -> PtyChild:
-        """The PTY child of a started session (every caller has checked it is not pending)."""
-        if self.child is None:
-            raise RpcError(ErrorCode.SESSION_PENDING, f"session {self.id!r} has not been started yet")
-        return self.child
-
-    @property
-    def leader_alive(self) -> bool:
-        return self.running and not self.pty.reaped
-
-    def info(self) -> m.SessionInfo:
-        return m.SessionInfo(
-            session_id=self.id,
-            instance_id=self.instance_id,
-            argv=self.argv,
-            cwd=self.cwd,
-            pid=None if self.child is None else self.child.pid,
-            cols=self.cols,
-            rows=self.rows,
-            state="exited" if self.done.is_set() else "running",
-            created_at=self.created_at,
-            exited_at=self.exited_at,
-            exit_code=self.status.exit_code if self.status else None,
-            signal=self.status.signal if self.status else None,
-            end_reason=self.end_reason,
-            first_seq=self.ring.first_seq,
-            next_seq=self.ring.next_seq,
-            subscribers=self.subscribers,
-            pending=self.pending,
-        )
-
-
-class SessionRegistry(ChildRegistry[_Session]):
+class SessionRegistry(ChildRegistry[Session]):
     """Every PTY session of this hostd. See the module docstring for ownership.
 
     At most ``config.max_sessions`` sessions run at once (execs have their own limit).
@@ -201,7 +108,7 @@ class SessionRegistry(ChildRegistry[_Session]):
         for s in self._children.values():
             s.ring.discard()
 
-    def _running(self, session_id: str) -> _Session:
+    def _running(self, session_id: str) -> Session:
         if self._find(session_id).pending:
             raise RpcError(
                 ErrorCode.SESSION_PENDING, f"session {session_id!r} has not been started yet", session_id=session_id
@@ -228,7 +135,7 @@ class SessionRegistry(ChildRegistry[_Session]):
             child, cgroup, spec = await self._spawn(sid, placement, req.argv, req.cwd, env, req.cols, req.rows)
         finally:
             self._release(sid)
-        s = _Session(sid, req, spec.shown_cwd, child, cgroup, self._ring(sid))
+        s = Session(sid, req, spec.shown_cwd, child, cgroup, self._ring(sid))
         s.proxied = spec.proxied
         await self._adopt(s)
         log.info("session %s started: pid %d, instance %s, argv %r", sid, child.pid, s.instance_id, s.argv)
@@ -247,7 +154,7 @@ class SessionRegistry(ChildRegistry[_Session]):
             cwd = placement.spawn_spec(req.argv, req.cwd, env, tty=True).shown_cwd
         finally:
             self._release(sid)
-        s = _Session(sid, req, cwd, None, None, self._ring(sid))
+        s = Session(sid, req, cwd, None, None, self._ring(sid))
         self._children[sid] = s  # no await since the checks: nothing can have taken the id
         log.info("session %s pending: instance %s, argv %r", sid, s.instance_id, s.argv)
         return s.info()
@@ -316,16 +223,16 @@ class SessionRegistry(ChildRegistry[_Session]):
 
     # -- pending sessions -------------------------------------------------------------------
 
-    def _pending(self, instance_id: str | None = None) -> builtins.list[_Session]:
+    def _pending(self, instance_id: str | None = None) -> builtins.list[Session]:
         return [s for s in self._held(instance_id) if s.pending]
 
     @staticmethod
-    async def _settle(s: _Session) -> None:
+    async def _settle(s: Session) -> None:
         """Wait until no start is spawning ``s``'s process (it then runs, or is pending again)."""
         while s.starting is not None:
             await s.starting.wait()
 
-    def _end_pending(self, s: _Session, reason: str) -> None:
+    def _end_pending(self, s: Session, reason: str) -> None:
         """End a session that never started: no exit code, ``reason`` as its end; followers told."""
         s.kill_reason = reason
         self._finish(s)
@@ -338,12 +245,12 @@ class SessionRegistry(ChildRegistry[_Session]):
 
     # -- the session task -------------------------------------------------------------------
 
-    async def _run(self, s: _Session) -> None:
+    async def _run(self, s: Session) -> None:
         """Read output into the ring, reap the leader. Owns ``s.child``."""
         output_done = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._pump, s, output_done)
-            nursery.start_soon(self._feed, s)
+            nursery.start_soon(s.feed_input)
             await s.pty.wait_exited()
             async with s.reap_lock:
                 s.status = s.pty.reap()
@@ -362,7 +269,7 @@ class SessionRegistry(ChildRegistry[_Session]):
                 break
             s.ring.append(data)
 
-    def _finish(self, s: _Session) -> None:
+    def _finish(self, s: Session) -> None:
         if s.child is not None:
             s.child.close()
         s.exited_at = time.time()
@@ -372,7 +279,7 @@ class SessionRegistry(ChildRegistry[_Session]):
         s.done.set()
         log.info("session %s ended: %s %s", s.id, s.end_reason, status)
 
-    async def _pump(self, s: _Session, output_done: trio.Event) -> None:
+    async def _pump(self, s: Session, output_done: trio.Event) -> None:
         try:
             # Bulk output comes gathered into large chunks, so a fast producer makes a few large
             # ring entries, not thousands of small ones (each entry is a frame for every subscriber).
@@ -386,49 +293,11 @@ class SessionRegistry(ChildRegistry[_Session]):
     # -- input and control ----------------------------------------------------------------
 
     async def write(self, session_id: str, data: bytes) -> int:
-        """Accept input for the session without ever waiting on the PTY.
-
-        What the PTY takes at once is written now (a keystroke costs one syscall); the rest
-        joins the session's input backlog, which ``_feed`` drains in order. A backlog past
-        ``INPUT_BACKLOG_BYTES`` is refused whole with ``limit.reached``: a child that stopped
-        reading its terminal is told, not buffered for. Returns the bytes accepted.
-        """
+        """Accept input for the session without ever waiting on the PTY (:meth:`Session.take_input`);
+        returns the bytes accepted."""
         if len(data) > m.MAX_INPUT_BYTES:
             raise RpcError(ErrorCode.INPUT_TOO_LARGE, f"input over {m.MAX_INPUT_BYTES} bytes", limit=m.MAX_INPUT_BYTES)
-        s = self._running(session_id)
-        if len(s.pending_input) + len(data) > INPUT_BACKLOG_BYTES:
-            raise RpcError(
-                ErrorCode.LIMIT_REACHED,
-                f"session {session_id!r} is not reading its input; {len(s.pending_input)} bytes already wait",
-                backlog=len(s.pending_input),
-                limit=INPUT_BACKLOG_BYTES,
-            )
-        written = 0
-        if not s.pending_input:
-            try:
-                written = s.pty.write_nowait(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                raise RpcError(
-                    ErrorCode.SESSION_EXITED, f"session {session_id!r} has exited", session_id=session_id
-                ) from None
-        if written < len(data):
-            s.pending_input += memoryview(data)[written:]
-            s.input_waiting.set()
-        return len(data)
-
-    async def _feed(self, s: _Session) -> None:
-        """Drain the session's input backlog into the PTY, in order, for as long as it runs."""
-        while True:
-            await s.input_waiting.wait()
-            s.input_waiting = trio.Event()
-            while s.pending_input:
-                chunk = bytes(s.pending_input[:READ_CHUNK])
-                try:
-                    await s.pty.write_all(chunk)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    s.pending_input.clear()  # the child is gone: nobody will read it
-                    return
-                del s.pending_input[: len(chunk)]
+        return self._running(session_id).take_input(data)
 
     def resize(self, session_id: str, cols: int, rows: int) -> None:
         if not (1 <= cols <= m.MAX_TERMINAL_DIM and 1 <= rows <= m.MAX_TERMINAL_DIM):
@@ -456,7 +325,7 @@ class SessionRegistry(ChildRegistry[_Session]):
         except ProcessLookupError:
             pass
 
-    async def _terminate(self, s: _Session, grace_s: float) -> None:
+    async def _terminate(self, s: Session, grace_s: float) -> None:
         """End the session's tree; a session already ended still gets a sweep for escapees."""
         async with s.reap_lock:
             leader = None if s.child is None or s.child.reaped else s.child.pid
@@ -483,11 +352,11 @@ class SessionRegistry(ChildRegistry[_Session]):
         log.info("session %s deleted", session_id)
 
     @staticmethod
-    def _mark_deleted(s: _Session) -> None:
+    def _mark_deleted(s: Session) -> None:
         s.deleted = True
         s.ring.poke()  # parked subscribers wake and see it; a send in progress is not cut
 
-    async def _forget(self, s: _Session) -> None:
+    async def _forget(self, s: Session) -> None:
         self._mark_deleted(s)
         if self._children.get(s.id) is s:
             del self._children[s.id]

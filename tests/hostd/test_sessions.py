@@ -22,7 +22,8 @@ import trio
 from hostd.config import RETAINED_PER_LIVE
 from hostd.errors import RpcError
 from hostd.proctree import Cgroups
-from hostd.sessions import SessionRegistry, parse_signal
+from hostd.session import parse_signal
+from hostd.sessions import SessionRegistry
 from proto import ErrorCode
 from proto import messages as m
 from tests.hostd.registries import make_config, open_registry
