@@ -102,6 +102,55 @@ async def test_several_subscribers_see_the_same_events_and_a_slow_one_holds_up_n
         assert missing.status_code == 404 and error_reason(missing) == "TASK_NOT_FOUND"
 
 
+def stdout_seen(events: list[dict[str, Any]]) -> str:
+    """What a stream shows of stdout: the first Task's artifact, then each appended chunk."""
+    first = events[0]["task"]
+    text = "".join(p["text"] for a in first.get("artifacts", []) if a["artifactId"] == "stdout" for p in a["parts"])
+    for e in events[1:]:
+        if "artifactUpdate" in e and e["artifactUpdate"]["artifact"]["artifactId"] == "stdout":
+            text += "".join(p["text"] for p in e["artifactUpdate"]["artifact"]["parts"])
+    return text
+
+
+async def test_a_stream_that_joins_a_busy_task_shows_each_chunk_once(
+    admin: httpx.AsyncClient, controller: LiveController
+) -> None:
+    """Subscriptions and follow-up streams that start while the agent writes: the first Task's
+    artifacts and the updates after it add up to the output, nothing twice and nothing missed
+    (the Task and the cursor it hands on come from one read of the store)."""
+    agent = await new_agent(admin, controller, "sse-busy", loadout="shell")
+    lines = 400
+    script = f"i=0; while [ $i -lt {lines} ]; do echo $i; i=$((i+1)); sleep 0.003; done"
+    expected = "".join(f"{i}\n" for i in range(lines))
+    async with agent.client(controller) as client:
+        task = (await send(client, script, configuration={"returnImmediately": True})).json()["task"]
+        seen: list[str] = []
+
+        async def follow(how: str) -> None:
+            async with agent.client(controller) as own:
+                if how == "subscribe":
+                    request = own.stream("POST", f"/tasks/{task['id']}:subscribe")
+                else:
+                    body = {"message": {**message("more"), "taskId": task["id"]}}
+                    request = own.stream("POST", "/message:stream", json=body)
+                async with request as response:
+                    if response.status_code == 400:  # the task ended first: nothing to see
+                        await response.aread()
+                        assert error_reason(response) == "UNSUPPORTED_OPERATION"
+                        return
+                    events = await read_stream(response)
+            assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED", events[-1]
+            seen.append(stdout_seen(events))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(24):
+                nursery.start_soon(follow, "subscribe" if i % 2 else "follow-up")
+                await trio.sleep(0.03)
+    assert len(seen) >= 12  # most joined while it ran
+    for text in seen:
+        assert text == expected
+
+
 async def test_keepalives_and_a_reader_that_leaves_leaves_nothing_behind(hostd: LiveHostd, short_dir: Path) -> None:
     config = load_config(env=controller_env(short_dir / "ctl", hostd.socket_path, AIWG_SSE_KEEPALIVE_S="0.1"))
     async with serve_controller(config) as live, live.client() as admin:
