@@ -5,7 +5,9 @@ sequence number of its task (``last_seq + 1``) and a timeline time strictly afte
 one, the row takes the new status (if the event carries one) and the exec position it came from,
 and an artifact chunk is folded into the stored artifact. So a reader never sees a status without
 the events before it, and a restarted controller resumes an exec's output exactly where the last
-acknowledged event left it (``exec_seq``).
+acknowledged event left it (``exec_seq``). Several changes may go in one transaction
+(:meth:`TaskTable.append_many`): the row is read once at its start, the changes are applied to it
+in memory (what is returned is that row, not a second read) and it is written once at its end.
 
 Event kinds: ``message`` (a Message of the history), ``status`` (a TaskStatusUpdateEvent) and
 ``artifact`` (a TaskArtifactUpdateEvent); bodies are their A2A JSON. Times are Unix seconds.
@@ -156,6 +158,8 @@ class TaskTable:
 
         def create(db: sqlite3.Connection) -> TaskEvent:
             rec.last_seq, rec.last_at = 0, rec.created_at - TICK_S
+            event = _apply(rec, first, rec.created_at)
+            assert event is not None
             db.execute(
                 "INSERT INTO tasks VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
@@ -173,8 +177,7 @@ class TaskTable:
                     rec.status_at,
                 ),
             )
-            event = _append(db, rec, first, rec.created_at)
-            assert event is not None
+            _store_event(db, event, first)
             return event
 
         return await self._db.quick(self._db.transaction(create))
@@ -192,7 +195,15 @@ class TaskTable:
 
         def append(db: sqlite3.Connection) -> tuple[list[TaskEvent | None], TaskRecord]:
             rec = _record(db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone())
-            return [_append(db, rec, change, now) for change in changes], rec
+            before = msgspec.structs.astuple(rec)
+            events = []
+            for change in changes:
+                event = _apply(rec, change, now)
+                if event is not None:
+                    _store_event(db, event, change)
+                events.append(event)
+            _update_row(db, rec, before)
+            return events, rec
 
         return await self._db.quick(self._db.transaction(append))
 
@@ -317,42 +328,56 @@ def _contents(
     return [from_json(r["body"]) for r in found], [from_json(r["body"]) for r in reversed(history)]
 
 
-def _append(db: sqlite3.Connection, rec: TaskRecord, change: Append, now: float) -> TaskEvent | None:
-    """Store ``change`` as the task's next event and apply it to ``rec``, the row as it stands in
-    this transaction (kept up to date here, so it is never read again)."""
+def _apply(rec: TaskRecord, change: Append, now: float) -> TaskEvent | None:
+    """``change`` as the task's next event, applied to ``rec`` (the row as it stands in this
+    transaction, kept up to date here so that it is never read again); None if it is skipped."""
     if change.unless_terminal and rec.state in TERMINAL:
         return None
     if change.if_prompt is not None and waits_on(rec) != change.if_prompt:
         return None
     seq, at = rec.last_seq + 1, max(now, rec.last_at + TICK_S)
-    body = change.body
-    stamp(change.kind, body, at)  # the body's status / artifact are the change's own dicts
-    db.execute("INSERT INTO task_events VALUES (?,?,?,?,?)", (rec.id, seq, change.kind, to_json(body), at))
+    stamp(change.kind, change.body, at)  # the body's status / artifact are the change's own dicts
     rec.last_seq, rec.last_at = seq, at
-    sets: list[str] = ["last_seq = ?", "last_at = ?"]
-    args: list[Any] = [seq, at]
     if change.status is not None:
         rec.status, rec.state, rec.status_at = change.status, change.status["state"], at
-        sets += ["state = ?", "status = ?", "status_at = ?"]
-        args += [rec.state, to_json(rec.status), at]
     if change.exec_id is not None:
         rec.exec_id = change.exec_id
-        sets.append("exec_id = ?")
-        args.append(change.exec_id)
     if change.exec_seq is not None:
         rec.exec_seq = change.exec_seq
-        sets.append("exec_seq = ?")
-        args.append(change.exec_seq)
     if change.metadata is not None:
         rec.metadata = change.metadata
-        sets.append("metadata = ?")
-        args.append(to_json(change.metadata))
-    db.execute(f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*args, rec.id])
+    return TaskEvent(task_id=rec.id, seq=seq, kind=change.kind, body=change.body, at=at)
+
+
+def _store_event(db: sqlite3.Connection, event: TaskEvent, change: Append) -> None:
+    """Insert the event, with the artifact chunk and the outbox message it carries."""
+    db.execute(
+        "INSERT INTO task_events VALUES (?,?,?,?,?)",
+        (event.task_id, event.seq, event.kind, to_json(event.body), event.at),
+    )
     if change.artifact is not None:
-        _fold_into_store(db, rec.id, change.artifact, change.append)
+        _fold_into_store(db, event.task_id, change.artifact, change.append)
     if change.outbox is not None:
-        db.execute("INSERT INTO agent_outbox VALUES (?,?,?)", (rec.id, seq, to_json(change.outbox)))
-    return TaskEvent(task_id=rec.id, seq=seq, kind=change.kind, body=body, at=at)
+        db.execute("INSERT INTO agent_outbox VALUES (?,?,?)", (event.task_id, event.seq, to_json(change.outbox)))
+
+
+#: The row's columns a change may set (each held by the TaskRecord field of the same name).
+_CHANGING = frozenset({"state", "status", "metadata", "exec_id", "exec_seq", "last_seq", "last_at", "status_at"})
+_JSON_COLUMNS = frozenset({"status", "metadata"})
+_FIELDS = TaskRecord.__struct_fields__
+
+
+def _update_row(db: sqlite3.Connection, rec: TaskRecord, before: tuple[Any, ...]) -> None:
+    """One UPDATE of the columns the transaction's changes set (none if every change was skipped)."""
+    sets: list[str] = []
+    args: list[Any] = []
+    for name, old in zip(_FIELDS, before, strict=True):
+        value = getattr(rec, name)
+        if name in _CHANGING and value is not old:
+            sets.append(f"{name} = ?")
+            args.append(to_json(value) if name in _JSON_COLUMNS else value)
+    if sets:
+        db.execute(f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*args, rec.id])
 
 
 def _fold_into_store(db: sqlite3.Connection, task_id: str, chunk: dict[str, Any], append: bool) -> None:
