@@ -382,18 +382,23 @@ def _update_row(db: sqlite3.Connection, rec: TaskRecord, before: tuple[Any, ...]
 
 def _fold_into_store(db: sqlite3.Connection, task_id: str, chunk: dict[str, Any], append: bool) -> None:
     artifact_id = chunk["artifactId"]
-    found = db.execute(
-        "SELECT body FROM task_artifacts WHERE task_id = ? AND artifact_id = ?", (task_id, artifact_id)
-    ).fetchone()
-    folded = fold_artifact(from_json(found["body"]) if found else None, chunk, append)
-    if found is None:
-        position = db.execute("SELECT COUNT(*) FROM task_artifacts WHERE task_id = ?", (task_id,)).fetchone()[0]
-        db.execute("INSERT INTO task_artifacts VALUES (?,?,?,?)", (task_id, artifact_id, position, to_json(folded)))
+    key = (task_id, artifact_id)
+    if append and all(part == {"text": ""} for part in chunk["parts"]):
+        # An empty chunk (a closing ``lastChunk``) changes nothing of a stored artifact: it is
+        # neither read nor written again (it may be large).
+        if db.execute("SELECT 1 FROM task_artifacts WHERE task_id = ? AND artifact_id = ?", key).fetchone():
+            return
+        found = None
     else:
+        found = db.execute("SELECT body FROM task_artifacts WHERE task_id = ? AND artifact_id = ?", key).fetchone()
+    folded = to_json(fold_artifact(from_json(found["body"]) if found else None, chunk, append))
+    if found is None:  # a new artifact goes after the task's others
         db.execute(
-            "UPDATE task_artifacts SET body = ? WHERE task_id = ? AND artifact_id = ?",
-            (to_json(folded), task_id, artifact_id),
+            "INSERT INTO task_artifacts SELECT ?, ?, COUNT(*), ? FROM task_artifacts WHERE task_id = ?",
+            (task_id, artifact_id, folded, task_id),
         )
+    else:
+        db.execute("UPDATE task_artifacts SET body = ? WHERE task_id = ? AND artifact_id = ?", (folded, *key))
 
 
 def waits_on(rec: TaskRecord) -> str | None:

@@ -369,9 +369,14 @@ async def test_a_snapshot_is_the_task_at_one_point_of_its_timeline(store: Store)
     for text in "abc":
         chunk = {"artifactId": "stdout", "name": "stdout", "parts": [{"text": text}]}
         await store.tasks.append("t1", Append(kind="artifact", body={}, artifact=chunk, append=text != "a"), now)
+    # A closing empty chunk changes nothing; a new artifact goes after the others, even an empty one.
+    for artifact_id in ("stdout", "stderr"):
+        chunk = {"artifactId": artifact_id, "name": artifact_id, "parts": [{"text": ""}]}
+        await store.tasks.append("t1", Append(kind="artifact", body={}, artifact=chunk, append=True), now)
     snap = await store.tasks.snapshot("t1", 10)
     assert snap is not None
-    assert snap.record.last_seq == 4 and snap.artifacts[0]["parts"] == [{"text": "abc"}]
+    assert snap.record.last_seq == 6 and snap.artifacts[0]["parts"] == [{"text": "abc"}]
+    assert [(a["artifactId"], a["parts"]) for a in snap.artifacts[1:]] == [("stderr", [{"text": ""}])]
     assert [m["messageId"] for m in snap.history] == ["m"]
     bare = await store.tasks.snapshot("t1", 0, artifacts=False)
     assert bare is not None and bare.artifacts == [] and bare.history == []
