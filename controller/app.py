@@ -38,6 +38,7 @@ from .console.assets import ConsoleAssets, describe
 from .credentials import InstanceCredentials
 from .events import EventBus
 from .hostlink import HostdLink
+from .http import BODY_READ
 from .httpconnection import HTTPConnection
 from .httpedge import install_http_edge
 from .images import ImageService
@@ -223,6 +224,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         # A request body the handler never read (a 405, a 401, a GET with a body) is read
         # before the response ends, so hypercorn can recycle the connection for the next
         # request instead of closing it (see controller.httpconnection for the close itself).
+        if g.get(BODY_READ):
+            return response
         try:
             await request.get_data(cache=False)
         except HTTPException:

@@ -11,7 +11,7 @@ after the last one kept.
 
 When the link to hostd drops, the runner waits for it and resubscribes; an exec hostd no longer
 knows (hostd restarted) fails the task with ``fail_kind: infrastructure``. The runner ends by
-deleting the exec on hostd (exited execs are bounded there).
+deleting the exec on hostd (exited execs are bounded there), a moment after the end was stored.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ MAX_OUTPUT_EVENTS = 100_000
 RESUBSCRIBE_PAUSE_S = 0.2
 #: How long the end of an exec's stream may take to follow its exit.
 DRAIN_S = 1.0
+#: How long after its task's end an exec is deleted on hostd (see Runner.run).
+DELETE_AFTER_S = 0.01
 
 
 def agent_message(task: TaskRecord, text: str) -> dict[str, Any]:
@@ -125,6 +127,9 @@ class Runner:
             # follows it again (recover), so it is not deleted.
             raise
         with trio.CancelScope(shield=True), trio.move_on_after(5):
+            # Housekeeping, after the answers the end woke (blocking sends, streams) went out: its
+            # round trip to hostd would compete with them for the loop and the CPU.
+            await trio.sleep(DELETE_AFTER_S)
             try:
                 await self.link.call(m.ExecDeleteRequest(exec_id=exec_id))
             except ControllerError:

@@ -113,20 +113,24 @@ def stdout_seen(events: list[dict[str, Any]]) -> str:
 
 
 async def test_a_stream_that_joins_a_busy_task_shows_each_chunk_once(
-    admin: httpx.AsyncClient, controller: LiveController
+    admin: httpx.AsyncClient, controller: LiveController, tmp_path: Path
 ) -> None:
     """Subscriptions and follow-up streams that start while the agent writes: the first Task's
     artifacts and the updates after it add up to the output, nothing twice and nothing missed
     (the Task and the cursor it hands on come from one read of the store)."""
     agent = await new_agent(admin, controller, "sse-busy", loadout="shell")
-    lines = 400
-    script = f"i=0; while [ $i -lt {lines} ]; do echo $i; i=$((i+1)); sleep 0.003; done"
-    expected = "".join(f"{i}\n" for i in range(lines))
+    gate = tmp_path / "gate"  # the agent writes until every stream has begun, then a little more
+    script = f"i=0; while [ ! -e {gate} ]; do echo $i; i=$((i+1)); sleep 0.003; done; echo end"
+    streams = 24
+    seen: list[list[dict[str, Any]]] = []
+    begun = 0
+    all_begun = trio.Event()
     async with agent.client(controller) as client:
         task = (await send(client, script, configuration={"returnImmediately": True})).json()["task"]
-        seen: list[str] = []
 
         async def follow(how: str) -> None:
+            nonlocal begun
+            events: list[dict[str, Any]] = []
             async with agent.client(controller) as own:
                 if how == "subscribe":
                     request = own.stream("POST", f"/tasks/{task['id']}:subscribe")
@@ -134,23 +138,31 @@ async def test_a_stream_that_joins_a_busy_task_shows_each_chunk_once(
                     body = {"message": {**message("more"), "taskId": task["id"]}}
                     request = own.stream("POST", "/message:stream", json=body)
                 async with request as response:
-                    if response.status_code == 400:  # the task ended first: nothing to see
-                        await response.aread()
-                        assert error_reason(response) == "UNSUPPORTED_OPERATION"
-                        return
-                    events = await read_stream(response)
-            # It ends at the task's end: a status update, or the Task itself if it ended first.
-            last = events[-1]["statusUpdate"] if "statusUpdate" in events[-1] else events[-1]["task"]
-            assert last["status"]["state"] == "TASK_STATE_COMPLETED", events[-1]
-            seen.append(stdout_seen(events))
+                    assert response.status_code == 200, await response.aread()
+                    async for line in response.aiter_lines():
+                        if line.startswith("data: "):
+                            events.append(json.loads(line[6:]))
+                            if len(events) == 1:
+                                begun += 1
+                                if begun == streams:
+                                    all_begun.set()
+            seen.append(events)
 
         async with trio.open_nursery() as nursery:
-            for i in range(24):
+            for i in range(streams):
                 nursery.start_soon(follow, "subscribe" if i % 2 else "follow-up")
-                await trio.sleep(0.03)
-    assert len(seen) >= 12  # most joined while it ran
-    for text in seen:
-        assert text == expected
+                await trio.sleep(0.02)
+            with trio.fail_after(30):
+                await all_begun.wait()
+            gate.touch()
+        final = (await client.get(f"/tasks/{task['id']}")).json()
+    expected = "".join(p["text"] for p in final["artifacts"][0]["parts"])
+    numbers = expected.split()
+    assert numbers[-1] == "end" and numbers[:-1] == [str(i) for i in range(len(numbers) - 1)], expected[-200:]
+    assert len(seen) == streams
+    for events in seen:
+        assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED", events[-1]
+        assert stdout_seen(events) == expected
 
 
 async def test_keepalives_and_a_reader_that_leaves_leaves_nothing_behind(hostd: LiveHostd, short_dir: Path) -> None:
