@@ -17,6 +17,11 @@ Starts its own hostd and ``python -m controller.main`` in a temp dir, provisions
   uvicorn, with an executor running ``/bin/echo`` per task; the same blocking sends from 1 and
   ``--clients`` clients. Measured only if ``a2a-sdk[http-server]`` and ``uvicorn`` are installed
   (the ``bench`` extra); otherwise the report says it was not.
+
+Below the table, for the one-client cases: the on-CPU time per task of each server process (the
+controller, hostd, the peer, the bare ASGI app), from ``/proc/PID/task/*/schedstat`` before and
+after the case. Unlike latencies it hardly moves with the machine's load, so it compares runs made
+on a busy host.
 """
 
 from __future__ import annotations
@@ -107,6 +112,37 @@ async def bare_one(client: httpx.AsyncClient) -> None:
     (await client.get("/")).raise_for_status()
 
 
+def on_cpu_ns(pid: int) -> int:
+    """Time the process ``pid`` (all its threads) has run on a CPU, in ns (``schedstat``)."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
+class CpuMeter:
+    """On-CPU time per operation of named processes over the cases measured with it."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.per_op: dict[str, dict[str, float]] = {}
+
+    async def measure(self, case: str, names: list[str], ops: int, work: object) -> Result:
+        before = {name: on_cpu_ns(self.pids[name]) for name in names}
+        result: Result = await work  # type: ignore[misc]
+        self.per_op[case] = {name: (on_cpu_ns(self.pids[name]) - before[name]) / ops / 1e3 for name in names}
+        return result
+
+    def notes(self) -> list[str]:
+        return [
+            f"on-CPU per operation, {case}: " + ", ".join(f"{name} {us:,.0f} µs" for name, us in used.items())
+            for case, used in self.per_op.items()
+        ]
+
+
 async def rows(name: str, unit: str, make: list[object], one: object, total: int, warmup: int) -> Result:
     for handle in make:
         for _ in range(warmup):
@@ -150,7 +186,7 @@ async def exec_event_latency(client: HostdClient, instance_id: str, events: int)
     return samples
 
 
-async def peer_rows(peer_url: str, n: int, total: int, warmup: int) -> tuple[Result, Result]:
+async def peer_rows(peer_url: str, n: int, total: int, warmup: int, cpu: CpuMeter) -> tuple[Result, Result]:
     """The a2a-sdk peer answering the same blocking sends, from 1 and ``n`` clients."""
     headers = {"A2A-Version": "1.0"}
     async with AsyncExitStack() as stack:
@@ -159,13 +195,14 @@ async def peer_rows(peer_url: str, n: int, total: int, warmup: int) -> tuple[Res
             await stack.enter_async_context(httpx.AsyncClient(base_url=peer_url, headers=headers, timeout=60))
             for _ in range(n)
         ]
-        row1 = await rows("a2a-sdk server (peer), 1 client", "tasks/s", one, send_one, total, warmup)
+        name = "a2a-sdk server (peer), 1 client"
+        row1 = await cpu.measure(name, ["peer"], total + warmup, rows(name, "tasks/s", one, send_one, total, warmup))
         rowN = await rows(f"a2a-sdk server (peer), {n} clients", "tasks/s", many, send_one, total, 1)
     return row1, rowN
 
 
 async def measure(
-    ctl: Controller, socket_path: Path, args: argparse.Namespace, bare_url: str, peer_url: str | None
+    ctl: Controller, socket_path: Path, args: argparse.Namespace, bare_url: str, peer_url: str | None, cpu: CpuMeter
 ) -> list[Result]:
     async with admin_client(ctl.url, ctl.token) as admin:
         await wait_ready(admin)
@@ -187,15 +224,21 @@ async def measure(
         async def exec_call(client: HostdClient) -> None:
             await exec_one(client, echo_id)
 
-        base1 = await rows("hostd exec /bin/cat, 1 caller", "tasks/s", hostd_one, exec_call, total, warmup)
-        send1 = await rows("A2A message:send (echo), 1 client", "tasks/s", one, send_one, total, warmup)
-        bare1 = await rows("bare ASGI on hypercorn-trio, 1 client", "req/s", bare_one_c, bare_one, total, warmup)
+        ops = total + warmup
+        name = "hostd exec /bin/cat, 1 caller"
+        base1 = await cpu.measure(name, ["hostd"], ops, rows(name, "tasks/s", hostd_one, exec_call, total, warmup))
+        name = "A2A message:send (echo), 1 client"
+        send1 = await cpu.measure(
+            name, ["controller", "hostd"], ops, rows(name, "tasks/s", one, send_one, total, warmup)
+        )
+        name = "bare ASGI on hypercorn-trio, 1 client"
+        bare1 = await cpu.measure(name, ["bare ASGI"], ops, rows(name, "req/s", bare_one_c, bare_one, total, warmup))
         baseN = await rows(f"hostd exec /bin/cat, {n} callers", "tasks/s", hostd_many, exec_call, total, 1)
         sendN = await rows(f"A2A message:send (echo), {n} clients", "tasks/s", many, send_one, total, 1)
         bareN = await rows(f"bare ASGI on hypercorn-trio, {n} clients", "req/s", bare_many, bare_one, total, 1)
         results += [compare(send1, base1, "p50"), base1, compare(bare1, base1, "p50")]
         if peer_url is not None:
-            peer1, peerN = await peer_rows(peer_url, n, total, warmup)
+            peer1, peerN = await peer_rows(peer_url, n, total, warmup, cpu)
             results.append(compare(peer1, base1, "p50"))
         results += [compare(sendN, baseN, "p50"), baseN, compare(bareN, baseN, "p50")]
         if peer_url is not None:
@@ -267,8 +310,13 @@ def main() -> None:
         bare_url = bare.stdout.readline().decode().strip()
         with running_hostd() as hostd, temp_dir("aiwg-bench-a2a-") as tmp:
             ctl = Controller(tmp / "state", hostd.socket_path)
+            assert hostd.proc is not None
+            pids = {"controller": ctl.proc.pid, "hostd": hostd.proc.pid, "bare ASGI": bare.pid}
+            if peer is not None:
+                pids["peer"] = peer.pid
+            cpu = CpuMeter(pids)
             try:
-                results = trio.run(measure, ctl, hostd.socket_path, args, bare_url, peer_url)
+                results = trio.run(measure, ctl, hostd.socket_path, args, bare_url, peer_url, cpu)
             except BaseException:
                 print(ctl.log(), file=sys.stderr)
                 raise
@@ -318,7 +366,7 @@ def main() -> None:
                 met=(sendN.throughput or 0) > (peerN.throughput or 0),
             )
         )
-    notes = []
+    notes = cpu.notes()
     if peer_url is None:
         notes.append("peer (a2a-sdk server on Starlette/uvicorn) not measured: a2a-sdk[http-server], uvicorn missing")
     report = Report(

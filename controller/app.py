@@ -7,8 +7,9 @@ surfaces never share a prefix.
 
 Resource handling: ``create_app`` opens the SQLite store and resolves the tokens (so configuration
 errors surface before serving). Background services live in the app's nursery (quart-trio's
-``app.nursery``, which exists while the app is served): the hostd link, the operation purge timer,
-the hostd watch (instance exits and sessions, :mod:`controller.watch`) and every operation's work.
+``app.nursery``, which exists while the app is served): the store's WAL checkpoints
+(:mod:`controller.store.wal`), the hostd link, the operation purge timer, the hostd watch (instance
+exits and sessions, :mod:`controller.watch`) and every operation's work.
 The event bus and the log ring are attached to the run while serving, and the log ring's handler
 sits on the root logger only then. ``after_serving`` closes the store; at shutdown the nursery is cancelled at
 once (``BACKGROUND_TASK_SHUTDOWN_TIMEOUT = None``): operations are durable and a restart marks the
@@ -37,6 +38,7 @@ from .console.assets import ConsoleAssets, describe
 from .credentials import InstanceCredentials
 from .events import EventBus
 from .hostlink import HostdLink
+from .http import BODY_READ
 from .httpconnection import HTTPConnection
 from .httpedge import install_http_edge
 from .images import ImageService
@@ -55,6 +57,7 @@ from .sessions import SessionService
 from .state import EXTENSION_KEY, AppState
 from .storage import StorageService
 from .store import Store
+from .store.wal import run_checkpoints
 from .tasks import TaskService
 from .watch import HostdWatch
 
@@ -172,6 +175,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         events.ring.attach()
         logs.ring.attach()
         logs.install()
+        await app.nursery.start(run_checkpoints, store.db)  # keeps the fsyncs of checkpoints off the loop
         operations.attach(app.nursery)
         app.extensions[EXTENSION_KEY].rooms.attach(app.nursery)
         await operations.recover()
@@ -229,6 +233,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         # A request body the handler never read (a 405, a 401, a GET with a body) is read
         # before the response ends, so hypercorn can recycle the connection for the next
         # request instead of closing it (see controller.httpconnection for the close itself).
+        if g.get(BODY_READ):
+            return response
         try:
             await request.get_data(cache=False)
         except HTTPException:

@@ -5,16 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from quart import Response, request
+from quart import Response, g, request
 
 from .state import app_state
 
 JSON = "application/json"
 
 
+#: Set on ``g`` once the handler has read the whole body (the app then need not drain it).
+BODY_READ = "body_read"
+
+
 async def request_body() -> bytes:
     """The request body as bytes (bounded by the app's MAX_CONTENT_LENGTH), not kept in the request."""
     body = await request.get_data(cache=False, as_text=False)
+    setattr(g, BODY_READ, True)
     return body if isinstance(body, bytes) else body.encode()
 
 

@@ -338,16 +338,15 @@ class ExecRegistry(ChildRegistry[_Exec]):
         if rec.deleted:
             await send(m.StreamEnd(id=stream_id, reason="deleted"))
             return
-        await send(
-            m.ExecExited(
-                id=stream_id,
-                exit_code=rec.exit_code,
-                signal=rec.signal,
-                reason=rec.end_reason or "lost",
-                last_seq=ring.next_seq - 1,
-            )
+        exited = m.ExecExited(
+            id=stream_id,
+            exit_code=rec.exit_code,
+            signal=rec.signal,
+            reason=rec.end_reason or "lost",
+            last_seq=ring.next_seq - 1,
         )
-        await send(m.StreamEnd(id=stream_id, reason="exited"))
+        # One write: a client that reads the exit finds the end beside it (and need not cancel).
+        await send([exited, m.StreamEnd(id=stream_id, reason="exited")])
 
     @staticmethod
     def _event(stream_id: int, seq: int, kind: int, data: bytes) -> m.Event:

@@ -21,7 +21,7 @@ import trio
 
 from proto import LogConfigError, configure_logging
 
-from . import sdnotify, statefile
+from . import procspawn, sdnotify, statefile
 from .config import ConfigError, HostdConfig, from_env
 from .execs import ExecRegistry
 from .handlers import HOSTD_VERSION, Handlers
@@ -170,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    # Before any thread exists: the children hostd starts inherit the starting thread's mask.
+    procspawn.unblock_signals()
     try:
         trio.run(run_hostd, config)
     except (SocketInUse, NewerStateFile) as exc:

@@ -5,9 +5,27 @@ Every process started here is the leader of a new tree, marked the three ways
 
 * ``start_new_session=True``: the child calls ``setsid``, so ``pgid == pid``;
 * ``AIWG_TREE=<tree id>`` in its environment, inherited by every descendant;
-* the pre-exec function restores every signal to its default (see :func:`restore_signal_defaults`)
-  and moves it into its own cgroup (from :meth:`Cgroups.join_fn`, when there is one)
-  before ``exec``, so even its first instruction runs inside the cgroup.
+* its own cgroup (from :meth:`Cgroups.create`, when there is one), joined before the program's
+  first instruction: the child is ``/bin/sh -c JOIN_CGROUP <cgroup.procs> argv...``
+  (:data:`JOIN_CGROUP`), a shell that writes 0 to ``cgroup.procs`` (which moves the writer) and
+  then execs the program (same pid, the program's own ``argv[0]``). So the join happens
+  after the start returns, but always before the program runs; a child that cannot join exits
+  126 without running it. (Until then the pid, the process group and the mark already hold.)
+
+Why a shell and not a pre-exec function: with any ``preexec_fn`` CPython must ``fork`` (copying
+hostd's page tables, then running Python in the child), which costs milliseconds of CPU and, on a
+loaded host, tens of milliseconds of latency per start; without one it uses ``vfork``, and the
+child only runs C code until ``exec``. The rest of what the pre-exec function did is done
+without one:
+
+* signals: the child starts with every signal at its default action and none blocked. Handlers
+  are reset by ``exec``; ``restore_signals`` resets the two Python ignores (SIGPIPE, SIGXFSZ); any
+  other signal hostd ignores (inherited from ``nohup`` or a background job) is caught by a no-op
+  handler instead before each start (:func:`no_ignored_signals`: hostd still does not react to
+  it, and the child gets the default), except SIGTTOU and SIGTTIN (see :data:`_TTY_STOPS`); the
+  blocked mask is the spawning thread's, which hostd keeps empty (:func:`unblock_signals` at start).
+* a program that cannot be found or run is refused here, before the start, as ``exec`` would
+  refuse it (:func:`check_program`), since through the shell it would only exit 127.
 
 File descriptors: ``close_fds=True``; only ``pass_fds`` (the control channel) crosses into the
 child, at the same fd number. The caller owns the trio streams of the returned process and must
@@ -25,7 +43,8 @@ import errno
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import trio
@@ -33,7 +52,7 @@ import trio
 from proto import ErrorCode
 
 from .errors import RpcError
-from .proctree import TREE_ENV, Cgroups
+from .proctree import TREE_ENV
 
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
@@ -47,7 +66,7 @@ def restore_signal_defaults() -> None:
     signals ignored (``nohup``, a background job of a non-interactive shell: SIGINT, SIGQUIT,
     SIGHUP) and Python itself ignores SIGPIPE and SIGXFSZ; without this a session's shell would not
     stop on Ctrl-C, nor a process on its terminal's hangup. (glibc's own signals 32 and 33 refuse
-    any change and are left as they are.)
+    any change and are left as they are.) Used by the PTY path (:mod:`hostd.ptyspawn`).
     """
     for sig in signal.valid_signals():
         if sig in (signal.SIGKILL, signal.SIGSTOP):
@@ -57,19 +76,62 @@ def restore_signal_defaults() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
-def _child_setup(cgroup: Path | None) -> Callable[[], None]:
-    join = Cgroups.join_fn(cgroup)
+#: Ignored by Python itself; ``Popen(restore_signals=True)`` gives the child their defaults.
+_PYTHON_IGNORES = frozenset({signal.SIGPIPE, signal.SIGXFSZ})
+#: Left ignored if they are: a background hostd whose terminal has ``tostop`` set would, with a
+#: handler instead, be sent SIGTTOU again on every write to it (the write restarts after each).
+_TTY_STOPS = frozenset({signal.SIGTTOU, signal.SIGTTIN})
+_CATCHABLE = tuple(
+    sig
+    for sig in signal.valid_signals()
+    if sig not in (signal.SIGKILL, signal.SIGSTOP) and sig < signal.SIGRTMIN and sig not in _TTY_STOPS
+)
 
-    def setup() -> None:
-        restore_signal_defaults()
-        if join is not None:
-            join()
 
-    return setup
+def _ignored(signum: int, frame: object) -> None:
+    """Stands in for SIG_IGN in hostd (a caught signal, unlike an ignored one, is reset by exec)."""
 
 
+def no_ignored_signals() -> None:
+    """Catch with a no-op handler every signal hostd ignores (but Python's own two), so that a
+    child does not inherit the ignore. Main thread only (elsewhere dispositions cannot change)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in _CATCHABLE:
+        if sig not in _PYTHON_IGNORES and signal.getsignal(sig) == signal.SIG_IGN:
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(sig, _ignored)
+
+
+def unblock_signals() -> None:
+    """At hostd's start, before any thread: no signal blocked (a child inherits the mask of the
+    thread that starts it, and threads inherit it from the main thread)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
+#: ``$0`` is the cgroup's ``cgroup.procs``, ``"$@"`` the program and its arguments. ``echo`` is a
+#: builtin: writing 0 moves the shell itself, which ``exec`` then turns into the program.
+JOIN_CGROUP = 'echo 0 2>/dev/null >"$0" || { echo "cannot join cgroup $0" >&2; exit 126; }; exec "$@"'
+SHELL = "/bin/sh"
 #: Used when hostd itself runs without PATH (e.g. from a bare systemd unit).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def check_program(argv0: str, cwd: str, env: Mapping[str, str]) -> None:
+    """Raise the OSError ``exec`` would raise for ``argv0`` (not found, not executable), looked
+    up as ``execvpe`` does: relative to ``cwd`` when it names a directory, else along ``PATH``."""
+    if os.sep in argv0:
+        candidates = [os.path.join(cwd, argv0)]
+    else:
+        candidates = [os.path.join(d or ".", argv0) for d in os.get_exec_path(dict(env))]
+    denied = False
+    for path in candidates:
+        if os.path.isfile(path):
+            if os.access(path, os.X_OK):
+                return
+            denied = True
+    code = errno.EACCES if denied else errno.ENOENT
+    raise OSError(code, os.strerror(code), argv0)
 
 
 async def spawn(
@@ -95,16 +157,22 @@ async def spawn(
     child_env.setdefault("PATH", DEFAULT_PATH)
     # Set last so that no caller-supplied env can take the tree's mark away.
     child_env[TREE_ENV] = tree_id
+    program = list(argv)
+    no_ignored_signals()
     try:
+        if cgroup is not None:
+            if os.path.isdir(cwd):  # else the start fails on cwd, as without a cgroup
+                check_program(program[0], cwd, child_env)
+            program = [SHELL, "-c", JOIN_CGROUP, str(cgroup / "cgroup.procs"), *program]
         return await trio.lowlevel.open_process(
-            list(argv),
+            program,
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
             cwd=cwd,
             env=child_env,
             start_new_session=True,
-            preexec_fn=_child_setup(cgroup),
+            restore_signals=True,
             close_fds=True,
             pass_fds=tuple(pass_fds),
         )
@@ -122,14 +190,6 @@ async def spawn(
         # A NUL byte in argv or env, or a variable name with "=": refused before the fork.
         raise RpcError(
             ErrorCode.SPAWN_FAILED, f"cannot start {argv[0]!r}: {exc}", argv0=argv[0], error=str(exc)
-        ) from exc
-    except subprocess.SubprocessError as exc:
-        # Raised when the pre-exec function (joining the cgroup) failed in the child.
-        raise RpcError(
-            ErrorCode.SPAWN_FAILED,
-            f"cannot start {argv[0]!r}: {exc} (joining cgroup {cgroup})",
-            argv0=argv[0],
-            error=str(exc),
         ) from exc
 
 

@@ -164,13 +164,34 @@ class Cgroups:
     @staticmethod
     def remove(path: Path | None) -> None:
         """Remove ``path`` and its child cgroups, deepest first; busy ones are left in place."""
-        if path is None or not path.exists():
+        if path is None:
             return
-        for child in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        try:
+            path.rmdir()  # the usual case, no child cgroups: one call (a cgroup's files do not count)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            pass
+        for child in sorted(_child_dirs(path), key=lambda p: len(p.parts), reverse=True):
             with contextlib.suppress(OSError):
                 child.rmdir()
         with contextlib.suppress(OSError):
             path.rmdir()
+
+
+def _child_dirs(path: Path) -> list[Path]:
+    """Every directory below ``path`` (the entries' types come with the listing: no stat each)."""
+    found: list[Path] = []
+    try:
+        with os.scandir(path) as entries:
+            dirs = [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return found
+    for child in dirs:
+        found.append(child)
+        found += _child_dirs(child)
+    return found
 
 
 async def remove_cgroup(path: Path | None, *, timeout_s: float = 1.0) -> None:

@@ -17,13 +17,14 @@ from ..push.configs import ConfigRef, ListParams, PushConfigIn, convert
 from ..push.configs import view as push_view
 from ..push.target import parse_url, resolve
 from ..state import app_state
+from ..store import TaskRecord, TaskSnapshot
 from ..tasks.model import Id, Metadata, SendMessageRequest
 from ..tasks.service import ListQuery
 from . import tenancy
 from .discovery import signed_card
 from .edge import Caller
 from .sse import Framing, task_events
-from .views import task_view
+from .views import read_snapshot, task_view
 
 HistoryLength = Annotated[int, msgspec.Meta(ge=0, le=10000)]
 
@@ -40,10 +41,18 @@ class TaskIdParams(msgspec.Struct, rename="camel", kw_only=True):
     tenant: str | None = None
 
 
-async def view(caller: Caller, rec: Any, **kw: Any) -> dict[str, Any]:
-    return await task_view(
-        app_state().store, rec, caller.instance, disclose_host=caller.discloses_host, prompts=caller.sees_prompts, **kw
-    )
+async def view(caller: Caller, task: TaskRecord | str, *, history_length: int | None = None) -> dict[str, Any]:
+    """The Task as the caller sees it: read at one point of its timeline (given an id), or in the
+    state an operation left it (given its row; what happened since shows in artifacts only)."""
+    task_id = task if isinstance(task, str) else task.id
+    snap = await read_snapshot(app_state().store, caller.instance.id, task_id, history_length)
+    if not isinstance(task, str):
+        snap.record = task
+    return shown_view(caller, snap)
+
+
+def shown_view(caller: Caller, snap: TaskSnapshot) -> dict[str, Any]:
+    return task_view(snap, caller.instance, disclose_host=caller.discloses_host, prompts=caller.sees_prompts)
 
 
 async def send(caller: Caller, req: SendMessageRequest) -> Any:
@@ -93,16 +102,17 @@ def attach_stream(caller: Caller, stream: dict[str, Any], framing: Framing | Non
 
 
 async def get_task(caller: Caller, params: GetTaskParams) -> dict[str, Any]:
-    rec = await app_state().tasks.get(caller.instance.id, params.id)
-    return await view(caller, rec, history_length=params.history_length)
+    return await view(caller, params.id, history_length=params.history_length)
 
 
 async def list_tasks(caller: Caller, query: ListQuery) -> dict[str, Any]:
     page = await app_state().tasks.list(caller.instance.id, query)
     history = 0 if query.history_length is None else query.history_length
-    tasks = [
-        await view(caller, rec, history_length=history, include_artifacts=query.include_artifacts) for rec in page.tasks
-    ]
+    store, tasks = app_state().store, []
+    for rec in page.tasks:
+        snap = await store.tasks.snapshot(rec.id, history, artifacts=query.include_artifacts)
+        if snap is not None:  # else purged since the page was read (the page is this instance's)
+            tasks.append(shown_view(caller, snap))
     return {
         "tasks": tasks,
         "nextPageToken": page.next_page_token,

@@ -26,13 +26,13 @@ from quart import Response
 
 from ..errors import ControllerError
 from ..state import AppState, app_state
-from ..store import Store, TaskRecord
+from ..store import Store
 from ..store.tasks import INTERRUPTED, TERMINAL, rfc3339_us
 from ..tasks.agentio import OUTCOME_KEYS
 from ..tasks.prompts import shown_event
 from .edge import Caller
 from .errors import A2AError, internal_error, to_a2a
-from .views import task_view
+from .views import read_snapshot, task_view
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +54,13 @@ class Framing:
         return b"event: error\ndata: " + msgspec.json.encode(error.body()) + b"\n\n"
 
 
-async def creation_view(store: Store, caller: Caller, rec: TaskRecord) -> tuple[dict[str, Any], int]:
+async def creation_view(store: Store, caller: Caller, task_id: str) -> tuple[dict[str, Any], int]:
     """The Task as it was created (submitted, its first message), and the sequence it stands at."""
-    view = await task_view(
-        store, rec, caller.instance, disclose_host=caller.discloses_host, prompts=caller.sees_prompts, history_length=0
-    )
-    view.pop("artifacts", None)
-    view["status"] = {"state": "TASK_STATE_SUBMITTED", "timestamp": rfc3339_us(rec.created_at)}
+    snap = await read_snapshot(store, caller.instance.id, task_id, 0, artifacts=False)
+    view = task_view(snap, caller.instance, disclose_host=caller.discloses_host, prompts=caller.sees_prompts)
+    view["status"] = {"state": "TASK_STATE_SUBMITTED", "timestamp": rfc3339_us(snap.record.created_at)}
     view["metadata"] = {k: v for k, v in view["metadata"].items() if k not in OUTCOME_KEYS}  # not set yet then
-    [first] = await store.tasks.events_after(rec.id, 0, limit=1)
+    [first] = await store.tasks.events_after(task_id, 0, limit=1)
     view["history"] = [first.body]
     return view, first.seq
 
@@ -81,16 +79,18 @@ async def _events(
     with state.tasks.hub.watch(task_id) as watch:
         try:
             changed = watch.changed()
-            rec = await state.tasks.get(caller.instance.id, task_id)
             if from_creation:
-                view, seq = await creation_view(state.store, caller, rec)
+                view, seq = await creation_view(state.store, caller, task_id)
             else:
-                view = await task_view(
-                    state.store, rec, caller.instance, disclose_host=caller.discloses_host, prompts=caller.sees_prompts
+                # One read: the Task's artifacts hold the output of exactly the events up to
+                # ``seq``, so the updates after it repeat none of it and miss none.
+                snap = await read_snapshot(state.store, caller.instance.id, task_id, None)
+                view = task_view(
+                    snap, caller.instance, disclose_host=caller.discloses_host, prompts=caller.sees_prompts
                 )
-                seq = rec.last_seq
+                seq = snap.record.last_seq
             yield framing.data({"task": view})
-            if not from_creation and rec.state in END_STATES:
+            if not from_creation and snap.record.state in END_STATES:
                 return
             while True:
                 events = watch.tail_after(seq)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from ..store import InstanceRecord, Store, TaskRecord
+from ..store import InstanceRecord, Store, TaskSnapshot
 from ..tasks.prompts import shown
+from ..tasks.service import task_not_found
 from .card import runtime_params
 
 #: History a Task carries when the request does not say (``historyLength`` unset).
@@ -34,23 +35,32 @@ def runtime_metadata(instance: InstanceRecord, *, disclose_host: bool) -> dict[s
     return out
 
 
-async def task_view(
-    store: Store,
-    rec: TaskRecord,
+def task_view(
+    snap: TaskSnapshot,
     instance: InstanceRecord,
     *,
     disclose_host: bool,
     prompts: bool,
-    history_length: int | None = None,
-    include_artifacts: bool = True,
 ) -> dict[str, Any]:
-    """The Task; ``prompts``: the caller activated hitl-prompt/v1 (else a prompt envelope is left out)."""
+    """The Task, with the artifacts the snapshot holds; ``prompts``: the caller activated
+    hitl-prompt/v1 (else a prompt envelope is left out)."""
+    rec = snap.record
     task: dict[str, Any] = {"id": rec.id, "contextId": rec.context_id, "status": shown(rec.status, prompts)}
-    limit = DEFAULT_HISTORY if history_length is None else history_length
-    artifacts, history = await store.tasks.contents(rec.id, limit)
-    if include_artifacts and artifacts:
-        task["artifacts"] = artifacts
-    if history:
-        task["history"] = history
+    if snap.artifacts:
+        task["artifacts"] = snap.artifacts
+    if snap.history:
+        task["history"] = snap.history
     task["metadata"] = {**rec.metadata, **runtime_metadata(instance, disclose_host=disclose_host)}
     return task
+
+
+async def read_snapshot(
+    store: Store, instance_id: str, task_id: str, history_length: int | None, *, artifacts: bool = True
+) -> TaskSnapshot:
+    """The task of this instance as one read of the store finds it (``history_length`` unset:
+    the default history); TASK_NOT_FOUND if the instance has no such task."""
+    limit = DEFAULT_HISTORY if history_length is None else history_length
+    snap = await store.tasks.snapshot(task_id, limit, artifacts=artifacts)
+    if snap is None or snap.record.instance_id != instance_id:
+        raise task_not_found(task_id)
+    return snap

@@ -25,7 +25,7 @@ from .operations import TERMINAL_STATES, OperationRecord, OperationTable
 from .outbox import OutboxItem, OutboxTable
 from .push import PushConfigRecord, PushTable
 from .schema import STEPS
-from .tasks import Append, TaskEvent, TaskRecord, TaskTable
+from .tasks import Append, TaskEvent, TaskRecord, TaskSnapshot, TaskTable
 from .tokens import TokenRecord, TokenTable
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "StoreClosed",
     "TaskEvent",
     "TaskRecord",
+    "TaskSnapshot",
     "TokenRecord",
 ]
 

@@ -1,8 +1,20 @@
 """The SQLite connection under every table: one file, one lock, WAL, versioned schema.
 
-One connection, guarded by a ``threading.Lock``; every call from trio goes through
-``trio.to_thread.run_sync`` (:meth:`Database.run`) so the event loop never blocks on disk. The
-connection is in autocommit mode; each table method is one statement or one explicit transaction.
+One connection, guarded by a ``threading.Lock``, in autocommit mode; each table method is one
+statement or one explicit transaction. Two ways in from trio:
+
+* :meth:`Database.run` runs the work in a worker thread (``trio.to_thread.run_sync``): for scans
+  whose cost grows with the data (lists, counts, purges).
+* :meth:`Database.quick` runs it inline, on the event loop, when the lock is free (else as
+  ``run``): for keyed reads and short write transactions, the per-task hot path. In WAL mode with
+  ``synchronous=NORMAL`` a commit appends to the WAL file and never waits for the disk (``fsync``
+  happens only at checkpoints), so such a call takes tens of microseconds, far less than the two
+  thread switches a worker thread costs (each a wait for the scheduler on a busy machine). What
+  could block is moved away: checkpoints (which ``fsync``) run in a worker thread on a connection
+  of their own (:mod:`controller.store.wal`), and a lock held by a worker thread sends the call to
+  a thread too. Durability is the same either way: a committed transaction is in the WAL file, so
+  a killed process loses nothing it acknowledged (a power cut may lose the last transactions, as
+  ``synchronous=NORMAL`` always allowed).
 
 Resource handling: :meth:`Database.open` creates the file 0600 (before SQLite opens it, so the
 ``-wal`` and ``-shm`` files SQLite makes with the same mode are never readable by others either),
@@ -142,6 +154,15 @@ class Database:
                 self._closed = True
                 self._db.close()
 
+    def total_changes(self) -> int | None:
+        """Rows written since the connection opened; None while another thread holds the lock."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return None if self._closed else self._db.total_changes
+        finally:
+            self._lock.release()
+
     def locked(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the connection under the lock, in this thread (startup code only)."""
         with self._lock:
@@ -152,6 +173,19 @@ class Database:
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the connection under the lock, in a worker thread."""
         return await trio.to_thread.run_sync(self.locked, fn)
+
+    async def quick(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` (a keyed read or a short transaction) on the connection under the lock, inline
+        when the lock is free, else in a worker thread (see the module docstring). Inline, it is
+        not a trio checkpoint: the caller's task is not rescheduled."""
+        if not self._lock.acquire(blocking=False):
+            return await self.run(fn)
+        try:
+            if self._closed:
+                raise StoreClosed("the controller store is closed")
+            return fn(self._db)
+        finally:
+            self._lock.release()
 
     def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
         """``fn`` wrapped in ``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` if it raises)."""

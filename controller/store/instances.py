@@ -102,13 +102,13 @@ class InstanceTable:
         )
 
     async def get(self, instance_id: str) -> InstanceRecord | None:
-        row = await self._db.run(
+        row = await self._db.quick(
             lambda db: db.execute("SELECT * FROM instances WHERE id = ?", (instance_id,)).fetchone()
         )
         return None if row is None else _record(row)
 
     async def get_by_name(self, name: str) -> InstanceRecord | None:
-        row = await self._db.run(lambda db: db.execute("SELECT * FROM instances WHERE name = ?", (name,)).fetchone())
+        row = await self._db.quick(lambda db: db.execute("SELECT * FROM instances WHERE name = ?", (name,)).fetchone())
         return None if row is None else _record(row)
 
     async def list(self) -> list[InstanceRecord]:

@@ -5,7 +5,9 @@ sequence number of its task (``last_seq + 1``) and a timeline time strictly afte
 one, the row takes the new status (if the event carries one) and the exec position it came from,
 and an artifact chunk is folded into the stored artifact. So a reader never sees a status without
 the events before it, and a restarted controller resumes an exec's output exactly where the last
-acknowledged event left it (``exec_seq``).
+acknowledged event left it (``exec_seq``). Several changes may go in one transaction
+(:meth:`TaskTable.append_many`): the row is read once at its start, the changes are applied to it
+in memory (what is returned is that row, not a second read) and it is written once at its end.
 
 Event kinds: ``message`` (a Message of the history), ``status`` (a TaskStatusUpdateEvent) and
 ``artifact`` (a TaskArtifactUpdateEvent); bodies are their A2A JSON. Times are Unix seconds.
@@ -77,6 +79,16 @@ class TaskEvent(msgspec.Struct, frozen=True, kw_only=True):
     at: float
 
 
+class TaskSnapshot(msgspec.Struct, kw_only=True):
+    """A task read at one point of its timeline: its artifacts hold exactly the output of its
+    events up to ``record.last_seq``, so a reader that goes on from there sees each chunk once."""
+
+    record: TaskRecord
+    artifacts: list[dict[str, Any]]
+    #: The last messages asked for, oldest first.
+    history: list[dict[str, Any]]
+
+
 class Append(msgspec.Struct, kw_only=True):
     """One change: an event, and what it changes on the row."""
 
@@ -141,9 +153,13 @@ class TaskTable:
         self._db = db
 
     async def create(self, rec: TaskRecord, first: Append) -> TaskEvent:
-        """Insert the task with its first event (the message that started it)."""
+        """Insert the task with its first event (the message that started it); ``rec`` is
+        brought up to date with it."""
 
         def create(db: sqlite3.Connection) -> TaskEvent:
+            rec.last_seq, rec.last_at = 0, rec.created_at - TICK_S
+            event = _apply(rec, first, rec.created_at)
+            assert event is not None
             db.execute(
                 "INSERT INTO tasks VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
@@ -155,19 +171,16 @@ class TaskTable:
                     to_json(rec.metadata),
                     rec.exec_id,
                     rec.exec_seq,
-                    0,
-                    rec.created_at - TICK_S,
+                    rec.last_seq,
+                    rec.last_at,
                     rec.created_at,
                     rec.status_at,
                 ),
             )
-            event = _append(db, rec.id, first, rec.created_at)
-            assert event is not None
+            _store_event(db, event, first)
             return event
 
-        event = await self._db.run(self._db.transaction(create))
-        rec.last_seq, rec.last_at = event.seq, event.at
-        return event
+        return await self._db.quick(self._db.transaction(create))
 
     async def append(self, task_id: str, change: Append, now: float) -> tuple[TaskEvent | None, TaskRecord]:
         """Add one event (see the module docstring); returns it (None if skipped) and the row."""
@@ -177,21 +190,42 @@ class TaskTable:
     async def append_many(
         self, task_id: str, changes: list[Append], now: float
     ) -> tuple[list[TaskEvent | None], TaskRecord]:
-        """Several events in one transaction (a task's last chunks and its final status)."""
+        """Several events in one transaction (a task's last chunks and its final status); the
+        row is read once, at the start, and the one returned is what the changes made of it."""
 
         def append(db: sqlite3.Connection) -> tuple[list[TaskEvent | None], TaskRecord]:
-            events = [_append(db, task_id, change, now) for change in changes]
-            row = db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
-            return events, _record(row)
+            rec = _record(db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone())
+            before = msgspec.structs.astuple(rec)
+            events = []
+            for change in changes:
+                event = _apply(rec, change, now)
+                if event is not None:
+                    _store_event(db, event, change)
+                events.append(event)
+            _update_row(db, rec, before)
+            return events, rec
 
-        return await self._db.run(self._db.transaction(append))
+        return await self._db.quick(self._db.transaction(append))
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        row = await self._db.run(lambda db: db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone())
+        row = await self._db.quick(lambda db: db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone())
         return None if row is None else _record(row)
 
+    async def snapshot(self, task_id: str, history_limit: int | None, *, artifacts: bool = True) -> TaskSnapshot | None:
+        """The task with its artifacts (unless ``artifacts`` is false) and last ``history_limit``
+        messages, in one read (see :class:`TaskSnapshot`); None if there is no such task."""
+
+        def read(db: sqlite3.Connection) -> TaskSnapshot | None:
+            row = db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
+            if row is None:
+                return None
+            found, history = _contents(db, task_id, history_limit, artifacts=artifacts)
+            return TaskSnapshot(record=_record(row), artifacts=found, history=history)
+
+        return await self._db.quick(read)
+
     async def events_after(self, task_id: str, seq: int, limit: int = 500) -> list[TaskEvent]:
-        rows = await self._db.run(
+        rows = await self._db.quick(
             lambda db: db.execute(
                 "SELECT * FROM task_events WHERE task_id = ? AND seq > ? ORDER BY seq LIMIT ?", (task_id, seq, limit)
             ).fetchall()
@@ -209,25 +243,6 @@ class TaskTable:
             ).fetchall()
         )
         return [from_json(r["body"]) for r in reversed(rows)]
-
-    async def contents(
-        self, task_id: str, history_limit: int | None
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """(artifacts, the last ``history_limit`` messages) in one read."""
-
-        def read(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-            artifacts = db.execute(
-                "SELECT body FROM task_artifacts WHERE task_id = ? ORDER BY position", (task_id,)
-            ).fetchall()
-            history: list[sqlite3.Row] = []
-            if history_limit != 0:
-                history = db.execute(
-                    "SELECT body FROM task_events WHERE task_id = ? AND kind = 'message' ORDER BY seq DESC LIMIT ?",
-                    (task_id, -1 if history_limit is None else history_limit),
-                ).fetchall()
-            return [from_json(r["body"]) for r in artifacts], [from_json(r["body"]) for r in reversed(history)]
-
-        return await self._db.run(read)
 
     async def artifacts(self, task_id: str) -> list[dict[str, Any]]:
         rows = await self._db.run(
@@ -298,54 +313,100 @@ class TaskTable:
         return [_record(r) for r in rows.fetchall()]
 
 
-def _append(db: sqlite3.Connection, task_id: str, change: Append, now: float) -> TaskEvent | None:
-    row = db.execute("SELECT last_seq, last_at, state FROM tasks WHERE id = ?", (task_id,)).fetchone()
-    if change.unless_terminal and row["state"] in TERMINAL:
+def _contents(
+    db: sqlite3.Connection, task_id: str, history_limit: int | None, *, artifacts: bool = True
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    found: list[sqlite3.Row] = []
+    if artifacts:
+        found = db.execute("SELECT body FROM task_artifacts WHERE task_id = ? ORDER BY position", (task_id,)).fetchall()
+    history: list[sqlite3.Row] = []
+    if history_limit != 0:
+        history = db.execute(
+            "SELECT body FROM task_events WHERE task_id = ? AND kind = 'message' ORDER BY seq DESC LIMIT ?",
+            (task_id, -1 if history_limit is None else history_limit),
+        ).fetchall()
+    return [from_json(r["body"]) for r in found], [from_json(r["body"]) for r in reversed(history)]
+
+
+def _apply(rec: TaskRecord, change: Append, now: float) -> TaskEvent | None:
+    """``change`` as the task's next event, applied to ``rec`` (the row as it stands in this
+    transaction, kept up to date here so that it is never read again); None if it is skipped."""
+    if change.unless_terminal and rec.state in TERMINAL:
         return None
-    if change.if_prompt is not None and _waits_on(db, task_id) != change.if_prompt:
+    if change.if_prompt is not None and waits_on(rec) != change.if_prompt:
         return None
-    seq, at = row["last_seq"] + 1, max(now, row["last_at"] + TICK_S)
-    body = change.body
-    stamp(change.kind, body, at)  # the body's status / artifact are the change's own dicts
-    db.execute("INSERT INTO task_events VALUES (?,?,?,?,?)", (task_id, seq, change.kind, to_json(body), at))
-    sets, args = ["last_seq = ?", "last_at = ?"], [seq, at]
+    seq, at = rec.last_seq + 1, max(now, rec.last_at + TICK_S)
+    stamp(change.kind, change.body, at)  # the body's status / artifact are the change's own dicts
+    rec.last_seq, rec.last_at = seq, at
     if change.status is not None:
-        sets += ["state = ?", "status = ?", "status_at = ?"]
-        args += [change.status["state"], to_json(change.status), at]
+        rec.status, rec.state, rec.status_at = change.status, change.status["state"], at
     if change.exec_id is not None:
-        sets.append("exec_id = ?")
-        args.append(change.exec_id)
+        rec.exec_id = change.exec_id
     if change.exec_seq is not None:
-        sets.append("exec_seq = ?")
-        args.append(change.exec_seq)
+        rec.exec_seq = change.exec_seq
     if change.metadata is not None:
-        sets.append("metadata = ?")
-        args.append(to_json(change.metadata))
-    db.execute(f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*args, task_id])
+        rec.metadata = change.metadata
+    return TaskEvent(task_id=rec.id, seq=seq, kind=change.kind, body=change.body, at=at)
+
+
+def _store_event(db: sqlite3.Connection, event: TaskEvent, change: Append) -> None:
+    """Insert the event, with the artifact chunk and the outbox message it carries."""
+    db.execute(
+        "INSERT INTO task_events VALUES (?,?,?,?,?)",
+        (event.task_id, event.seq, event.kind, to_json(event.body), event.at),
+    )
     if change.artifact is not None:
-        artifact_id = change.artifact["artifactId"]
-        found = db.execute(
-            "SELECT body, position FROM task_artifacts WHERE task_id = ? AND artifact_id = ?", (task_id, artifact_id)
-        ).fetchone()
-        folded = fold_artifact(from_json(found["body"]) if found else None, change.artifact, change.append)
-        if found is None:
-            position = db.execute("SELECT COUNT(*) FROM task_artifacts WHERE task_id = ?", (task_id,)).fetchone()[0]
-            db.execute("INSERT INTO task_artifacts VALUES (?,?,?,?)", (task_id, artifact_id, position, to_json(folded)))
-        else:
-            db.execute(
-                "UPDATE task_artifacts SET body = ? WHERE task_id = ? AND artifact_id = ?",
-                (to_json(folded), task_id, artifact_id),
-            )
+        _fold_into_store(db, event.task_id, change.artifact, change.append)
     if change.outbox is not None:
-        db.execute("INSERT INTO agent_outbox VALUES (?,?,?)", (task_id, seq, to_json(change.outbox)))
-    return TaskEvent(task_id=task_id, seq=seq, kind=change.kind, body=body, at=at)
+        db.execute("INSERT INTO agent_outbox VALUES (?,?,?)", (event.task_id, event.seq, to_json(change.outbox)))
 
 
-def _waits_on(db: sqlite3.Connection, task_id: str) -> str | None:
+#: The row's columns a change may set (each held by the TaskRecord field of the same name).
+_CHANGING = frozenset({"state", "status", "metadata", "exec_id", "exec_seq", "last_seq", "last_at", "status_at"})
+_JSON_COLUMNS = frozenset({"status", "metadata"})
+_FIELDS = TaskRecord.__struct_fields__
+
+
+def _update_row(db: sqlite3.Connection, rec: TaskRecord, before: tuple[Any, ...]) -> None:
+    """One UPDATE of the columns the transaction's changes set (none if every change was skipped)."""
+    sets: list[str] = []
+    args: list[Any] = []
+    for name, old in zip(_FIELDS, before, strict=True):
+        value = getattr(rec, name)
+        if name in _CHANGING and value is not old:
+            sets.append(f"{name} = ?")
+            args.append(to_json(value) if name in _JSON_COLUMNS else value)
+    if sets:
+        db.execute(f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*args, rec.id])
+
+
+def _fold_into_store(db: sqlite3.Connection, task_id: str, chunk: dict[str, Any], append: bool) -> None:
+    artifact_id = chunk["artifactId"]
+    key = (task_id, artifact_id)
+    if append and all(part == {"text": ""} for part in chunk["parts"]):
+        # An empty chunk (a closing ``lastChunk``) changes nothing of a stored artifact: it is
+        # neither read nor written again (it may be large).
+        if db.execute("SELECT 1 FROM task_artifacts WHERE task_id = ? AND artifact_id = ?", key).fetchone():
+            return
+        found = None
+    else:
+        found = db.execute("SELECT body FROM task_artifacts WHERE task_id = ? AND artifact_id = ?", key).fetchone()
+    folded = to_json(fold_artifact(from_json(found["body"]) if found else None, chunk, append))
+    if found is None:  # a new artifact goes after the task's others
+        db.execute(
+            "INSERT INTO task_artifacts SELECT ?, ?, COUNT(*), ? FROM task_artifacts WHERE task_id = ?",
+            (task_id, artifact_id, folded, task_id),
+        )
+    else:
+        db.execute("UPDATE task_artifacts SET body = ? WHERE task_id = ? AND artifact_id = ?", (folded, *key))
+
+
+def waits_on(rec: TaskRecord) -> str | None:
     """The id of the hitl-prompt/v1 prompt the task waits on (lowercase), if any."""
-    row = db.execute(
-        "SELECT json_extract(status, '$.message.metadata.\"' || ? || '\".prompt_id') FROM tasks"
-        " WHERE id = ? AND state = 'TASK_STATE_INPUT_REQUIRED'",
-        (HITL_EXTENSION, task_id),
-    ).fetchone()
-    return row[0].lower() if row is not None and isinstance(row[0], str) else None
+    if rec.state != "TASK_STATE_INPUT_REQUIRED":
+        return None
+    message = rec.status.get("message")
+    metadata = message.get("metadata") if isinstance(message, dict) else None
+    envelope = metadata.get(HITL_EXTENSION) if isinstance(metadata, dict) else None
+    prompt_id = envelope.get("prompt_id") if isinstance(envelope, dict) else None
+    return prompt_id.lower() if isinstance(prompt_id, str) else None

@@ -45,7 +45,15 @@ class TaskHub:
         if entry is None:
             return  # nobody waits
         if event is not None:
-            entry.tail.append(event)
+            tail = entry.tail
+            if tail and event.seq < tail[-1].seq:
+                # Stored earlier, told later (two writers whose writes went through worker
+                # threads finished in the other order): the tail stays in sequence order.
+                ordered = sorted([*tail, event], key=lambda e: e.seq)
+                tail.clear()
+                tail.extend(ordered)
+            else:
+                tail.append(event)
         entry.changed.set()
         entry.changed = trio.Event()
 
@@ -83,8 +91,19 @@ class Watch:
         return self._hub._entry(self._task_id).changed
 
     def tail_after(self, seq: int) -> list[TaskEvent] | None:
-        """Events after ``seq`` from memory, or None if the tail does not reach back that far."""
+        """The events after ``seq`` from memory, in order and without a gap (an event stored but
+        not told yet ends the list: its pulse comes), or None if the tail does not reach back that
+        far."""
         tail = self._hub._entry(self._task_id).tail
         if not tail or tail[0].seq > seq + 1:
             return None
-        return [event for event in tail if event.seq > seq]
+        out: list[TaskEvent] = []
+        for event in reversed(tail):  # the news is at the end
+            if event.seq <= seq:
+                break
+            out.append(event)
+        out.reverse()
+        for i, event in enumerate(out):
+            if event.seq != seq + 1 + i:
+                return out[:i]
+        return out

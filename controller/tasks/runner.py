@@ -11,7 +11,7 @@ after the last one kept.
 
 When the link to hostd drops, the runner waits for it and resubscribes; an exec hostd no longer
 knows (hostd restarted) fails the task with ``fail_kind: infrastructure``. The runner ends by
-deleting the exec on hostd (exited execs are bounded there).
+deleting the exec on hostd (exited execs are bounded there), a moment after the end was stored.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import codecs
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import trio
@@ -38,6 +38,10 @@ STREAMS = ("stdout", "stderr")
 #: Output events kept per task (an agent writing byte by byte must not grow the timeline without end).
 MAX_OUTPUT_EVENTS = 100_000
 RESUBSCRIBE_PAUSE_S = 0.2
+#: How long the end of an exec's stream may take to follow its exit.
+DRAIN_S = 1.0
+#: How long after its task's end an exec is deleted on hostd (see Runner.run).
+DELETE_AFTER_S = 0.01
 
 
 def agent_message(task: TaskRecord, text: str) -> dict[str, Any]:
@@ -123,6 +127,9 @@ class Runner:
             # follows it again (recover), so it is not deleted.
             raise
         with trio.CancelScope(shield=True), trio.move_on_after(5):
+            # Housekeeping, after the answers the end woke (blocking sends, streams) went out: its
+            # round trip to hostd would compete with them for the loop and the CPU.
+            await trio.sleep(DELETE_AFTER_S)
             try:
                 await self.link.call(m.ExecDeleteRequest(exec_id=exec_id))
             except ControllerError:
@@ -137,6 +144,7 @@ class Runner:
                     await self.deliver(self.task.id)  # what waited for the agent (a restart, a hostd outage)
                     async for event in events:
                         if await self._on_event(event):
+                            await _drain(events)
                             return
                 # The stream ended without an exit (hostd shutting down, or the exec deleted).
                 info = (await self.link.call(m.ExecGetRequest(exec_id=exec_id))).exec
@@ -271,6 +279,17 @@ class Runner:
         rec = await self.record(self.task.id, change)
         if rec is not None:
             self.task = rec
+
+
+async def _drain(events: AsyncIterator[m.Event]) -> None:
+    """Read a stream to its end after the exit (hostd ends it with the exit, in the same write): a
+    stream read to its end needs no ``StreamCancel``. Bounded, and nothing it meets matters now."""
+    with trio.move_on_after(DRAIN_S):
+        try:
+            async for _ in events:
+                pass
+        except ControllerError:
+            pass
 
 
 def now() -> float:

@@ -150,6 +150,9 @@ class TaskService:
         self.max_output_bytes = max_output_bytes
         self._nursery: trio.Nursery | None = None
         self._canceling: set[str] = set()
+        #: The row of each task whose runner is alive here, as its last change left it: what
+        #: waiters check first, so the state of a running task needs no read.
+        self._live: dict[str, TaskRecord] = {}
         self.outbox = AgentOutbox(store, link)
 
     def attach(self, nursery: trio.Nursery) -> None:
@@ -169,6 +172,9 @@ class TaskService:
             return None
         if rec.terminal:
             self._canceling.discard(task_id)
+        live = self._live.get(task_id)
+        if live is not None and live.last_seq < rec.last_seq:
+            self._live[task_id] = rec
         for event in stored:
             self.hub.pulse(task_id, event)
             if event.kind == "status":
@@ -217,18 +223,24 @@ class TaskService:
         """The task once it is terminal or interrupted (waits as long as it takes)."""
         with self.hub.watch(task_id) as watch:
             changed = watch.changed()
-            rec = await self.store.tasks.get(task_id)
+            rec = await self._current(task_id)
             while True:
                 if rec is None:
                     raise task_not_found(task_id)
-                if rec.state in TERMINAL or rec.state in INTERRUPTED:
+                if rec.state in SETTLED:
                     return rec
                 await changed.wait()
                 changed = watch.changed()
-                # Read the row again only when a status event says the task may have settled.
+                # Look again only when a status event says the task may have settled.
                 news = watch.tail_after(rec.last_seq)
                 if news is None or any(e.kind == "status" and e.body["status"]["state"] in SETTLED for e in news):
-                    rec = await self.store.tasks.get(task_id)
+                    rec = await self._current(task_id)
+
+    async def _current(self, task_id: str) -> TaskRecord | None:
+        """The task's row as its last change left it: from memory while its runner is alive here
+        (kept up to date by :meth:`record_many` before it wakes anyone), else read."""
+        live = self._live.get(task_id)
+        return live if live is not None else await self.store.tasks.get(task_id)
 
     # -- send -----------------------------------------------------------------------------------
 
@@ -354,6 +366,7 @@ class TaskService:
 
     def _spawn(self, rec: TaskRecord, *, started: set[str]) -> None:
         assert self._nursery is not None, "TaskService.attach was not called"
+        self._live[rec.id] = rec
         runner = Runner(
             rec,
             link=self.link,
@@ -364,7 +377,13 @@ class TaskService:
             max_output_bytes=self.max_output_bytes,
             started=started,
         )
-        self._nursery.start_soon(runner.run)
+        self._nursery.start_soon(self._run, runner)
+
+    async def _run(self, runner: Runner) -> None:
+        try:
+            await runner.run()
+        finally:
+            self._live.pop(runner.task.id, None)
 
     # -- cancel ---------------------------------------------------------------------------------
 

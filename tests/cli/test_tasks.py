@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -135,6 +136,11 @@ async def test_send_asks_at_a_terminal(
         until(b"not a boolean")
         proc.write(b"y\n")
         until(b"[completed]")
+        # The rest, to the end: a stream that begins after the task ended shows the Task (its
+        # status line) first and then the output it holds.
+        with contextlib.suppress(EOFError):
+            while True:
+                seen += proc.read(4096)
         proc.wait()
         assert proc.exitstatus == 0, seen
         return seen.decode(errors="replace")

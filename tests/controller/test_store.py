@@ -7,6 +7,7 @@ import os
 import sqlite3
 import stat
 import time
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -331,3 +332,114 @@ async def test_one_answer_per_prompt_and_the_agent_outbox_goes_with_its_event(st
     await store.tasks.append("t1", Append(kind="status", body={"status": final}, status=final), now)
     assert await store.tasks.purge(ended_before=now + 60) == 1
     assert await store.outbox.pending("t1") == [] and await store.outbox.task_ids() == set()
+
+
+def _task(task_id: str, now: float) -> TaskRecord:
+    status = {"state": "TASK_STATE_SUBMITTED"}
+    return TaskRecord(
+        id=task_id, instance_id="i1", context_id="c1", state=status["state"], status=status,
+        metadata={"k": "v"}, last_at=now, created_at=now, status_at=now,
+    )  # fmt: skip
+
+
+async def test_an_append_returns_the_row_as_stored_without_reading_it_again(store: Store) -> None:
+    """append_many reads the row once and applies its changes in memory: what it returns is what
+    a fresh read finds, field for field."""
+    now = time.time()
+    await store.tasks.create(_task("t1", now), Append(kind="message", body={"messageId": "m", "parts": []}))
+    working = {"state": "TASK_STATE_WORKING"}
+    chunk = {"artifactId": "stdout", "name": "stdout", "parts": [{"text": "a"}]}
+    events, rec = await store.tasks.append_many(
+        "t1",
+        [
+            Append(kind="status", body={"status": working}, status=working, exec_id="x1", exec_seq=0),
+            Append(kind="artifact", body={"artifact": chunk}, artifact=chunk, exec_seq=3, metadata={"k": "w"}),
+        ],
+        now,  # no later than the first event: times still go up by a tick
+    )
+    assert [e.seq for e in events if e is not None] == [2, 3]
+    assert rec == await store.tasks.get("t1")
+    assert rec.state == "TASK_STATE_WORKING" and rec.exec_id == "x1" and rec.exec_seq == 3 and rec.last_seq == 3
+    assert rec.metadata == {"k": "w"} and rec.status["timestamp"]
+
+
+async def test_a_snapshot_is_the_task_at_one_point_of_its_timeline(store: Store) -> None:
+    now = time.time()
+    await store.tasks.create(_task("t1", now), Append(kind="message", body={"messageId": "m", "parts": []}))
+    for text in "abc":
+        chunk = {"artifactId": "stdout", "name": "stdout", "parts": [{"text": text}]}
+        await store.tasks.append("t1", Append(kind="artifact", body={}, artifact=chunk, append=text != "a"), now)
+    # A closing empty chunk changes nothing; a new artifact goes after the others, even an empty one.
+    for artifact_id in ("stdout", "stderr"):
+        chunk = {"artifactId": artifact_id, "name": artifact_id, "parts": [{"text": ""}]}
+        await store.tasks.append("t1", Append(kind="artifact", body={}, artifact=chunk, append=True), now)
+    snap = await store.tasks.snapshot("t1", 10)
+    assert snap is not None
+    assert snap.record.last_seq == 6 and snap.artifacts[0]["parts"] == [{"text": "abc"}]
+    assert [(a["artifactId"], a["parts"]) for a in snap.artifacts[1:]] == [("stderr", [{"text": ""}])]
+    assert [m["messageId"] for m in snap.history] == ["m"]
+    bare = await store.tasks.snapshot("t1", 0, artifacts=False)
+    assert bare is not None and bare.artifacts == [] and bare.history == []
+    assert await store.tasks.snapshot("nope", 10) is None
+
+
+async def test_quick_runs_inline_and_goes_to_a_thread_while_the_lock_is_held(store: Store) -> None:
+    """Inline when the lock is free (the loop's own thread); when a worker thread holds the lock,
+    the call waits in a thread of its own and the event loop goes on meanwhile."""
+    import threading
+
+    loop_thread = threading.get_ident()
+    assert await store.db.quick(lambda db: threading.get_ident()) == loop_thread
+
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(db: sqlite3.Connection) -> None:
+        holding.set()
+        release.wait(10)
+
+    ticks = 0
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store.db.run, hold)
+        await trio.to_thread.run_sync(holding.wait)
+
+        async def quick() -> None:
+            assert await store.db.quick(lambda db: threading.get_ident()) != loop_thread
+
+        nursery.start_soon(quick)
+        while ticks < 5:  # the loop is not blocked by the waiting call
+            await trio.sleep(0.01)
+            ticks += 1
+        release.set()
+    assert ticks == 5
+
+
+async def test_checkpoints_run_off_the_loop_and_give_back_sqlites_own_when_stopped(tmp_path: Path) -> None:
+    """While run_checkpoints runs, the connection's automatic checkpoints are off and the WAL
+    still reaches the database file (a copy of the main file alone holds what was written)."""
+    from controller.store.wal import AUTOCHECKPOINT_PAGES, run_checkpoints
+
+    store = Store.open(tmp_path / "c.db")
+    try:
+
+        def autocheckpoint() -> int:
+            return int(store.db.locked(lambda db: db.execute("PRAGMA wal_autocheckpoint").fetchone()[0]))
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(run_checkpoints, store.db, interval_s=0.02))
+            assert autocheckpoint() == 0
+            await store.instances.insert(_instance("id-1", "checkpointed"))
+            copy = tmp_path / "main-only.db"
+            with trio.fail_after(10):
+                while True:
+                    await trio.sleep(0.02)
+                    copy.write_bytes(store.path.read_bytes())  # the main file, without its WAL
+                    with sqlite3.connect(copy) as db:
+                        try:
+                            if db.execute("SELECT name FROM instances").fetchall() == [("checkpointed",)]:
+                                break
+                        except sqlite3.DatabaseError:
+                            pass  # not checkpointed yet (the schema itself may still be in the WAL)
+            nursery.cancel_scope.cancel()
+        assert autocheckpoint() == AUTOCHECKPOINT_PAGES
+    finally:
+        store.close()

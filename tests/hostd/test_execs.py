@@ -417,6 +417,22 @@ async def test_real_cgroup_per_exec(tmp_path: Path, leak_check: None) -> None:
         assert info.pid in Cgroups.pids(exec_cgroup)
         await env.execs.kill(info.exec_id, 0.5)
         assert not tree_procs(info.exec_id) and not exec_cgroup.exists()
+
+        # The program is in its cgroup from its first instruction, under its own argv[0], with
+        # every signal at its default; what exec would refuse is refused at the start.
+        script = 'cat /proc/$$/cgroup; tr "\\0" " " </proc/$$/cmdline; grep Sig /proc/$$/status'
+        info = await env.start(["sh", "-c", script])
+        text = outputs(await env.events(info.exec_id), "stdout").decode()
+        assert f"/x-{info.exec_id}\n" in text, text
+        assert "sh -c cat /proc/$$/cgroup" in text, text
+        status = dict(line.split(":\t") for line in text.splitlines() if line.startswith("Sig"))
+        assert int(status["SigIgn"], 16) & ((1 << 31) - 1) == 0 and int(status["SigBlk"], 16) == 0, status
+        plain = tmp_path / "not-executable"
+        plain.write_text("#!/bin/sh\n")
+        for argv, error in ((["no-such-program-x"], "ENOENT"), ([str(plain)], "EACCES")):
+            with pytest.raises(RpcError) as excinfo:
+                await env.start(argv)
+            assert code_of(excinfo) is ErrorCode.SPAWN_FAILED and excinfo.value.details["errno"] == error
         await close_env(env)
         nursery.cancel_scope.cancel()
 

@@ -73,7 +73,7 @@ async def test_conf_003_missing_activation_is_extension_required(
 
 
 async def test_conf_004_task_metadata_equals_the_card_on_get_list_send_stream_subscribe(
-    admin: httpx.AsyncClient, controller: LiveController
+    admin: httpx.AsyncClient, controller: LiveController, tmp_path: Path
 ) -> None:
     agent = await new_agent(admin, controller, "rt-meta", loadout="shell")
     params = runtime_entries(await card_of(admin, agent.instance_id))[0]["params"]
@@ -86,7 +86,9 @@ async def test_conf_004_task_metadata_equals_the_card_on_get_list_send_stream_su
         seen.append(sent["metadata"])
         seen.append((await c.get(f"/tasks/{sent['id']}")).json()["metadata"])
         seen += [t["metadata"] for t in (await c.get("/tasks")).json()["tasks"]]
-        async with c.stream("POST", "/message:stream", json={"message": message("sleep 0.3")}) as response:
+        gate = tmp_path / "gate"  # the streamed task runs until the subscriber below has its Task
+        script = f"while [ ! -e {gate} ]; do sleep 0.02; done"
+        async with c.stream("POST", "/message:stream", json={"message": message(script)}) as response:
             async for line in response.aiter_lines():
                 if line.startswith("data: "):
                     first = json.loads(line[6:])["task"]
@@ -99,6 +101,7 @@ async def test_conf_004_task_metadata_equals_the_card_on_get_list_send_stream_su
                             if sub_line.startswith("data: "):
                                 seen.append(json.loads(sub_line[6:])["task"]["metadata"])
                                 break
+                    gate.touch()
                     break
     assert len(seen) >= 5
     for meta in seen:

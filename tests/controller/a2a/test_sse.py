@@ -102,6 +102,69 @@ async def test_several_subscribers_see_the_same_events_and_a_slow_one_holds_up_n
         assert missing.status_code == 404 and error_reason(missing) == "TASK_NOT_FOUND"
 
 
+def stdout_seen(events: list[dict[str, Any]]) -> str:
+    """What a stream shows of stdout: the first Task's artifact, then each appended chunk."""
+    first = events[0]["task"]
+    text = "".join(p["text"] for a in first.get("artifacts", []) if a["artifactId"] == "stdout" for p in a["parts"])
+    for e in events[1:]:
+        if "artifactUpdate" in e and e["artifactUpdate"]["artifact"]["artifactId"] == "stdout":
+            text += "".join(p["text"] for p in e["artifactUpdate"]["artifact"]["parts"])
+    return text
+
+
+async def test_a_stream_that_joins_a_busy_task_shows_each_chunk_once(
+    admin: httpx.AsyncClient, controller: LiveController, tmp_path: Path
+) -> None:
+    """Subscriptions and follow-up streams that start while the agent writes: the first Task's
+    artifacts and the updates after it add up to the output, nothing twice and nothing missed
+    (the Task and the cursor it hands on come from one read of the store)."""
+    agent = await new_agent(admin, controller, "sse-busy", loadout="shell")
+    gate = tmp_path / "gate"  # the agent writes until every stream has begun, then a little more
+    script = f"i=0; while [ ! -e {gate} ]; do echo $i; i=$((i+1)); sleep 0.003; done; echo end"
+    streams = 24
+    seen: list[list[dict[str, Any]]] = []
+    begun = 0
+    all_begun = trio.Event()
+    async with agent.client(controller) as client:
+        task = (await send(client, script, configuration={"returnImmediately": True})).json()["task"]
+
+        async def follow(how: str) -> None:
+            nonlocal begun
+            events: list[dict[str, Any]] = []
+            async with agent.client(controller) as own:
+                if how == "subscribe":
+                    request = own.stream("POST", f"/tasks/{task['id']}:subscribe")
+                else:
+                    body = {"message": {**message("more"), "taskId": task["id"]}}
+                    request = own.stream("POST", "/message:stream", json=body)
+                async with request as response:
+                    assert response.status_code == 200, await response.aread()
+                    async for line in response.aiter_lines():
+                        if line.startswith("data: "):
+                            events.append(json.loads(line[6:]))
+                            if len(events) == 1:
+                                begun += 1
+                                if begun == streams:
+                                    all_begun.set()
+            seen.append(events)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(streams):
+                nursery.start_soon(follow, "subscribe" if i % 2 else "follow-up")
+                await trio.sleep(0.02)
+            with trio.fail_after(30):
+                await all_begun.wait()
+            gate.touch()
+        final = (await client.get(f"/tasks/{task['id']}")).json()
+    expected = "".join(p["text"] for p in final["artifacts"][0]["parts"])
+    numbers = expected.split()
+    assert numbers[-1] == "end" and numbers[:-1] == [str(i) for i in range(len(numbers) - 1)], expected[-200:]
+    assert len(seen) == streams
+    for events in seen:
+        assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED", events[-1]
+        assert stdout_seen(events) == expected
+
+
 async def test_keepalives_and_a_reader_that_leaves_leaves_nothing_behind(hostd: LiveHostd, short_dir: Path) -> None:
     config = load_config(env=controller_env(short_dir / "ctl", hostd.socket_path, AIWG_SSE_KEEPALIVE_S="0.1"))
     async with serve_controller(config) as live, live.client() as admin:

@@ -125,3 +125,31 @@ async def test_ended_tasks_are_purged_after_the_retention(hostd: LiveHostd, shor
                 left = db.execute("SELECT COUNT(*) FROM task_events WHERE task_id = ?", (done["id"],)).fetchone()[0]
             assert left == 0
             await client.post(f"/tasks/{running['id']}:cancel")
+
+
+async def test_an_ended_tasks_exec_is_deleted_on_hostd(hostd: LiveHostd, short_dir: Path) -> None:
+    """The runner deletes the exec once the end is stored (a moment after the answer went out),
+    so hostd does not keep an exited exec per task."""
+    from controller.config import load_config
+    from proto import HostdRemoteError, open_hostd
+    from proto import messages as m
+    from tests.controller.a2a.helpers import new_agent
+    from tests.controller.conftest import serve_controller
+
+    config = load_config(env=controller_env(short_dir / "ctl", hostd.socket_path))
+    async with serve_controller(config) as live, live.client() as admin:
+        agent = await new_agent(admin, live, "reaped", loadout="echo")
+        async with agent.client(live) as client:
+            done = (await client.post("/message:send", json={"message": message("hi")})).json()["task"]
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+        with sqlite3.connect(config.database_path) as db:
+            (exec_id,) = db.execute("SELECT exec_id FROM tasks WHERE id = ?", (done["id"],)).fetchone()
+        async with open_hostd(hostd.socket_path, client_name="test") as hostd_client:
+            with trio.fail_after(10):
+                while True:
+                    try:
+                        await hostd_client.call(m.ExecGetRequest(exec_id=exec_id))
+                    except HostdRemoteError as exc:
+                        assert exc.code == "exec.not_found"
+                        break
+                    await trio.sleep(0.01)

@@ -1,0 +1,47 @@
+"""The task hub's wake-ups and its in-memory tail (pure logic, in memory)."""
+
+from __future__ import annotations
+
+from controller.store import TaskEvent
+from controller.tasks.hub import TAIL_EVENTS, TaskHub
+
+
+def event(seq: int) -> TaskEvent:
+    return TaskEvent(task_id="t", seq=seq, kind="artifact", body={}, at=float(seq))
+
+
+def seqs(events: list[TaskEvent] | None) -> list[int] | None:
+    return None if events is None else [e.seq for e in events]
+
+
+async def test_the_tail_is_told_in_order_even_when_stored_events_are_told_out_of_order() -> None:
+    """Two writers whose writes finished in the other order tell the hub 3 before 2: a reader at 1
+    gets 2, 3 once both are told, and never 3 before 2 (which would show 2 again after it)."""
+    hub = TaskHub()
+    with hub.watch("t") as watch:
+        changed = watch.changed()
+        hub.pulse("t", event(1))
+        assert changed.is_set()
+        assert seqs(watch.tail_after(0)) == [1]
+        hub.pulse("t", event(3))
+        assert seqs(watch.tail_after(1)) == []  # 2 is stored but not told yet: its pulse comes
+        hub.pulse("t", event(2))
+        assert seqs(watch.tail_after(1)) == [2, 3]
+        assert seqs(watch.tail_after(3)) == []
+
+
+async def test_a_tail_that_does_not_reach_back_sends_the_reader_to_the_store() -> None:
+    hub = TaskHub()
+    assert hub.watchers("t") == 0
+    with hub.watch("t") as watch:
+        assert hub.watchers("t") == 1
+        assert watch.tail_after(0) is None  # nothing told since the watch began
+        hub.pulse("t", event(5))
+        assert watch.tail_after(3) is None  # 4 was told before: only the store has it
+        for seq in range(6, 7 + TAIL_EVENTS):
+            hub.pulse("t", event(seq))
+        assert watch.tail_after(5) is None  # 6 fell off the tail
+        assert seqs(watch.tail_after(6)) == list(range(7, 7 + TAIL_EVENTS))
+        assert seqs(watch.tail_after(5 + TAIL_EVENTS)) == [6 + TAIL_EVENTS]
+    assert hub.watchers("t") == 0
+    hub.pulse("t", event(1))  # nobody watches: nothing is kept
