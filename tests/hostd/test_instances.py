@@ -438,8 +438,10 @@ async def test_start_right_after_the_main_process_failed_is_not_killed(registry:
     await registry.provision(req)
     iid = req.instance_id
     with trio.fail_after(WAIT_S):
+        # Not sleep(0): a loop that never blocks keeps the GIL from the sweep's worker thread,
+        # which then waits a switch interval (5 ms) at every /proc read and takes seconds.
         while registry.get(iid).state != "failed":
-            await trio.sleep(0)
+            await trio.sleep(0.001)
     info = await registry.start(iid)
     assert info.state == "running"
     await trio.sleep(0.5)
