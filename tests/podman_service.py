@@ -9,6 +9,7 @@ container tests let hostd start its own service on that storage (``AIWG_PODMAN_S
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 
 BUSYBOX = Path("/bin/busybox")
@@ -65,6 +67,12 @@ class PodmanStorage:
     def remove(self) -> None:
         # Whatever a test left (it should leave nothing) goes with the storage.
         subprocess.run([*self.argv(), "rm", "-af", "-t", "0"], capture_output=True, timeout=60)
+        # A service a SIGKILLed hostd left running (the next hostd uses it, as it should, but never
+        # owns it) and the conmons of its last exec sessions would outlive the run otherwise.
+        for proc in psutil.process_iter(["cmdline"]):
+            if str(self.root) in (proc.info["cmdline"] or ()):
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
         shutil.rmtree(self.runroot, ignore_errors=True)
 
 
