@@ -218,16 +218,48 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+_MARK = f"{TREE_ENV}=".encode()
+
+
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _read_mark(pid: int) -> str | None:
+    """The tree mark in ``pid``'s environment, or None. Read raw: psutil would decode and split the
+    whole environment, and these scans read every process's."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if data.startswith(_MARK):
+        at = len(_MARK)
+    else:
+        at = data.find(b"\0" + _MARK)
+        if at < 0:
+            return None
+        at += 1 + len(_MARK)
+    end = data.find(b"\0", at)
+    return data[at : end if end >= 0 else len(data)].decode(errors="replace")
+
+
+def _process(pid: int, tree_id: str | None = None) -> psutil.Process | None:
+    """``pid`` as a psutil process (which pins its identity against pid reuse); with ``tree_id``,
+    only if it still carries that mark once pinned."""
+    try:
+        proc = psutil.Process(pid)
+    except psutil.Error:
+        return None
+    if tree_id is not None and _read_mark(pid) != tree_id:
+        return None
+    return proc
+
+
 def _tree_marked(tree_id: str) -> list[psutil.Process]:
     """Processes whose environment carries ``AIWG_TREE=tree_id`` (escapees included)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(TREE_ENV) == tree_id:
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
+    found = (_process(pid, tree_id) for pid in _pids() if _read_mark(pid) == tree_id)
+    return [proc for proc in found if proc is not None]
 
 
 def signal_marked(tree_id: str, sig: int, *, besides: int | None) -> int:
@@ -244,56 +276,54 @@ def signal_marked(tree_id: str, sig: int, *, besides: int | None) -> int:
     return sent
 
 
-def tree_members(
+def survey(
     *, leader: int | None, pgid: int | None, cgroup: Path | None, tree_id: str | None
-) -> dict[int, psutil.Process]:
-    """Every live process that belongs to the tree by any of its marks."""
+) -> tuple[int | None, dict[int, psutil.Process]]:
+    """One pass over the process table (blocking): the tree's group and its live members.
+
+    The group: ``pgid`` if signalling that whole group is safe, else None. Once a tree's leader is
+    reaped its pid, and so its group id, may be reused, most likely by another tree hostd just
+    started. A group holding a process marked for another tree is not ours any more: its members
+    are then signalled one by one, by their other marks, instead of with ``killpg``.
+
+    The members: every live process that belongs to the tree by any of its marks. One pass, not
+    one per mark: it runs in a worker thread, where every ``/proc`` read may wait for the GIL
+    while hostd's event loop is busy.
+    """
     members: dict[int, psutil.Process] = {}
 
-    def add(procs: Iterable[psutil.Process]) -> None:
+    def add(procs: Iterable[psutil.Process | None]) -> None:
         for proc in procs:
-            if proc.pid > 1 and proc.pid != os.getpid() and _alive(proc):
+            if proc is not None and proc.pid > 1 and proc.pid != os.getpid() and _alive(proc):
                 members[proc.pid] = proc
 
     if leader is not None:
         with contextlib.suppress(psutil.Error):
             root = psutil.Process(leader)
             add([root, *root.children(recursive=True)])
-    for pid in Cgroups.pids(cgroup):
-        with contextlib.suppress(psutil.Error):
-            add([psutil.Process(pid)])
-    if pgid is not None and pgid > 1:
-        for proc in psutil.process_iter():
-            with contextlib.suppress(psutil.Error, OSError):
-                if os.getpgid(proc.pid) == pgid and _mark(proc) in (None, tree_id):
-                    add([proc])
-    if tree_id:
-        add(_tree_marked(tree_id))
-    return members
-
-
-def _mark(proc: psutil.Process) -> str | None:
-    try:
-        return proc.environ().get(TREE_ENV)
-    except psutil.Error:
-        return None
-
-
-def own_group(pgid: int | None, tree_id: str | None) -> int | None:
-    """``pgid`` if signalling that whole group is safe, else None.
-
-    Once a tree's leader is reaped its pid, and so its group id, may be reused, most likely by
-    another tree hostd just started. A group holding a process marked for another tree is not
-    ours any more: its members are then signalled one by one instead of with ``killpg``.
-    """
-    if pgid is None or pgid <= 1:
-        return None
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            if os.getpgid(proc.pid) == pgid and _mark(proc) not in (None, tree_id):
-                log.warning("process group %s now belongs to another tree; not signalling it whole", pgid)
-                return None
-    return pgid
+    add(_process(pid) for pid in Cgroups.pids(cgroup))
+    group = pgid is not None and pgid > 1
+    unmarked: list[int] = []  # in the group, with no mark of any tree
+    foreign = False
+    for pid in _pids():
+        try:
+            in_group = group and os.getpgid(pid) == pgid
+        except OSError:
+            continue
+        if not in_group and not tree_id:
+            continue
+        mark = _read_mark(pid)
+        if tree_id and mark == tree_id:
+            add([_process(pid, tree_id)])
+        elif in_group and mark is None:
+            unmarked.append(pid)
+        elif in_group:
+            foreign = True
+    if foreign:
+        log.warning("process group %s now belongs to another tree; not signalling it whole", pgid)
+        return None, members
+    add(_process(pid) for pid in unmarked)
+    return (pgid if group else None), members
 
 
 def _signal_all(members: dict[int, psutil.Process], pgid: int | None, sig: int) -> None:
@@ -328,9 +358,8 @@ async def terminate_tree(
     half-killed tree behind. Never signals pid 1, hostd itself or hostd's process group.
     """
     with trio.CancelScope(shield=True):
-        pgid = await trio.to_thread.run_sync(own_group, pgid, tree_id)
-        members = await trio.to_thread.run_sync(
-            lambda: tree_members(leader=leader, pgid=pgid, cgroup=cgroup, tree_id=tree_id)
+        pgid, members = await trio.to_thread.run_sync(
+            lambda: survey(leader=leader, pgid=pgid, cgroup=cgroup, tree_id=tree_id)
         )
         if not members and not Cgroups.pids(cgroup):
             return False
@@ -338,8 +367,8 @@ async def terminate_tree(
             _signal_all(members, pgid, signal.SIGTERM)
             if await _wait_gone(members, time.monotonic() + grace_s):
                 # Stragglers the leader started while dying are caught by a last sweep.
-                late = await trio.to_thread.run_sync(
-                    lambda: tree_members(leader=None, pgid=pgid, cgroup=cgroup, tree_id=tree_id)
+                _, late = await trio.to_thread.run_sync(
+                    lambda: survey(leader=None, pgid=pgid, cgroup=cgroup, tree_id=tree_id)
                 )
                 if not late:
                     return False
@@ -359,13 +388,10 @@ async def kill_tree_now(
     """SIGKILL every member of the tree by every mark, then wait briefly for them to go."""
     with trio.CancelScope(shield=True):
         Cgroups.kill(cgroup)
-        pgid = await trio.to_thread.run_sync(own_group, pgid, tree_id)
-        members = dict(known or {})
-        members.update(
-            await trio.to_thread.run_sync(
-                lambda: tree_members(leader=leader, pgid=pgid, cgroup=cgroup, tree_id=tree_id)
-            )
+        pgid, found = await trio.to_thread.run_sync(
+            lambda: survey(leader=leader, pgid=pgid, cgroup=cgroup, tree_id=tree_id)
         )
+        members = {**(known or {}), **found}
         _signal_all(members, pgid, signal.SIGKILL)
         if not await _wait_gone(members, time.monotonic() + _KILL_WAIT_S):
             survivors = sorted(p.pid for p in members.values() if _alive(p))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 
+import psutil
 import trio
 
-from hostd.proctree import TREE_ENV, own_group, terminate_tree
+from hostd.proctree import TREE_ENV, survey, terminate_tree
 from tests.processes import alive, tree_procs
 
 
@@ -41,11 +42,40 @@ async def test_a_reused_group_id_held_by_another_tree_is_not_signalled() -> None
     try:
         # Until the child has exec'd, /proc shows the parent's environment: no mark yet.
         await _wait_for(1, f"other-{os.getpid()}")
-        assert own_group(other.pid, mine) is None
-        assert own_group(other.pid, f"test:session:other-{os.getpid()}") == other.pid
+        assert survey(leader=None, pgid=other.pid, cgroup=None, tree_id=mine) == (None, {})
+        group, members = survey(leader=None, pgid=other.pid, cgroup=None, tree_id=f"test:session:other-{os.getpid()}")
+        assert (group, list(members)) == (other.pid, [other.pid])
         # As if our leader had had this pid: the stale group id must not reach the other tree.
         await terminate_tree(leader=None, pgid=other.pid, cgroup=None, tree_id=mine, grace_s=0.2)
         assert alive({other.pid}) == [other.pid]
     finally:
         other.kill()
         other.wait()
+
+
+async def test_a_mark_is_read_whole_wherever_it_stands_in_the_environment() -> None:
+    """The mark is found first, last or alone in the environment, and only as a whole variable:
+    neither a longer tree id nor a variable whose name ends in the mark's name counts."""
+    tree = f"test:exec:where-{os.getpid()}"
+    procs = [
+        subprocess.Popen(["sleep", "300"], env={TREE_ENV: tree}, start_new_session=True),
+        subprocess.Popen(["sleep", "300"], env={TREE_ENV: tree, "A": "1"}, start_new_session=True),
+        subprocess.Popen(["sleep", "300"], env={"A": "1", TREE_ENV: tree}, start_new_session=True),
+    ]
+    lookalikes = [
+        subprocess.Popen(["sleep", "300"], env={TREE_ENV: tree + "x"}, start_new_session=True),
+        subprocess.Popen(["sleep", "300"], env={"X" + TREE_ENV: tree}, start_new_session=True),
+    ]
+    try:
+        await _wait_for(3, f"where-{os.getpid()}")
+        with trio.fail_after(10):  # until they have exec'd, /proc shows pytest's environment
+            while any(psutil.Process(p.pid).environ().get("A") is None for p in procs[1:]) or any(
+                len(psutil.Process(p.pid).environ()) != 1 for p in lookalikes
+            ):
+                await trio.sleep(0.01)
+        _, members = survey(leader=None, pgid=None, cgroup=None, tree_id=tree)
+        assert sorted(members) == sorted(p.pid for p in procs)
+    finally:
+        for proc in procs + lookalikes:
+            proc.kill()
+            proc.wait()
