@@ -25,6 +25,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.hostd_process import HostdProcess
+
 BUSYBOX = Path("/bin/busybox")
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 IMAGE_REF = "localhost/aiwg-test-busybox:1"
@@ -74,6 +76,11 @@ class PodmanStorage:
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
         shutil.rmtree(self.runroot, ignore_errors=True)
+
+
+def start_hostd(state: Path, storage: PodmanStorage) -> HostdProcess:
+    """A hostd (its own process) with state dir ``state`` that starts its own podman service on ``storage``."""
+    return HostdProcess(state, env=storage.hostd_env(state.parent / "podman.sock")).start(timeout=40)
 
 
 def busybox_storage(base: Path) -> PodmanStorage:

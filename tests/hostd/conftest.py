@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.hostd_process import HostdProcess
+from tests.podman_service import PodmanStorage, start_hostd
 from tests.processes import procs_where
 
 
@@ -29,3 +31,13 @@ def leak_check(tmp_path: Path) -> Iterator[None]:
         proc.kill()
     assert not left, f"processes left behind: {[p.pid for p in left]}"
     assert not leaked_fds, f"fds left open: {leaked_fds}"
+
+
+@pytest.fixture
+def container_hostd(tmp_path: Path, podman_storage: PodmanStorage) -> Iterator[HostdProcess]:
+    """A hostd with its own podman service on the run's busybox storage (the container tests)."""
+    proc = start_hostd(tmp_path / "state", podman_storage)
+    try:
+        yield proc
+    finally:
+        proc.cleanup()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -20,24 +19,11 @@ from hostd.providers.podmanstate import LABEL_INSTANCE, LABEL_NAMESPACE
 from proto import HostdClient, HostdRemoteError, new_id, open_hostd
 from proto import messages as m
 from tests.hostd_process import HostdProcess
-from tests.podman_service import BUSYBOX_IMAGE, PodmanStorage
+from tests.podman_service import BUSYBOX_IMAGE, PodmanStorage, start_hostd
 
 pytestmark = pytest.mark.podman
 
 LIMITS = m.ResourceLimits(cpus=0.5, memory_bytes=64 * 1024 * 1024, pids=100)
-
-
-def start_hostd(state: Path, storage: PodmanStorage) -> HostdProcess:
-    return HostdProcess(state, env=storage.hostd_env(state.parent / "podman.sock")).start(timeout=40)
-
-
-@pytest.fixture
-def container_hostd(tmp_path: Path, podman_storage: PodmanStorage) -> Iterator[HostdProcess]:
-    proc = start_hostd(tmp_path / "state", podman_storage)
-    try:
-        yield proc
-    finally:
-        proc.cleanup()
 
 
 def podman(storage: PodmanStorage, *args: str) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,6 @@ container, and a hostd killed while a slot is being made leaves nothing behind."
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,24 +15,15 @@ from hostd.config import HostdConfig
 from hostd.providers.podmanstate import LABEL_NAMESPACE
 from proto import HostdClient, HostdRemoteError, new_id, open_hostd
 from proto import messages as m
-from tests.hostd.test_podman import container_names, podman, run_exec, start_hostd
+from tests.hostd.test_podman import container_names, podman, run_exec
 from tests.hostd_process import HostdProcess
-from tests.podman_service import BUSYBOX_IMAGE, PodmanStorage
+from tests.podman_service import BUSYBOX_IMAGE, PodmanStorage, start_hostd
 
 #: Above the fork call's own 120 s deadline (see tests/hostd/test_vmguest.py on pytest-timeout and trio).
 pytestmark = [pytest.mark.podman, pytest.mark.timeout(240)]
 
 TEMPLATE = m.PoolTemplate(runtime="container", image=BUSYBOX_IMAGE, loadout="busybox")
 WAIT_S = 60.0
-
-
-@pytest.fixture
-def container_hostd(tmp_path: Path, podman_storage: PodmanStorage) -> Iterator[HostdProcess]:
-    proc = start_hostd(tmp_path / "state", podman_storage)
-    try:
-        yield proc
-    finally:
-        proc.cleanup()
 
 
 async def pool(client: HostdClient, name: str) -> m.PoolInfo:
