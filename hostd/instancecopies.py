@@ -38,11 +38,7 @@ class InstanceCopies(RegistryBase):
         """Save a running instance into a new checkpoint; the instance is retired (see
         :class:`proto.messages.CheckpointCreateRequest`). Its sessions and execs end first.
         ``pool``: the checkpoint is a slot hostd made for that warm pool."""
-        self._check_open()
-        inst = self._find(instance_id)
-        self._check_available(inst)
-        async with inst.lock:
-            self._find(instance_id)
+        async with self._locked(instance_id) as inst:
             if inst.info.state != "running":
                 raise RpcError(
                     ErrorCode.INSTANCE_INVALID_STATE,

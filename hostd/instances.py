@@ -133,11 +133,7 @@ class InstanceRegistry(InstanceCopies):
         return self._public(inst)
 
     async def start(self, instance_id: str) -> m.InstanceInfo:
-        self._check_open()
-        inst = self._find(instance_id)
-        self._check_available(inst)
-        async with inst.lock:
-            self._find(instance_id)  # destroyed while we waited for the lock?
+        async with self._locked(instance_id) as inst:
             if inst.info.state != "running":
                 try:
                     await inst.provider.start(inst)
@@ -146,21 +142,13 @@ class InstanceRegistry(InstanceCopies):
             return self._public(inst)
 
     async def stop(self, instance_id: str, grace_s: float | None) -> m.InstanceInfo:
-        self._check_open()
-        inst = self._find(instance_id)
-        self._check_available(inst)
-        async with inst.lock:
-            self._find(instance_id)
+        async with self._locked(instance_id) as inst:
             if inst.info.state != "stopped":
                 await self._stop_locked(inst, self._grace(grace_s))
             return self._public(inst)
 
     async def destroy(self, instance_id: str, grace_s: float | None) -> m.InstanceInfo:
-        self._check_open()
-        inst = self._find(instance_id)
-        self._check_available(inst)
-        async with inst.lock:
-            self._find(instance_id)
+        async with self._locked(instance_id) as inst:
             with trio.CancelScope(shield=True):  # half a destroy would leave orphaned files or processes
                 await self._stop_locked(inst, self._grace(grace_s))
                 inst.info.state = "destroyed"

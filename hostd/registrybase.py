@@ -12,7 +12,8 @@ from __future__ import annotations
 import builtins
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 
 import msgspec
 import trio
@@ -135,6 +136,17 @@ class RegistryBase:
     def _check_open(self) -> None:
         if self._closed:
             raise RpcError(ErrorCode.SHUTTING_DOWN)
+
+    @asynccontextmanager
+    async def _locked(self, instance_id: str) -> AsyncIterator[Instance]:
+        """The instance, under its lock, for lifecycle work: hostd open, the instance known and its
+        provider available, and still there once the lock is had (a destroy may have come first)."""
+        self._check_open()
+        inst = self._find(instance_id)
+        self._check_available(inst)
+        async with inst.lock:
+            self._find(instance_id)
+            yield inst
 
     def _reserve(
         self,
