@@ -328,6 +328,13 @@ def _targets(rows: dict[str, Result]) -> list[Target]:
     def us(value: float) -> str:
         return f"{value / 1000:.2f} ms" if value >= 1000 else f"{value:.0f} µs"
 
+    def under_load(description: str, ours: str, tmux: str) -> Target:
+        return Target(
+            description=f"{description}: p50 <= tmux's, p99 < 2x tmux's",
+            measured=f"p50 {us(p(ours))} vs. {us(p(tmux))}; p99 {us(p(ours, 'p99'))} vs. {us(p(tmux, 'p99'))}",
+            met=p(ours) <= p(tmux) and p(ours, "p99") < 2 * p(tmux, "p99"),
+        )
+
     flood, shared = PHASES[1], PHASES[2]
     return [
         Target(
@@ -345,23 +352,9 @@ def _targets(rows: dict[str, Result]) -> list[Target]:
             measured=us(p("controller WS")),
             met=p("controller WS") < 900,
         ),
-        Target(
-            description="controller WS next to four floods: p50 <= tmux's, p99 < 2x tmux's",
-            measured=(
-                f"p50 {us(p('controller WS' + flood))} vs. {us(p('tmux client' + flood))}; "
-                f"p99 {us(p('controller WS' + flood, 'p99'))} vs. {us(p('tmux client' + flood, 'p99'))}"
-            ),
-            met=p("controller WS" + flood) <= p("tmux client" + flood)
-            and p("controller WS" + flood, "p99") < 2 * p("tmux client" + flood, "p99"),
-        ),
-        Target(
-            description="hostd alone, floods drained on its own connection too: p50 <= tmux's, p99 < 2x tmux's",
-            measured=(
-                f"p50 {us(p('hostd post' + shared))} vs. {us(p('tmux client' + shared))}; "
-                f"p99 {us(p('hostd post' + shared, 'p99'))} vs. {us(p('tmux client' + shared, 'p99'))}"
-            ),
-            met=p("hostd post" + shared) <= p("tmux client" + shared)
-            and p("hostd post" + shared, "p99") < 2 * p("tmux client" + shared, "p99"),
+        under_load("controller WS next to four floods", "controller WS" + flood, "tmux client" + flood),
+        under_load(
+            "hostd alone, floods drained on its own connection too", "hostd post" + shared, "tmux client" + shared
         ),
     ]
 
