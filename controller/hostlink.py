@@ -31,6 +31,7 @@ import trio
 
 from proto import (
     ErrorCode,
+    EventStream,
     HostdClient,
     HostdError,
     HostdNotRunning,
@@ -117,12 +118,27 @@ def hostd_failure(exc: HostdError) -> ControllerError:
     return OutcomeUnknown(UNAVAILABLE, f"hostd is unavailable: {exc}")
 
 
-async def _translated(events: AsyncIterator[m.Event]) -> AsyncIterator[m.Event]:
-    try:
-        async for event in events:
-            yield event
-    except HostdError as exc:
-        raise hostd_failure(exc) from exc
+class LinkStream:
+    """A hostd stream's events with proto errors translated (see :meth:`HostdLink.stream`);
+    ``buffered``: how many have arrived and wait (:class:`proto.client.EventStream`)."""
+
+    __slots__ = ("_events",)
+
+    def __init__(self, events: EventStream) -> None:
+        self._events = events
+
+    def __aiter__(self) -> LinkStream:
+        return self
+
+    async def __anext__(self) -> m.Event:
+        try:
+            return await self._events.__anext__()
+        except HostdError as exc:
+            raise hostd_failure(exc) from exc
+
+    @property
+    def buffered(self) -> int:
+        return self._events.buffered
 
 
 def _method(request: m.Request) -> str:
@@ -203,7 +219,7 @@ class HostdLink:
         return client
 
     @asynccontextmanager
-    async def stream(self, request: m.Request) -> AsyncIterator[AsyncIterator[m.Event]]:
+    async def stream(self, request: m.Request) -> AsyncIterator[LinkStream]:
         """A hostd stream (replay then live events) over the link's connection; every failure,
         opening it or while iterating, raises a ``ControllerError`` as :meth:`call` does."""
         client = self._client
@@ -213,7 +229,7 @@ class HostdLink:
             request.trace_id = current_log_ids().get("request_id")
         try:
             async with client.stream(request, open_timeout=self.call_timeout_s) as events:
-                yield _translated(events)
+                yield LinkStream(events)
         except HostdError as exc:
             raise hostd_failure(exc) from exc
 

@@ -8,7 +8,7 @@ other packages may use; a test pins the list.
 """
 
 from . import messages
-from .client import HostdClient, HostdStreamOverflow, open_hostd
+from .client import EventStream, HostdClient, HostdStreamOverflow, open_hostd
 from .errors import (
     ErrorCode,
     HostdConnectionLost,
@@ -39,6 +39,7 @@ __all__ = [
     "PROD_HOSTD_SOCKET",
     "PROTOCOL_VERSION",
     "ErrorCode",
+    "EventStream",
     "FrameBuffer",
     "FrameEncoder",
     "FrameInvalid",

@@ -72,6 +72,29 @@ def _expected_response(request: m.Request) -> type[m.Response] | None:
     return getattr(m, name[: -len("Request")] + "Response", None)
 
 
+class EventStream:
+    """The events of one stream, in order (an async iterator), and how many of them have arrived
+    and wait to be taken: a consumer that stores what it gets can take those too and store them
+    together, without waiting for anything."""
+
+    __slots__ = ("_events", "_state")
+
+    def __init__(self, events: AsyncIterator[m.Event], state: _Stream) -> None:
+        self._events = events
+        self._state = state
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> m.Event:
+        return await self._events.__anext__()
+
+    @property
+    def buffered(self) -> int:
+        """Events (and the stream's end, if it came) that the next ``__anext__`` calls take at once."""
+        return len(self._state.items)
+
+
 class _Call:
     __slots__ = ("done", "reply")
 
@@ -216,7 +239,7 @@ class HostdClient:
     @asynccontextmanager
     async def stream(
         self, request: m.Request, *, open_timeout: float | None = DEFAULT_CALL_TIMEOUT_S
-    ) -> AsyncIterator[AsyncIterator[m.Event]]:
+    ) -> AsyncIterator[EventStream]:
         """Open a stream; iterate the events it yields until hostd ends it.
 
         hostd's ``StreamOpened`` is consumed here (``open_timeout`` bounds the wait for it);
@@ -281,7 +304,7 @@ class HostdClient:
                     yield item
                     item = await next_item()
 
-            yield events()
+            yield EventStream(events(), state)
         finally:
             self._streams.pop(stream_id, None)
             if not finished and self._broken is None:

@@ -7,7 +7,9 @@ artifact chunks (the first chunk creates the artifact, later ones ``append``; a 
 the agent's text; ``input_request``: input-required with a hitl-prompt/v1 envelope, see
 :mod:`controller.tasks.prompts`), the exit into the final status. Each event is stored with the
 hostd sequence it came from, so a restarted controller (or a reconnected link) resumes exactly
-after the last one kept.
+after the last one kept. The events that have arrived together (a short task's output and its
+exit, a burst of output) are stored in one transaction: one commit, one wake-up of the task's
+waiters.
 
 When the link to hostd drops, the runner waits for it and resubscribes; an exec hostd no longer
 knows (hostd restarted) fails the task with ``fail_kind: infrastructure``. The runner ends by
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 STREAMS = ("stdout", "stderr")
 #: Output events kept per task (an agent writing byte by byte must not grow the timeline without end).
 MAX_OUTPUT_EVENTS = 100_000
+#: Events that have arrived together and are stored in one transaction, at most.
+MAX_BATCH = 256
 RESUBSCRIBE_PAUSE_S = 0.2
 #: How long the end of an exec's stream may take to follow its exit.
 DRAIN_S = 1.0
@@ -92,7 +96,6 @@ class Runner:
         task: TaskRecord,
         *,
         link: HostdLink,
-        record: Callable[[str, Append], Awaitable[TaskRecord | None]],
         record_many: Callable[[str, list[Append]], Awaitable[TaskRecord | None]],
         canceled: Callable[[str], bool],
         deliver: Callable[[str], Awaitable[None]],
@@ -101,7 +104,6 @@ class Runner:
     ) -> None:
         self.task = task
         self.link = link
-        self.record = record
         self.record_many = record_many
         self.canceled = canceled
         #: Hands the agent what waits in its outbox (the service's; cheap when nothing does).
@@ -143,7 +145,13 @@ class Runner:
                 ) as events:
                     await self.deliver(self.task.id)  # what waited for the agent (a restart, a hostd outage)
                     async for event in events:
-                        if await self._on_event(event):
+                        batch = [event]
+                        while events.buffered and len(batch) < MAX_BATCH:
+                            try:
+                                batch.append(await anext(events))
+                            except StopAsyncIteration:
+                                break
+                        if await self._on_events(batch):
                             await _drain(events)
                             return
                 # The stream ended without an exit (hostd shutting down, or the exec deleted).
@@ -166,51 +174,57 @@ class Runner:
             await self.link.wait_ready()
             await trio.sleep(RESUBSCRIBE_PAUSE_S)
 
-    async def _on_event(self, event: m.Event) -> bool:
-        if isinstance(event, m.ExecOutput):
-            await self._output(event.stream, self.decoders[event.stream].decode(event.data), event.seq)
-        elif isinstance(event, m.ExecControlMessage):
-            await self._control(event)
-        elif isinstance(event, m.ExecLagged):
-            log.warning("task %s: output %d..%d was lost", self.task.id, event.missed_from, event.resume_seq - 1)
-            self.task.exec_seq = event.resume_seq - 1
-        elif isinstance(event, m.ExecExited):
-            await self._finish(event)
-            return True
-        return False
+    async def _on_events(self, batch: list[m.Event]) -> bool:
+        """Store what ``batch`` changes in one transaction; True once the exec has exited."""
+        changes: list[Append] = []
+        exited = False
+        for event in batch:
+            if isinstance(event, m.ExecOutput):
+                text = self.decoders[event.stream].decode(event.data)
+                changes += self._output(event.stream, text, event.seq)
+            elif isinstance(event, m.ExecControlMessage):
+                changes += await self._control(event)
+            elif isinstance(event, m.ExecLagged):
+                log.warning("task %s: output %d..%d was lost", self.task.id, event.missed_from, event.resume_seq - 1)
+                self.task.exec_seq = event.resume_seq - 1
+            elif isinstance(event, m.ExecExited):
+                changes += self._finish(event)
+                exited = True
+                break
+        await self._record(changes)
+        return exited
 
-    async def _output(self, stream: str, text: str, seq: int) -> None:
+    def _output(self, stream: str, text: str, seq: int) -> list[Append]:
         self.output_bytes += len(text)
         self.output_events += 1
         if self.output_bytes > self.max_output_bytes or self.output_events > MAX_OUTPUT_EVENTS:
             self.truncated = True
             self.task.exec_seq = seq
-            return
+            return []
         if not text:
             self.task.exec_seq = seq
-            return
+            return []
         append = stream in self.started
         artifact = {"artifactId": stream, "name": stream, "parts": [{"text": text}]}
         body: dict[str, Any] = {"taskId": self.task.id, "contextId": self.task.context_id, "artifact": artifact}
         if append:
             body["append"] = True
         self.started.add(stream)
-        await self._record(Append(kind="artifact", body=body, artifact=artifact, append=append, exec_seq=seq))
+        return [Append(kind="artifact", body=body, artifact=artifact, append=append, exec_seq=seq)]
 
-    async def _control(self, event: m.ExecControlMessage) -> None:
+    async def _control(self, event: m.ExecControlMessage) -> list[Append]:
         message = event.message
         text = message.get("text")
         if message.get("type") == "status" and isinstance(text, str) and text:
-            change = status_change(
-                self.task, "TASK_STATE_WORKING", text[:65536], exec_seq=event.seq, unless_terminal=True
-            )
-            await self._record(change)
-        elif message.get("type") == "input_request":
-            await self._prompt(message, event.seq)
-        else:
-            self.task.exec_seq = event.seq
+            return [
+                status_change(self.task, "TASK_STATE_WORKING", text[:65536], exec_seq=event.seq, unless_terminal=True)
+            ]
+        if message.get("type") == "input_request":
+            return await self._prompt(message, event.seq)
+        self.task.exec_seq = event.seq
+        return []
 
-    async def _prompt(self, line: dict[str, Any], seq: int) -> None:
+    async def _prompt(self, line: dict[str, Any], seq: int) -> list[Append]:
         """The task waits for input with the agent's prompt; a request that cannot be one is
         answered ``input_request_invalid`` on the control channel (the task goes on working)."""
         try:
@@ -222,7 +236,7 @@ class Runner:
             if isinstance(line.get("prompt_id"), str):
                 reply["prompt_id"] = line["prompt_id"][:64]
             await self._tell_agent(reply)
-            return
+            return []
         change = status_change(
             self.task,
             prompts.INPUT_REQUIRED,
@@ -231,7 +245,7 @@ class Runner:
             exec_seq=seq,
             unless_terminal=True,
         )
-        await self._record(change)
+        return [change]
 
     async def _tell_agent(self, message: dict[str, Any]) -> None:
         assert self.task.exec_id is not None
@@ -240,8 +254,8 @@ class Runner:
         except ControllerError as exc:
             log.info("task %s: could not tell the agent: %s", self.task.id, exc.message)
 
-    async def _finish(self, exited: m.ExecExited) -> None:
-        """The closing chunks and the final status, in one transaction."""
+    def _finish(self, exited: m.ExecExited) -> list[Append]:
+        """The closing chunks and the final status."""
         changes = []
         for stream in STREAMS:
             tail = self.decoders[stream].decode(b"", final=True)
@@ -264,21 +278,23 @@ class Runner:
         if self.truncated:
             metadata["output_truncated"] = True
         final = status_change(self.task, state, text, metadata=metadata, exec_seq=exited.last_seq, unless_terminal=True)
-        rec = await self.record_many(self.task.id, [*changes, final])
-        if rec is not None:
-            self.task = rec
+        return [*changes, final]
 
     async def _fail_infrastructure(self, text: str) -> None:
         metadata = {**self.task.metadata, "fail_kind": "infrastructure"}
         with trio.CancelScope(shield=True):
             await self._record(
-                status_change(self.task, "TASK_STATE_FAILED", text, metadata=metadata, unless_terminal=True)
+                [status_change(self.task, "TASK_STATE_FAILED", text, metadata=metadata, unless_terminal=True)]
             )
 
-    async def _record(self, change: Append) -> None:
-        rec = await self.record(self.task.id, change)
+    async def _record(self, changes: list[Append]) -> None:
+        if not changes:
+            return
+        seen = self.task.exec_seq  # past what was skipped, too (kept in memory only, as before)
+        rec = await self.record_many(self.task.id, changes)
         if rec is not None:
             self.task = rec
+            rec.exec_seq = max(rec.exec_seq, seen)
 
 
 async def _drain(events: AsyncIterator[m.Event]) -> None:

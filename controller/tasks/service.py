@@ -371,7 +371,6 @@ class TaskService:
         runner = Runner(
             rec,
             link=self.link,
-            record=self.record,
             record_many=self.record_many,
             canceled=lambda tid: tid in self._canceling,
             deliver=self.outbox.deliver,
