@@ -218,7 +218,7 @@ async def cmd_logs(client: HostdClient, args: argparse.Namespace) -> int:
         return 0
     out = sys.stdout.buffer
     request = m.SessionSubscribeRequest(session_id=args.session_id, from_seq=start)
-    async with client.stream(request) as events, aclosing(events):  # type: ignore[type-var]
+    async with client.stream(request) as events, aclosing(events):
         async for event in events:
             if isinstance(event, m.SessionOutput):
                 out.write(event.data)

@@ -136,6 +136,9 @@ class LinkStream:
         except HostdError as exc:
             raise hostd_failure(exc) from exc
 
+    async def aclose(self) -> None:
+        await self._events.aclose()
+
     @property
     def buffered(self) -> int:
         return self._events.buffered

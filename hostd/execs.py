@@ -64,7 +64,7 @@ class _Exec(Child):
         req: m.ExecStartRequest,
         exec_id: str,
         cwd: str,
-        proc: trio.Process,
+        proc: procspawn.Process,
         ring: OutputRing,
         cgroup: Path | None,
         ctrl: ControlChannel | None,

@@ -112,7 +112,7 @@ class PodmanApi:
         self.path = self.url.removeprefix("unix://")
         self.timeout_s = timeout_s
         self.binary = shutil.which("podman")
-        self._service: trio.Process | None = None
+        self._service: procspawn.Process | None = None
 
     # -- calls ----------------------------------------------------------------------------------
 

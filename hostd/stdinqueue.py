@@ -11,6 +11,7 @@ import trio
 
 from proto import ErrorCode
 
+from . import procspawn
 from .errors import RpcError
 
 #: Writes that may wait for the writer task before ``write`` itself waits for room.
@@ -65,7 +66,7 @@ class StdinQueue:
             raise self._exited()
         return len(data)
 
-    async def run(self, proc: trio.Process) -> None:
+    async def run(self, proc: procspawn.Process) -> None:
         """The writer task: write queued items into ``proc.stdin`` until cancelled.
 
         A broken pipe fails that write (``EXEC_EXITED`` if the process has exited, else

@@ -26,7 +26,7 @@ import math
 import os
 import socket
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
@@ -79,7 +79,7 @@ class EventStream:
 
     __slots__ = ("_events", "_state")
 
-    def __init__(self, events: AsyncIterator[m.Event], state: _Stream) -> None:
+    def __init__(self, events: AsyncGenerator[m.Event, None], state: _Stream) -> None:
         self._events = events
         self._state = state
 
@@ -88,6 +88,9 @@ class EventStream:
 
     async def __anext__(self) -> m.Event:
         return await self._events.__anext__()
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
 
     @property
     def buffered(self) -> int:
@@ -281,7 +284,7 @@ class HostdClient:
                         ) from None
                     raise self._broken or HostdConnectionLost("stream closed") from None
 
-            async def events() -> AsyncIterator[m.Event]:
+            async def events() -> AsyncGenerator[m.Event, None]:
                 nonlocal finished
                 # Only the answer that opens the stream has a deadline: a cancel scope per event
                 # would cost every keystroke echo a little.

@@ -121,6 +121,7 @@ def test_proto_exports_are_pinned() -> None:
             "PROD_HOSTD_SOCKET",
             "PROTOCOL_VERSION",
             "ErrorCode",
+            "EventStream",
             "FrameBuffer",
             "FrameEncoder",
             "FrameInvalid",

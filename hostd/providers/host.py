@@ -58,7 +58,7 @@ class _MainRun:
     """The host provider's record of one instance: its main process and what its children inherit."""
 
     def __init__(self) -> None:
-        self.proc: trio.Process | None = None
+        self.proc: procspawn.Process | None = None
         self.create_time: float | None = None
         self.done: trio.Event | None = None
         #: Bumped per main start (and by stop), so a late watcher of an older run changes nothing.
@@ -244,14 +244,14 @@ class HostProvider(Provider):
 
     # -- the main process -----------------------------------------------------------------------
 
-    def _watch(self, instance: Instance, proc: trio.Process | None, pid: int) -> None:
+    def _watch(self, instance: Instance, proc: procspawn.Process | None, pid: int) -> None:
         run = _run(instance)
         run.generation += 1
         run.done = trio.Event()
         self._nursery.start_soon(self._watch_main, instance, run.generation, proc, pid, run.done)
 
     async def _watch_main(
-        self, instance: Instance, generation: int, proc: trio.Process | None, pid: int, done: trio.Event
+        self, instance: Instance, generation: int, proc: procspawn.Process | None, pid: int, done: trio.Event
     ) -> None:
         run = _run(instance)
         if proc is not None:
