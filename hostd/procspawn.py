@@ -5,33 +5,35 @@ Every process started here is the leader of a new tree, marked the three ways
 
 * ``start_new_session=True``: the child calls ``setsid``, so ``pgid == pid``;
 * ``AIWG_TREE=<tree id>`` in its environment, inherited by every descendant;
-* its own cgroup (from :meth:`Cgroups.create`, when there is one), joined before the program's
-  first instruction: the child is ``/bin/sh -c JOIN_CGROUP <cgroup.procs> argv...``
-  (:data:`JOIN_CGROUP`), a shell that writes 0 to ``cgroup.procs`` (which moves the writer) and
-  then execs the program (same pid, the program's own ``argv[0]``). So the join happens
-  after the start returns, but always before the program runs; a child that cannot join exits
-  126 without running it. (Until then the pid, the process group and the mark already hold.)
+* its own cgroup (from :meth:`Cgroups.create`, when there is one), which it is born in: hostd
+  steps into that cgroup itself for the moment of the start (:func:`born_in`: the child of a
+  process is created in the cgroup its parent is in), then back into its own. So the program
+  is in its cgroup from its first instruction, with whatever it starts, and no second program
+  has to run first to move it there (a shell that joins, then ``exec``s the program, cost
+  0.6 ms of latency and of CPU per start on the machine this was measured on). hostd's other
+  threads are in that cgroup for the moment too: none of them starts processes but the PTY
+  spawns, whose children join their own cgroup before they run anything
+  (:mod:`hostd.ptyspawn`), and nothing kills a cgroup but the event loop's thread, which is busy
+  starting the child meanwhile; :mod:`hostd.proctree` never signals hostd's own pid.
 
-Why a shell and not a pre-exec function: with any ``preexec_fn`` CPython must ``fork`` (copying
+Why not a pre-exec function that joins: with any ``preexec_fn`` CPython must ``fork`` (copying
 hostd's page tables, then running Python in the child), which costs milliseconds of CPU and, on a
 loaded host, tens of milliseconds of latency per start; without one it uses ``vfork``, and the
-child only runs C code until ``exec``. The rest of what the pre-exec function did is done
-without one:
-
-* signals: the child starts with every signal at its default action and none blocked. Handlers
-  are reset by ``exec``; ``restore_signals`` resets the two Python ignores (SIGPIPE, SIGXFSZ); any
-  other signal hostd ignores (inherited from ``nohup`` or a background job) is caught by a no-op
-  handler instead before each start (:func:`no_ignored_signals`: hostd still does not react to
-  it, and the child gets the default), except SIGTTOU and SIGTTIN (see :data:`_TTY_STOPS`); the
-  blocked mask is the spawning thread's, which hostd keeps empty (:func:`unblock_signals` at start).
-* a program that cannot be found or run is refused here, before the start, as ``exec`` would
-  refuse it (:func:`check_program`), since through the shell it would only exit 127.
+child only runs C code until ``exec``. The rest of what a pre-exec function would do is done
+without one: the child starts with every signal at its default action and none blocked. Handlers
+are reset by ``exec``; ``restore_signals`` resets the two Python ignores (SIGPIPE, SIGXFSZ); any
+other signal hostd ignores (inherited from ``nohup`` or a background job) is caught by a no-op
+handler instead before each start (:func:`no_ignored_signals`: hostd still does not react to it,
+and the child gets the default), except SIGTTOU and SIGTTIN (see :data:`_TTY_STOPS`); the
+blocked mask is the spawning thread's, which hostd keeps empty (:func:`unblock_signals` at
+start).
 
 Started on the event loop's thread, not in a worker thread as ``trio.lowlevel.open_process``
-does it: with ``vfork`` the loop waits only until the child's ``exec`` (of ``/bin/sh`` when there
-is a cgroup), about 0.1 ms, which costs less than the two thread switches and the GIL handoffs of
-a worker thread: 0.14 ms less of hostd's CPU per exec, 0.27 ms less per A2A task, measured with
-``bench/bench_a2a.py``. asyncio starts its children the same way. The returned :class:`Process` is what hostd used of
+does it: with ``vfork`` the loop waits only until the child's ``exec``, about 0.1 ms, which costs
+less than the two thread switches and the GIL handoffs of a worker thread (0.14 ms less of
+hostd's CPU per exec, 0.27 ms less per A2A task, measured with ``bench/bench_a2a.py``); asyncio
+starts its children the same way. It also keeps the moment hostd spends in a child's cgroup on
+the one thread that kills cgroups. The returned :class:`Process` is what hostd used of
 ``trio.Process``.
 
 File descriptors: ``close_fds=True``; only ``pass_fds`` (the control channel) crosses into the
@@ -47,11 +49,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import trio
@@ -60,6 +63,8 @@ from proto import ErrorCode
 
 from .errors import RpcError
 from .proctree import TREE_ENV
+
+log = logging.getLogger(__name__)
 
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
@@ -188,29 +193,54 @@ def unblock_signals() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
-#: ``$0`` is the cgroup's ``cgroup.procs``, ``"$@"`` the program and its arguments. ``echo`` is a
-#: builtin: writing 0 moves the shell itself, which ``exec`` then turns into the program.
-JOIN_CGROUP = 'echo 0 2>/dev/null >"$0" || { echo "cannot join cgroup $0" >&2; exit 126; }; exec "$@"'
-SHELL = "/bin/sh"
 #: Used when hostd itself runs without PATH (e.g. from a bare systemd unit).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def check_program(argv0: str, cwd: str, env: Mapping[str, str]) -> None:
-    """Raise the OSError ``exec`` would raise for ``argv0`` (not found, not executable), looked
-    up as ``execvpe`` does: relative to ``cwd`` when it names a directory, else along ``PATH``."""
-    if os.sep in argv0:
-        candidates = [os.path.join(cwd, argv0)]
-    else:
-        candidates = [os.path.join(d or ".", argv0) for d in os.get_exec_path(dict(env))]
-    denied = False
-    for path in candidates:
-        if os.path.isfile(path):
-            if os.access(path, os.X_OK):
-                return
-            denied = True
-    code = errno.EACCES if denied else errno.ENOENT
-    raise OSError(code, os.strerror(code), argv0)
+def _hierarchy_root(cgroup: Path) -> Path:
+    """Where the cgroup v2 hierarchy ``cgroup`` is in is mounted."""
+    root = cgroup
+    while (root.parent / "cgroup.procs").exists():
+        root = root.parent
+    return root
+
+
+def _move_self(procs: Path) -> None:
+    """Move hostd (every thread of it) into the cgroup of ``procs``."""
+    fd = os.open(procs, os.O_WRONLY)
+    try:
+        os.write(fd, b"0")
+    finally:
+        os.close(fd)
+
+
+class CgroupRefused(Exception):
+    """hostd cannot step into a child's cgroup (it is gone, or not writable)."""
+
+
+@contextlib.contextmanager
+def born_in(cgroup: Path | None) -> Iterator[None]:
+    """hostd in ``cgroup`` for the block, so that a child it starts there is born in it; back in
+    its own cgroup after, whatever the block did. :class:`CgroupRefused` if it cannot go in."""
+    if cgroup is None:
+        yield
+        return
+    mount = _hierarchy_root(cgroup)
+    own = Path("/proc/self/cgroup").read_text().partition("0::")[2].splitlines()[0]
+    home = mount / own.lstrip("/") / "cgroup.procs"
+    try:
+        _move_self(cgroup / "cgroup.procs")
+    except OSError as exc:
+        raise CgroupRefused(f"cannot join its cgroup {str(cgroup)!r}: {exc.strerror or exc}") from exc
+    try:
+        yield
+    finally:
+        try:
+            _move_self(home)
+        except OSError as exc:
+            # Never stay in a child's cgroup: killing that cgroup would kill hostd.
+            log.error("cannot go back into cgroup %s (%s); moving to the hierarchy's root", home.parent, exc)
+            _move_self(mount / "cgroup.procs")
 
 
 async def spawn(
@@ -236,36 +266,34 @@ async def spawn(
     child_env.setdefault("PATH", DEFAULT_PATH)
     # Set last so that no caller-supplied env can take the tree's mark away.
     child_env[TREE_ENV] = tree_id
-    program = list(argv)
     await trio.lowlevel.checkpoint_if_cancelled()
     no_ignored_signals()
     pipes: list[tuple[trio.lowlevel.FdStream | None, int | None, int | None]] = []
     try:
-        if cgroup is not None:
-            if os.path.isdir(cwd):  # else the start fails on cwd, as without a cgroup
-                check_program(program[0], cwd, child_env)
-            program = [SHELL, "-c", JOIN_CGROUP, str(cgroup / "cgroup.procs"), *program]
         pipes = [_pipe(stdin, to_child=True), _pipe(stdout, to_child=False)]
         # STDOUT: the child's stderr is a dup of its stdout (Popen's doing), whatever that is.
         pipes.append(_pipe(stderr, to_child=False) if stderr != STDOUT else (None, STDOUT, None))
-        popen = subprocess.Popen(
-            program,
-            stdin=pipes[0][1],
-            stdout=pipes[1][1],
-            stderr=pipes[2][1],
-            cwd=cwd,
-            env=child_env,
-            start_new_session=True,
-            restore_signals=True,
-            close_fds=True,
-            pass_fds=tuple(pass_fds),
-        )
+        with born_in(cgroup):
+            popen = subprocess.Popen(
+                list(argv),
+                stdin=pipes[0][1],
+                stdout=pipes[1][1],
+                stderr=pipes[2][1],
+                cwd=cwd,
+                env=child_env,
+                start_new_session=True,
+                restore_signals=True,
+                close_fds=True,
+                pass_fds=tuple(pass_fds),
+            )
     except BaseException as exc:
         for stream, _, _ in pipes:
             if stream is not None:
                 stream.close()
         if isinstance(exc, (OSError, ValueError)):
             raise _spawn_failed(argv[0], cwd, exc) from exc
+        if isinstance(exc, CgroupRefused):
+            raise RpcError(ErrorCode.SPAWN_FAILED, f"cannot start {argv[0]!r}: {exc}", argv0=argv[0]) from exc
         raise
     finally:
         for _, _, theirs in pipes:

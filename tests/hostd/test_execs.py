@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from hostd import procspawn, proctree
 from hostd.config import HostdConfig
 from hostd.errors import RpcError
 from hostd.execs import ExecRegistry
@@ -406,6 +407,7 @@ async def test_real_cgroup_per_exec(tmp_path: Path, leak_check: None) -> None:
     cgroups = Cgroups.detect("")
     if not cgroups.available:
         pytest.skip("no writable cgroup v2 hierarchy")
+    home = Path("/proc/self/cgroup").read_text()
     async with trio.open_nursery() as nursery:
         env = await open_env(make_config(tmp_path, cgroup_root=""), cgroups, nursery, tmp_path / "wd")
         info = await env.start(DOUBLE_FORK)
@@ -435,8 +437,61 @@ async def test_real_cgroup_per_exec(tmp_path: Path, leak_check: None) -> None:
             with pytest.raises(RpcError) as excinfo:
                 await env.start(argv)
             assert code_of(excinfo) is ErrorCode.SPAWN_FAILED and excinfo.value.details["errno"] == error
+        # hostd steps into each child's cgroup for its start (procspawn.born_in): it is back home,
+        # a refused start included.
+        assert Path("/proc/self/cgroup").read_text() == home
         await close_env(env)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_child_is_born_in_its_cgroup_with_what_it_starts_at_once(tmp_path: Path, leak_check: None) -> None:
+    """A program that double-forks before anything could move it (its intermediate gone at once)
+    leaves nothing outside its cgroup; a cgroup that is gone fails the start, and hostd stays
+    where it was."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for cgroups")
+    cgroups = Cgroups.detect("")
+    if not cgroups.available:
+        pytest.skip("no writable cgroup v2 hierarchy")
+    home = Path("/proc/self/cgroup").read_text()
+    cgroup = cgroups.create(f"born-{os.getpid()}")
+    assert cgroup is not None
+    try:
+        proc = await procspawn.spawn(
+            ["sh", "-c", "setsid sh -c 'sleep 300 &'; exec sleep 300"],
+            cwd=str(tmp_path),
+            env={},
+            tree_id="test:exec:born",
+            cgroup=cgroup,
+            stdin=procspawn.DEVNULL,
+            stdout=procspawn.DEVNULL,
+            stderr=procspawn.DEVNULL,
+        )
+        assert Path("/proc/self/cgroup").read_text() == home
+        with trio.fail_after(WAIT_S):
+            while len(marked := tree_procs("born")) < 2:
+                await trio.sleep(0.01)
+        assert {p.pid for p in marked} <= Cgroups.pids(cgroup)
+        Cgroups.kill(cgroup)
+        await proc.wait()
+        with trio.fail_after(WAIT_S):
+            while tree_procs("born"):
+                await trio.sleep(0.01)
+    finally:
+        await proctree.remove_cgroup(cgroup)
+    with pytest.raises(RpcError) as excinfo:
+        await procspawn.spawn(
+            ["true"],
+            cwd=str(tmp_path),
+            env={},
+            tree_id="test:exec:gone",
+            cgroup=cgroup,
+            stdin=None,
+            stdout=None,
+            stderr=None,
+        )
+    assert code_of(excinfo) is ErrorCode.SPAWN_FAILED and "cannot join its cgroup" in excinfo.value.message
+    assert Path("/proc/self/cgroup").read_text() == home
 
 
 async def test_overlong_control_line_is_recorded_as_invalid_and_skipped(env: Env) -> None:
