@@ -12,9 +12,9 @@ Every process started here is the leader of a new tree, marked the three ways
   has to run first to move it there (a shell that joins, then ``exec``s the program, cost
   0.6 ms of latency and of CPU per start on the machine this was measured on). hostd's other
   threads are in that cgroup for the moment too: none of them starts processes but the PTY
-  spawns, whose children join their own cgroup before they run anything
-  (:mod:`hostd.ptyspawn`), and nothing kills a cgroup but the event loop's thread, which is busy
-  starting the child meanwhile; :mod:`hostd.proctree` never signals hostd's own pid.
+  spawns, which fork in a worker thread and so take turns with it (:data:`FORKS`); nothing kills
+  a cgroup but the event loop's thread, which is busy starting the child meanwhile; and
+  :mod:`hostd.proctree` never signals hostd's own pid.
 
 Why not a pre-exec function that joins: with any ``preexec_fn`` CPython must ``fork`` (copying
 hostd's page tables, then running Python in the child), which costs milliseconds of CPU and, on a
@@ -214,6 +214,12 @@ def _move_self(procs: Path) -> None:
         os.close(fd)
 
 
+#: Held while hostd is in a child's cgroup (:func:`born_in`) and by any other thread of hostd
+#: while it forks (:mod:`hostd.ptyspawn`): a process forked meanwhile would be born in that
+#: child's cgroup instead of the one meant for it (a session that has none would stay there).
+FORKS = threading.Lock()
+
+
 class CgroupRefused(Exception):
     """hostd cannot step into a child's cgroup (it is gone, or not writable)."""
 
@@ -228,19 +234,20 @@ def born_in(cgroup: Path | None) -> Iterator[None]:
     mount = _hierarchy_root(cgroup)
     own = Path("/proc/self/cgroup").read_text().partition("0::")[2].splitlines()[0]
     home = mount / own.lstrip("/") / "cgroup.procs"
-    try:
-        _move_self(cgroup / "cgroup.procs")
-    except OSError as exc:
-        raise CgroupRefused(f"cannot join its cgroup {str(cgroup)!r}: {exc.strerror or exc}") from exc
-    try:
-        yield
-    finally:
+    with FORKS:
         try:
-            _move_self(home)
+            _move_self(cgroup / "cgroup.procs")
         except OSError as exc:
-            # Never stay in a child's cgroup: killing that cgroup would kill hostd.
-            log.error("cannot go back into cgroup %s (%s); moving to the hierarchy's root", home.parent, exc)
-            _move_self(mount / "cgroup.procs")
+            raise CgroupRefused(f"cannot join its cgroup {str(cgroup)!r}: {exc.strerror or exc}") from exc
+        try:
+            yield
+        finally:
+            try:
+                _move_self(home)
+            except OSError as exc:
+                # Never stay in a child's cgroup: killing that cgroup would kill hostd.
+                log.error("cannot go back into cgroup %s (%s); moving to the hierarchy's root", home.parent, exc)
+                _move_self(mount / "cgroup.procs")
 
 
 async def spawn(

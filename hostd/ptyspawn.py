@@ -36,7 +36,7 @@ import ptyprocess
 import trio
 
 from hostd.errors import RpcError
-from hostd.procspawn import restore_signal_defaults
+from hostd.procspawn import FORKS, restore_signal_defaults
 from hostd.proctree import Cgroups
 from proto import ErrorCode
 
@@ -332,13 +332,14 @@ def _spawn_blocking(
     try:
         _check_exec_args(argv, env)
         executable = _resolve(argv[0], cwd, env)
-        proc = _PtyProcess.spawn(
-            [executable, *argv[1:]],
-            cwd=None,
-            env=env,
-            dimensions=(rows, cols),
-            preexec_fn=_preexec(cwd, Cgroups.join_fn(cgroup)),
-        )
+        with FORKS:  # never while hostd stands in an exec's cgroup (see hostd.procspawn.born_in)
+            proc = _PtyProcess.spawn(
+                [executable, *argv[1:]],
+                cwd=None,
+                env=env,
+                dimensions=(rows, cols),
+                preexec_fn=_preexec(cwd, Cgroups.join_fn(cgroup)),
+            )
         pidfd = os.pidfd_open(proc.pid)
     except Exception as exc:
         failed, _spawned.proc = _spawned.proc, None
