@@ -197,15 +197,26 @@ def unblock_signals() -> None:
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def _hierarchy_root(cgroup: Path) -> Path:
-    """Where the cgroup v2 hierarchy ``cgroup`` is in is mounted."""
+def _hierarchy_root(cgroup: str) -> str:
+    """Where the cgroup v2 hierarchy ``cgroup`` is in is mounted (strings, not Paths: this runs
+    at every start)."""
     root = cgroup
-    while (root.parent / "cgroup.procs").exists():
-        root = root.parent
+    while os.path.exists((parent := os.path.dirname(root)) + "/cgroup.procs"):
+        root = parent
     return root
 
 
-def _move_self(procs: Path) -> None:
+def _own_cgroup() -> str:
+    """hostd's cgroup v2 path, from ``/`` of the hierarchy."""
+    fd = os.open("/proc/self/cgroup", os.O_RDONLY)
+    try:
+        text = os.read(fd, 65536).decode()
+    finally:
+        os.close(fd)
+    return text.partition("0::")[2].partition("\n")[0]
+
+
+def _move_self(procs: str) -> None:
     """Move hostd (every thread of it) into the cgroup of ``procs``."""
     fd = os.open(procs, os.O_WRONLY)
     try:
@@ -231,12 +242,12 @@ def born_in(cgroup: Path | None) -> Iterator[None]:
     if cgroup is None:
         yield
         return
-    mount = _hierarchy_root(cgroup)
-    own = Path("/proc/self/cgroup").read_text().partition("0::")[2].splitlines()[0]
-    home = mount / own.lstrip("/") / "cgroup.procs"
+    target = str(cgroup)
+    mount = _hierarchy_root(target)
+    home = os.path.join(mount, _own_cgroup().lstrip("/"), "cgroup.procs")
     with FORKS:
         try:
-            _move_self(cgroup / "cgroup.procs")
+            _move_self(target + "/cgroup.procs")
         except OSError as exc:
             raise CgroupRefused(f"cannot join its cgroup {str(cgroup)!r}: {exc.strerror or exc}") from exc
         try:
@@ -246,8 +257,8 @@ def born_in(cgroup: Path | None) -> Iterator[None]:
                 _move_self(home)
             except OSError as exc:
                 # Never stay in a child's cgroup: killing that cgroup would kill hostd.
-                log.error("cannot go back into cgroup %s (%s); moving to the hierarchy's root", home.parent, exc)
-                _move_self(mount / "cgroup.procs")
+                log.error("cannot go back into cgroup %s (%s); moving to the hierarchy's root", home, exc)
+                _move_self(mount + "/cgroup.procs")
 
 
 async def spawn(
