@@ -62,11 +62,8 @@ async def test_delegated_unit_cgroup_is_split_into_supervisor_and_instances(tmp_
             ).instance
             host = info.host
             assert host is not None and host.cgroup and host.cgroup.startswith(str(unit / "instances"))
-            # The main process joins its cgroup before its program runs (hostd/procspawn.py), which
-            # may be a moment after the start was answered.
-            with trio.fail_after(5):
-                while str(host.pid) not in Path(host.cgroup, "main", "cgroup.procs").read_text().split():
-                    await trio.sleep(0.01)
+            # The main process is born in its cgroup (hostd/procspawn.py: born_in).
+            assert str(host.pid) in Path(host.cgroup, "main", "cgroup.procs").read_text().split()
             own = Path(f"/proc/{proc.pid}/cgroup").read_text()
             assert f"0::/{unit.name}/supervisor" in own
             await client.call(m.InstanceDestroyRequest(instance_id="d", grace_s=0.5))
