@@ -226,8 +226,9 @@ def _move_self(procs: str) -> None:
 
 
 #: Held while hostd is in a child's cgroup (:func:`born_in`) and by any other thread of hostd
-#: while it forks (:mod:`hostd.ptyspawn`): a process forked meanwhile would be born in that
-#: child's cgroup instead of the one meant for it (a session that has none would stay there).
+#: while it forks (:mod:`hostd.ptyspawn`, for the fork only): a process forked meanwhile would
+#: be born in that child's cgroup instead of the one meant for it (a session that has none
+#: would stay there).
 FORKS = threading.Lock()
 
 

@@ -304,11 +304,20 @@ _spawned = threading.local()
 
 class _PtyProcess(ptyprocess.PtyProcess):
     """Remembers itself for the spawning thread (``spawn`` raises after constructing it when
-    the child fails) and, unlike its base, does nothing when garbage-collected."""
+    the child fails) and, unlike its base, does nothing when garbage-collected. Made in the
+    parent right after the fork: the fork is over, so :data:`FORKS` is let go here, not once
+    the child has run its pre-exec function and ``exec`` (which could hang on a dead mount)."""
 
     def __init__(self, pid: int, fd: int) -> None:
+        _let_forks_go()
         super().__init__(pid, fd)
         _spawned.proc = self
+
+
+def _let_forks_go() -> None:
+    if getattr(_spawned, "forking", False):
+        _spawned.forking = False
+        FORKS.release()
 
     def __del__(self) -> None:
         pass
@@ -332,7 +341,11 @@ def _spawn_blocking(
     try:
         _check_exec_args(argv, env)
         executable = _resolve(argv[0], cwd, env)
-        with FORKS:  # never while hostd stands in an exec's cgroup (see hostd.procspawn.born_in)
+        # Never while hostd stands in an exec's cgroup (see hostd.procspawn.born_in): held
+        # for the fork only (_PtyProcess lets it go).
+        FORKS.acquire()
+        _spawned.forking = True
+        try:
             proc = _PtyProcess.spawn(
                 [executable, *argv[1:]],
                 cwd=None,
@@ -340,6 +353,8 @@ def _spawn_blocking(
                 dimensions=(rows, cols),
                 preexec_fn=_preexec(cwd, Cgroups.join_fn(cgroup)),
             )
+        finally:
+            _let_forks_go()  # the fork itself failed
         pidfd = os.pidfd_open(proc.pid)
     except Exception as exc:
         failed, _spawned.proc = _spawned.proc, None

@@ -19,6 +19,7 @@ import psutil
 import pytest
 import trio
 
+from hostd import procspawn
 from hostd.config import RETAINED_PER_LIVE
 from hostd.errors import RpcError
 from hostd.proctree import Cgroups
@@ -224,6 +225,7 @@ async def test_create_errors(harness: Harness) -> None:
         await harness.create("./garbage")  # fails in exec, after the fork
     assert err.value.code is ErrorCode.SPAWN_FAILED
     assert "Exec format error" in err.value.message
+    assert not procspawn.FORKS.locked()
     with pytest.raises(RpcError) as err:
         await harness.create("true", cwd="/nonexistent/dir")
     assert err.value.code is ErrorCode.WORKING_DIR_NOT_FOUND
@@ -575,6 +577,7 @@ async def test_spawn_failure_in_the_child_cleans_up(
     assert "cgroup.procs" in err.value.message
     assert (fake_root / h.instance_id).is_dir() and not (fake_root / h.instance_id / "s-s1").exists()
     assert h.registry.counts() == (0, 0)
+    assert not procspawn.FORKS.locked()  # a failed PTY spawn lets the exec starts go on
 
 
 def _real_cgroups() -> Cgroups | None:
