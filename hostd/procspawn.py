@@ -10,7 +10,9 @@ Every process started here is the leader of a new tree, marked the three ways
   process is created in the cgroup its parent is in), then back into its own. So the program
   is in its cgroup from its first instruction, with whatever it starts, and no second program
   has to run first to move it there (a shell that joins, then ``exec``s the program, cost
-  0.6 ms of latency and of CPU per start on the machine this was measured on). hostd's other
+  0.6 ms of latency and of CPU per start on the machine this was measured on). Each move waits
+  for the kernel (cgroup migration synchronises with RCU: about 0.09 ms there, little CPU), so
+  hostd's loop is held about 0.2 ms longer per start than by the spawn alone. hostd's other
   threads are in that cgroup for the moment too: none of them starts processes but the PTY
   spawns, which fork in a worker thread and so take turns with it (:data:`FORKS`); nothing kills
   a cgroup but the event loop's thread, which is busy starting the child meanwhile; and
@@ -29,12 +31,12 @@ blocked mask is the spawning thread's, which hostd keeps empty (:func:`unblock_s
 start).
 
 Started on the event loop's thread, not in a worker thread as ``trio.lowlevel.open_process``
-does it: with ``vfork`` the loop waits only until the child's ``exec``, about 0.1 ms, which costs
-less than the two thread switches and the GIL handoffs of a worker thread (0.14 ms less of
-hostd's CPU per exec, 0.27 ms less per A2A task, measured with ``bench/bench_a2a.py``); asyncio
-starts its children the same way. It also keeps the moment hostd spends in a child's cgroup on
-the one thread that kills cgroups. The returned :class:`Process` is what hostd used of
-``trio.Process``.
+does it: with ``vfork`` the loop waits only until the child's ``exec`` (0.1 ms on an idle
+machine, 0.2 ms under the A2A benchmark's load), which costs less than the two thread switches
+and the GIL handoffs of a worker thread (0.14 ms less of hostd's CPU per exec, 0.27 ms less per
+A2A task, measured with ``bench/bench_a2a.py``); asyncio starts its children the same way. It
+also keeps the moment hostd spends in a child's cgroup on the one thread that kills cgroups. The
+returned :class:`Process` is what hostd used of ``trio.Process``.
 
 File descriptors: ``close_fds=True``; only ``pass_fds`` (the control channel) crosses into the
 child, at the same fd number. The caller owns the trio streams of the returned process and must
@@ -289,7 +291,8 @@ async def spawn(
     no_ignored_signals()
     pipes: list[tuple[trio.lowlevel.FdStream | None, int | None, int | None]] = []
     try:
-        pipes = [_pipe(stdin, to_child=True), _pipe(stdout, to_child=False)]
+        pipes.append(_pipe(stdin, to_child=True))  # one by one: a failure closes those made
+        pipes.append(_pipe(stdout, to_child=False))
         # STDOUT: the child's stderr is a dup of its stdout (Popen's doing), whatever that is.
         pipes.append(_pipe(stderr, to_child=False) if stderr != STDOUT else (None, STDOUT, None))
         with born_in(cgroup):

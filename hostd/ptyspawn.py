@@ -313,14 +313,15 @@ class _PtyProcess(ptyprocess.PtyProcess):
         super().__init__(pid, fd)
         _spawned.proc = self
 
+    def __del__(self) -> None:
+        pass
+
 
 def _let_forks_go() -> None:
+    """Release :data:`FORKS` if this thread's spawn holds it (once: after the fork, or on failure)."""
     if getattr(_spawned, "forking", False):
         _spawned.forking = False
         FORKS.release()
-
-    def __del__(self) -> None:
-        pass
 
 
 def _discard(proc: ptyprocess.PtyProcess) -> None:
