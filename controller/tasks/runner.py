@@ -8,8 +8,7 @@ the agent's text; ``input_request``: input-required with a hitl-prompt/v1 envelo
 :mod:`controller.tasks.prompts`), the exit into the final status. Each event is stored with the
 hostd sequence it came from, so a restarted controller (or a reconnected link) resumes exactly
 after the last one kept. The events that have arrived together (a short task's output and its
-exit, a burst of output) are stored in one transaction: one commit, one wake-up of the task's
-waiters.
+exit, a burst of output) are stored in one transaction, in their order.
 
 When the link to hostd drops, the runner waits for it and resubscribes; an exec hostd no longer
 knows (hostd restarted) fails the task with ``fail_kind: infrastructure``. The runner ends by
