@@ -217,7 +217,7 @@ class ExecRegistry(ChildRegistry[_Exec]):
         rec.exited_at = time.time()
         rec.end_reason = self.end_reason(rec, rec.exit_code, rec.signal)
         for stream in (rec.proc.stdin, rec.proc.stdout, rec.proc.stderr):
-            if isinstance(stream, trio.lowlevel.FdStream):  # what open_process gives on Unix
+            if isinstance(stream, trio.lowlevel.FdStream):  # what procspawn gives (None where not a pipe)
                 stream.close()
         if rec.ctrl is not None:
             rec.ctrl.close()
