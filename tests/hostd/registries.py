@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
 import trio
 
 from hostd.config import HostdConfig
@@ -31,3 +33,13 @@ def open_registry(config: HostdConfig, cgroups: Cgroups, nursery: trio.Nursery) 
     registry = InstanceRegistry(config)
     registry.use_providers(make_providers(config, cgroups, nursery, registry.commit))
     return registry
+
+
+def real_cgroups() -> Cgroups:
+    """hostd's cgroup v2 subtree as it would find it; skips the test without root or one."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for cgroups")
+    cgroups = Cgroups.detect("")
+    if not cgroups.available:
+        pytest.skip("no writable cgroup v2 hierarchy")
+    return cgroups

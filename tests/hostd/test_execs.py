@@ -22,7 +22,7 @@ from hostd.instances import InstanceRegistry
 from hostd.proctree import Cgroups
 from proto import ErrorCode, new_id
 from proto import messages as m
-from tests.hostd.registries import make_config, open_registry
+from tests.hostd.registries import make_config, open_registry, real_cgroups
 from tests.processes import tree_procs
 
 WAIT_S = 10.0
@@ -402,11 +402,7 @@ async def test_shutdown_kills_running_execs(env: Env) -> None:
 
 
 async def test_real_cgroup_per_exec(tmp_path: Path, leak_check: None) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root for cgroups")
-    cgroups = Cgroups.detect("")
-    if not cgroups.available:
-        pytest.skip("no writable cgroup v2 hierarchy")
+    cgroups = real_cgroups()
     home = Path("/proc/self/cgroup").read_text()
     async with trio.open_nursery() as nursery:
         env = await open_env(make_config(tmp_path, cgroup_root=""), cgroups, nursery, tmp_path / "wd")
@@ -448,11 +444,7 @@ async def test_a_child_is_born_in_its_cgroup_with_what_it_starts_at_once(tmp_pat
     """A program that double-forks before anything could move it (its intermediate gone at once)
     leaves nothing outside its cgroup; a cgroup that is gone fails the start, and hostd stays
     where it was."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root for cgroups")
-    cgroups = Cgroups.detect("")
-    if not cgroups.available:
-        pytest.skip("no writable cgroup v2 hierarchy")
+    cgroups = real_cgroups()
     home = Path("/proc/self/cgroup").read_text()
     cgroup = cgroups.create(f"born-{os.getpid()}")
     assert cgroup is not None

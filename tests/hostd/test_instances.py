@@ -22,7 +22,7 @@ from hostd.instances import InstanceRegistry
 from hostd.proctree import Cgroups
 from proto import ErrorCode, new_id
 from proto import messages as m
-from tests.hostd.registries import make_config, open_registry
+from tests.hostd.registries import make_config, open_registry, real_cgroups
 from tests.processes import running, tree_procs
 
 WAIT_S = 10.0
@@ -365,17 +365,8 @@ async def test_corrupt_state_file_is_moved_aside(config: HostdConfig, leak_check
         nursery.cancel_scope.cancel()
 
 
-def _real_cgroups() -> Cgroups:
-    if os.geteuid() != 0:
-        pytest.skip("needs root for cgroups")
-    cgroups = Cgroups.detect("")
-    if not cgroups.available:
-        pytest.skip("no writable cgroup v2 hierarchy")
-    return cgroups
-
-
 async def test_real_cgroups(tmp_path: Path, leak_check: None) -> None:
-    cgroups = _real_cgroups()
+    cgroups = real_cgroups()
     config = make_config(tmp_path, cgroup_root="")
     async with trio.open_nursery() as nursery:
         reg = open_registry(config, cgroups, nursery)

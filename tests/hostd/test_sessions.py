@@ -27,7 +27,7 @@ from hostd.session import parse_signal
 from hostd.sessions import SessionRegistry
 from proto import ErrorCode
 from proto import messages as m
-from tests.hostd.registries import make_config, open_registry
+from tests.hostd.registries import make_config, open_registry, real_cgroups
 from tests.processes import procs_where, tree_procs
 
 TIMEOUT = 10
@@ -580,17 +580,8 @@ async def test_spawn_failure_in_the_child_cleans_up(
     assert not procspawn.FORKS.locked()  # a failed PTY spawn lets the exec starts go on
 
 
-def _real_cgroups() -> Cgroups | None:
-    if os.geteuid() != 0:
-        return None
-    cgroups = Cgroups.detect("")
-    return cgroups if cgroups.available else None
-
-
 async def test_session_in_its_own_cgroup(make_harness: Callable[..., Awaitable[Harness]]) -> None:
-    cgroups = _real_cgroups()
-    if cgroups is None:
-        pytest.skip("needs root and a writable cgroup v2 hierarchy")
+    cgroups = real_cgroups()
     h = await make_harness(cgroups=cgroups)
     assert cgroups.root is not None
     instance_cgroup = cgroups.root / h.instance_id  # made by the host provider at provision
