@@ -16,10 +16,14 @@ Starts its own hostd and ``python -m controller.main`` in a temp dir, provisions
 * The peer (``bench/peer_a2a_server.py``): a2a-sdk's own server, its Starlette REST routes on
   uvicorn, with an executor running ``/bin/echo`` per task; the same blocking sends from 1 and
   ``--clients`` clients. Measured only if ``a2a-sdk[http-server]`` and ``uvicorn`` are installed
-  (the ``bench`` extra); otherwise the report says it was not.
+  (the ``bench`` extra); otherwise the report says it was not. The peer keeps its tasks in memory
+  (the SDK's ``InMemoryTaskStore``), so a crash loses every one; the targets are set against it.
+  Beside it, for comparison only, the same peer on the SDK's ``DatabaseTaskStore`` in SQLite (WAL,
+  ``synchronous=NORMAL``, as the controller's store), which keeps what it answered as the
+  controller does (needs ``a2a-sdk[sqlite]``, also in the ``bench`` extra).
 
 Below the table, for the one-client cases: the on-CPU time per task of each server process (the
-controller, hostd, the peer, the bare ASGI app), from ``/proc/PID/task/*/schedstat`` before and
+controller, hostd, the peers, the bare ASGI app), from ``/proc/PID/task/*/schedstat`` before and
 after the case. Unlike latencies it hardly moves with the machine's load, so it compares runs made
 on a busy host.
 """
@@ -186,8 +190,17 @@ async def exec_event_latency(client: HostdClient, instance_id: str, events: int)
     return samples
 
 
-async def peer_rows(peer_url: str, n: int, total: int, warmup: int, cpu: CpuMeter) -> tuple[Result, Result]:
-    """The a2a-sdk peer answering the same blocking sends, from 1 and ``n`` clients."""
+#: The peers: what each is called in the report (its rows and its on-CPU note), and whether it
+#: keeps its tasks in SQLite (else in memory).
+PEERS = {"peer": False, "peer, SQLite store": True}
+
+
+def peer_case(peer: str, clients: int) -> str:
+    return f"a2a-sdk server ({peer}), {clients} client{'s' if clients > 1 else ''}"
+
+
+async def peer_rows(peer: str, peer_url: str, n: int, total: int, warmup: int, cpu: CpuMeter) -> tuple[Result, Result]:
+    """One a2a-sdk peer answering the same blocking sends, from 1 and ``n`` clients."""
     headers = {"A2A-Version": "1.0"}
     async with AsyncExitStack() as stack:
         one = [await stack.enter_async_context(httpx.AsyncClient(base_url=peer_url, headers=headers, timeout=60))]
@@ -195,14 +208,19 @@ async def peer_rows(peer_url: str, n: int, total: int, warmup: int, cpu: CpuMete
             await stack.enter_async_context(httpx.AsyncClient(base_url=peer_url, headers=headers, timeout=60))
             for _ in range(n)
         ]
-        name = "a2a-sdk server (peer), 1 client"
-        row1 = await cpu.measure(name, ["peer"], total + warmup, rows(name, "tasks/s", one, send_one, total, warmup))
-        rowN = await rows(f"a2a-sdk server (peer), {n} clients", "tasks/s", many, send_one, total, 1)
+        name = peer_case(peer, 1)
+        row1 = await cpu.measure(name, [peer], total + warmup, rows(name, "tasks/s", one, send_one, total, warmup))
+        rowN = await rows(peer_case(peer, n), "tasks/s", many, send_one, total, 1)
     return row1, rowN
 
 
 async def measure(
-    ctl: Controller, socket_path: Path, args: argparse.Namespace, bare_url: str, peer_url: str | None, cpu: CpuMeter
+    ctl: Controller,
+    socket_path: Path,
+    args: argparse.Namespace,
+    bare_url: str,
+    peer_urls: dict[str, str],
+    cpu: CpuMeter,
 ) -> list[Result]:
     async with admin_client(ctl.url, ctl.token) as admin:
         await wait_ready(admin)
@@ -236,13 +254,11 @@ async def measure(
         baseN = await rows(f"hostd exec /bin/cat, {n} callers", "tasks/s", hostd_many, exec_call, total, 1)
         sendN = await rows(f"A2A message:send (echo), {n} clients", "tasks/s", many, send_one, total, 1)
         bareN = await rows(f"bare ASGI on hypercorn-trio, {n} clients", "req/s", bare_many, bare_one, total, 1)
+        peers = {peer: await peer_rows(peer, url, n, total, warmup, cpu) for peer, url in peer_urls.items()}
         results += [compare(send1, base1, "p50"), base1, compare(bare1, base1, "p50")]
-        if peer_url is not None:
-            peer1, peerN = await peer_rows(peer_url, n, total, warmup, cpu)
-            results.append(compare(peer1, base1, "p50"))
+        results += [compare(peer1, base1, "p50") for peer1, _ in peers.values()]
         results += [compare(sendN, baseN, "p50"), baseN, compare(bareN, baseN, "p50")]
-        if peer_url is not None:
-            results.append(compare(peerN, baseN, "p50"))
+        results += [compare(peerN, baseN, "p50") for _, peerN in peers.values()]
 
         sse = await sse_latency(ctl.url, shell_id, token, args.events)
         direct = await exec_event_latency(hostd_one[0], shell_id, args.events)
@@ -272,14 +288,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def peer_available() -> bool:
+def peer_available(sqlite: bool) -> bool:
     try:
         import a2a.server.routes  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
+
+        if sqlite:
+            import aiosqlite  # noqa: F401
+            import sqlalchemy  # noqa: F401
     except ImportError:
         return False
     return True
+
+
+def start_peer(sqlite_file: Path | None) -> tuple[subprocess.Popen[bytes], str | None]:
+    """A peer in a child process, and its URL (None if it did not start)."""
+    port = free_port()
+    argv = [sys.executable, str(Path(__file__).with_name("peer_a2a_server.py")), str(port)]
+    if sqlite_file is not None:
+        argv.append(str(sqlite_file))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+    assert proc.stdout is not None
+    ready = proc.stdout.readline().strip() == b"ready"
+    return proc, (f"http://127.0.0.1:{port}/agents/peer" if ready else None)
 
 
 def main() -> None:
@@ -293,30 +325,25 @@ def main() -> None:
         print_versions()
         return
     bare = subprocess.Popen([sys.executable, "-c", BARE_ASGI], stdout=subprocess.PIPE, cwd=ROOT, env=dict(os.environ))
-    peer = peer_url = None
-    if peer_available():
-        port = free_port()
-        peer = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("peer_a2a_server.py")), str(port)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            cwd=ROOT,
-        )
-        assert peer.stdout is not None
-        if peer.stdout.readline().strip() == b"ready":
-            peer_url = f"http://127.0.0.1:{port}/agents/peer"
+    procs: list[subprocess.Popen[bytes]] = [bare]
     try:
         assert bare.stdout is not None
         bare_url = bare.stdout.readline().decode().strip()
         with running_hostd() as hostd, temp_dir("aiwg-bench-a2a-") as tmp:
+            pids: dict[str, int] = {}
+            peer_urls: dict[str, str] = {}
+            for peer, sqlite in PEERS.items():
+                if peer_available(sqlite):
+                    proc, url = start_peer(tmp / "peer.sqlite" if sqlite else None)
+                    procs.append(proc)
+                    if url is not None:
+                        peer_urls[peer], pids[peer] = url, proc.pid
             ctl = Controller(tmp / "state", hostd.socket_path)
             assert hostd.proc is not None
-            pids = {"controller": ctl.proc.pid, "hostd": hostd.proc.pid, "bare ASGI": bare.pid}
-            if peer is not None:
-                pids["peer"] = peer.pid
+            pids |= {"controller": ctl.proc.pid, "hostd": hostd.proc.pid, "bare ASGI": bare.pid}
             cpu = CpuMeter(pids)
             try:
-                results = trio.run(measure, ctl, hostd.socket_path, args, bare_url, peer_url, cpu)
+                results = trio.run(measure, ctl, hostd.socket_path, args, bare_url, peer_urls, cpu)
             except BaseException:
                 print(ctl.log(), file=sys.stderr)
                 raise
@@ -326,10 +353,9 @@ def main() -> None:
 
                 trio.run(_destroy_leftovers, hostd.socket_path)
     finally:
-        for proc in (bare, peer):
-            if proc is not None:
-                proc.terminate()
-                proc.wait(10)
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
 
     by_case = {r.case: r for r in results}
     send1 = by_case["A2A message:send (echo), 1 client"]
@@ -348,8 +374,8 @@ def main() -> None:
             met=(sendN.throughput or 0) >= 200,
         ),
     ]
-    peer1 = by_case.get("a2a-sdk server (peer), 1 client")
-    peerN = by_case.get(f"a2a-sdk server (peer), {args.clients} clients")
+    peer1 = by_case.get(peer_case("peer", 1))
+    peerN = by_case.get(peer_case("peer", args.clients))
     if peer1 is not None and peerN is not None:
         targets.insert(
             0,
@@ -367,8 +393,10 @@ def main() -> None:
             )
         )
     notes = cpu.notes()
-    if peer_url is None:
-        notes.append("peer (a2a-sdk server on Starlette/uvicorn) not measured: a2a-sdk[http-server], uvicorn missing")
+    for peer, sqlite in PEERS.items():
+        if peer_case(peer, 1) not in by_case:
+            extra = "a2a-sdk[http-server,sqlite]" if sqlite else "a2a-sdk[http-server]"
+            notes.append(f"{peer} (a2a-sdk server on Starlette/uvicorn) not measured: needs {extra} and uvicorn")
     report = Report(
         bench="bench_a2a",
         title="A2A message:send and SSE vs. hostd exec alone and a bare ASGI endpoint",

@@ -1,8 +1,12 @@
 """The peer for bench_a2a.py: a2a-sdk's own server (its Starlette REST routes on uvicorn) with an
 agent executor that runs ``/bin/echo`` per task, as the controller runs a process per task.
 
-``python bench/peer_a2a_server.py PORT`` serves ``http://127.0.0.1:PORT/agents/peer``; it prints
-``ready`` once listening. Needs ``a2a-sdk[http-server]`` and ``uvicorn`` (the ``bench`` extra).
+``python bench/peer_a2a_server.py PORT [SQLITE_FILE]`` serves ``http://127.0.0.1:PORT/agents/peer``;
+it prints ``ready`` once listening. Its tasks are kept in memory (``InMemoryTaskStore``, what the
+SDK's samples use) unless a SQLite file is given: then in the SDK's ``DatabaseTaskStore`` on that
+file, in WAL mode with ``synchronous=NORMAL`` as the controller keeps its store, so that a task it
+answered survives a crash as the controller's do. Needs ``a2a-sdk[http-server]`` and ``uvicorn``,
+and for the SQLite store ``a2a-sdk[sqlite]`` (all in the ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from a2a.server.events.event_queue import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes.rest_routes import create_rest_routes
 from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
+from a2a.server.tasks.task_store import TaskStore
 from a2a.server.tasks.task_updater import TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part, Task, TaskState, TaskStatus
 from starlette.applications import Starlette
@@ -40,8 +45,26 @@ class EchoExecutor(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
 
 
+def sqlite_store(path: str) -> TaskStore:
+    from a2a.server.tasks.database_task_store import DatabaseTaskStore
+    from sqlalchemy import event
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(f"sqlite+aiosqlite:///{path}")
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _pragmas(conn: object, _record: object) -> None:
+        cursor = conn.cursor()  # type: ignore[attr-defined]
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    return DatabaseTaskStore(engine)
+
+
 def main() -> None:
     port = int(sys.argv[1])
+    store = sqlite_store(sys.argv[2]) if len(sys.argv) > 2 else InMemoryTaskStore()
     url = f"http://127.0.0.1:{port}/agents/peer"
     card = AgentCard(
         name="peer",
@@ -53,7 +76,7 @@ def main() -> None:
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id="echo", name="echo", description="runs /bin/echo", tags=["echo"])],
     )
-    handler = DefaultRequestHandler(agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card)
+    handler = DefaultRequestHandler(agent_executor=EchoExecutor(), task_store=store, agent_card=card)
     app = Starlette(routes=create_rest_routes(handler, path_prefix="/agents/peer"))
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
