@@ -12,6 +12,10 @@ of load on the host hits them alike.
   Python WebSocket terminal behind Jupyter, one process owning the PTY), typed over its WebSocket.
 * ``hostd post``: the write posted to hostd without awaiting its answer, the echo read on a
   subscription of the same connection (:class:`proto.HostdClient`).
+* ``hostd, blocking client``: the same through a client as small as a tmux client's part of the
+  path: a plain blocking socket, the frames encoded and decoded in the bench's thread, no event
+  loop (:class:`BlockingHostd`, its own ``cat`` session). A diagnostic, not a target: set beside
+  ``hostd post`` it parts hostd's own cost from that of the Python client.
 * ``controller WS``: the controller's attach socket over ``pty-ws.v1.binary`` (a ``PW1I`` frame in,
   the ``PW1O`` echo out), through the controller's one hostd link.
 
@@ -41,6 +45,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import string
 import struct
 import subprocess
@@ -53,6 +58,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import trio
 from bench_admin import Controller, admin_client, admin_provision, wait_ready
 from common import (
@@ -71,6 +77,7 @@ from trio_websocket import WebSocketConnection, open_websocket_url
 
 from proto import HostdClient, HostdError, new_id, open_hostd
 from proto import messages as m
+from proto.framing import FrameBuffer, FrameEncoder
 
 CAT = "stty raw -echo; echo READY; exec cat"
 FLOOD = "yes"
@@ -141,6 +148,51 @@ class Tmux:
     def close(self) -> None:
         self.client.close()
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], check=False, capture_output=True)
+
+
+class BlockingHostd:
+    """A hostd connection read blocking, on one session: a subscription and posted writes (their
+    answers are read past, as the echo is looked for)."""
+
+    def __init__(self, socket_path: str, session_id: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(socket_path)
+        self.encoder, self.buffer = FrameEncoder(), FrameBuffer(m.DEFAULT_MAX_FRAME_BYTES)
+        self.decoder = msgspec.msgpack.Decoder(m.ServerFrame)
+        self.session_id, self.next_id = session_id, 1
+        self._send(m.HelloRequest(id=0, protocol_version=m.PROTOCOL_VERSION, client_name="bench_typing blocking"))
+        self._frame()
+        self._send(m.SessionSubscribeRequest(id=0, session_id=session_id, from_seq=1))
+
+    def _send(self, request: m.Request) -> None:
+        request.id, self.next_id = self.next_id, self.next_id + 1
+        self.sock.sendall(self.encoder.encode(request))
+
+    def _frame(self) -> m.Frame:
+        while (frame := self.buffer.next_message(self.decoder)) is None:
+            data = self.sock.recv(65536)
+            if not data:
+                raise RuntimeError("hostd closed the blocking client's connection")
+            self.buffer.feed(data)
+        if isinstance(frame, m.ErrorResponse):
+            raise RuntimeError(f"hostd refused the blocking client: {frame.code} {frame.message}")
+        return frame
+
+    def wait_for(self, wanted: bytes) -> None:
+        seen = b""
+        while wanted not in seen:
+            frame = self._frame()
+            if isinstance(frame, m.SessionOutput):
+                seen = seen[-4096:] + frame.data
+
+    def echo(self, key: bytes) -> int:
+        t0 = time.perf_counter_ns()
+        self._send(m.SessionWriteRequest(id=0, session_id=self.session_id, data=key))
+        self.wait_for(key)
+        return time.perf_counter_ns() - t0
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 class HostdTyping:
@@ -276,6 +328,10 @@ async def measure(socket_path: str, controller: Controller, keys: list[bytes], w
         typing = HostdTyping(client, events, cat)
         await typing.wait_for(b"READY")
 
+        blocking = BlockingHostd(socket_path, await new_session(["sh", "-c", CAT]))
+        stack.callback(blocking.close)
+        blocking.wait_for(b"READY")
+
         ws_cat = await new_session(["sh", "-c", CAT])
         auth = [(b"Authorization", f"Bearer {controller.token}".encode())]
         ws = await stack.enter_async_context(
@@ -294,6 +350,7 @@ async def measure(socket_path: str, controller: Controller, keys: list[bytes], w
             "tmux client": tmux.echo,
             "terminado": terminado.echo,
             "hostd post": typing.post,
+            "hostd, blocking client": blocking.echo,
             "controller WS": controller_ws.echo,
         }
         await phase(PHASES[0], cases)
@@ -381,7 +438,7 @@ def main() -> None:
         finally:
             controller.stop()
     for label in PHASES:
-        for case in ("direct PTY", "terminado", "hostd post", "controller WS"):
+        for case in ("direct PTY", "terminado", "hostd post", "hostd, blocking client", "controller WS"):
             compare(rows[f"{case}{label}"], rows[f"tmux client{label}"], "p50")
     report = Report(
         bench="bench_typing",
