@@ -37,12 +37,13 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import httpx
 import trio
-from bench_admin import Controller, admin_client, run_concurrent, wait_ready
+from bench_admin import Controller, H, admin_client, run_concurrent, wait_ready
 from common import (
     ROOT,
     Report,
@@ -134,9 +135,9 @@ class CpuMeter:
         self.pids = pids
         self.per_op: dict[str, dict[str, float]] = {}
 
-    async def measure(self, case: str, names: list[str], ops: int, work: object) -> Result:
+    async def measure(self, case: str, names: list[str], ops: int, work: Awaitable[Result]) -> Result:
         before = {name: on_cpu_ns(self.pids[name]) for name in names}
-        result: Result = await work  # type: ignore[misc]
+        result = await work
         self.per_op[case] = {name: (on_cpu_ns(self.pids[name]) - before[name]) / ops / 1e3 for name in names}
         return result
 
@@ -147,11 +148,13 @@ class CpuMeter:
         ]
 
 
-async def rows(name: str, unit: str, make: list[object], one: object, total: int, warmup: int) -> Result:
+async def rows(
+    name: str, unit: str, make: Sequence[H], one: Callable[[H], Awaitable[None]], total: int, warmup: int
+) -> Result:
     for handle in make:
         for _ in range(warmup):
-            await one(handle)  # type: ignore[operator]
-    samples, wall = await run_concurrent(make, total, one)  # type: ignore[arg-type]
+            await one(handle)
+    samples, wall = await run_concurrent(make, total, one)
     return latency_result(name, samples, wall_s=wall, unit=unit)
 
 

@@ -164,13 +164,13 @@ async def measure(socket_path: Path, keys: list[bytes], warmup: int) -> tuple[Re
                 await client.call(m.SessionDeleteRequest(session_id=SESSION_ID))
         finally:
             await destroy_instance(client)
-    reply = latency_result("write reply", write_replies)
+    replies = latency_result("write reply", write_replies)
     hostd_row = latency_result(
         "hostd write -> echo on subscription",
         through_hostd,
         unit="keys/s",
-        write_reply_p50_us=round(reply.p50_us or 0, 1),
-        write_reply_p99_us=round(reply.p99_us or 0, 1),
+        write_reply_p50_us=round(replies.p50_us or 0, 1),
+        write_reply_p99_us=round(replies.p99_us or 0, 1),
     )
     return (
         hostd_row,

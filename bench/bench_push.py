@@ -29,6 +29,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import h11
@@ -122,7 +123,12 @@ def script(events: int, gate: Path | None = None) -> str:
 
 
 async def push_task(
-    client: httpx.AsyncClient, receiver: Receiver, events: int, *, more: list[Receiver] = (), gate: Path | None = None
+    client: httpx.AsyncClient,
+    receiver: Receiver,
+    events: int,
+    *,
+    more: Sequence[Receiver] = (),
+    gate: Path | None = None,
 ) -> None:
     """A task with an inline config to ``receiver`` (and, before ``gate`` opens, configs to ``more``)."""
     config = {

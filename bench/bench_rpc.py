@@ -112,23 +112,22 @@ class EchoClient:
         self._encoder = FrameEncoder()
         self._send_lock = trio.Lock()
         self._next_id = 1
-        self._calls: dict[int, list[object]] = {}
+        self._calls: dict[int, _Pending] = {}
 
-    async def call(self, request: m.Request, timeout: float = 30.0) -> object:
+    async def call(self, request: m.Request, timeout: float = 30.0) -> m.Frame | None:
         call_id = self._next_id
         self._next_id += 1
         request.id = call_id
-        pending: list[object] = [trio.Event(), None]
-        self._calls[call_id] = pending
+        pending = self._calls[call_id] = _Pending()
         try:
             with trio.fail_after(timeout):
                 data = self._encoder.encode(request)
                 async with self._send_lock:
                     await self._stream.send_all(data)
-                await pending[0].wait()
+                await pending.done.wait()
         finally:
             self._calls.pop(call_id, None)
-        return pending[1]
+        return pending.reply
 
     async def read_loop(self) -> None:
         buffer = FrameBuffer()
@@ -137,8 +136,8 @@ class EchoClient:
             while (frame := buffer.next_message(_CLIENT_DECODER)) is not None:
                 pending = self._calls.get(frame.id)
                 if pending is not None:
-                    pending[1] = frame
-                    pending[0].set()
+                    pending.reply = frame
+                    pending.done.set()
 
 
 async def _connect(path: Path) -> trio.SocketStream:

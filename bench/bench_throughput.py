@@ -126,7 +126,7 @@ async def hostd_run(client: HostdClient, argv: list[str], session_id: str) -> Ru
             except HostdRemoteError as exc:
                 if exc.code != ErrorCode.SEQ_OUT_OF_RANGE.value:
                     raise
-                first = int(exc.details["first_seq"])  # type: ignore[call-overload]
+                first = int(exc.details["first_seq"])
                 run.lag_events += 1
                 run.frames_missed += first - cursor
                 cursor = first

@@ -229,7 +229,8 @@ async def run(args) -> Report:
                     await client.call(m.InstanceDestroyRequest(instance_id=info.instance_id, grace_s=0), timeout=60)
                 subprocess.run(["rm", "-rf", str(work)], check=False)
 
-    def row(case: str, key: str, **extra: object) -> Result:
+    def row(case: str, key: str, save_mb: float | None = None) -> Result:
+        extra = {} if save_mb is None else {"save_mb": save_mb}
         return latency_result(case, samples[key], unit="VMs/s", **extra)
 
     direct = row("virsh create->prompt", "direct")

@@ -38,7 +38,7 @@ async def main() -> None:
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(serve, app, config)  # type: ignore[arg-type]
+        binds = await nursery.start(serve, app, config)
         print("listening on " + binds[0].replace("http", "ws"), flush=True)
 
 
