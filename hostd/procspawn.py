@@ -64,7 +64,7 @@ import trio
 from proto import ErrorCode
 
 from .errors import RpcError
-from .proctree import TREE_ENV
+from .proctree import TREE_ENV, own_cgroup
 
 log = logging.getLogger(__name__)
 
@@ -208,16 +208,6 @@ def _hierarchy_root(cgroup: str) -> str:
     return root
 
 
-def _own_cgroup() -> str:
-    """hostd's cgroup v2 path, from ``/`` of the hierarchy."""
-    fd = os.open("/proc/self/cgroup", os.O_RDONLY)
-    try:
-        text = os.read(fd, 65536).decode()
-    finally:
-        os.close(fd)
-    return text.partition("0::")[2].partition("\n")[0]
-
-
 def _move_self(procs: str) -> None:
     """Move hostd (every thread of it) into the cgroup of ``procs``."""
     fd = os.open(procs, os.O_WRONLY)
@@ -247,7 +237,7 @@ def born_in(cgroup: Path | None) -> Iterator[None]:
         return
     target = str(cgroup)
     mount = _hierarchy_root(target)
-    home = os.path.join(mount, _own_cgroup().lstrip("/"), "cgroup.procs")
+    home = os.path.join(mount, (own_cgroup() or "").lstrip("/"), "cgroup.procs")
     with FORKS:
         try:
             _move_self(target + "/cgroup.procs")

@@ -35,6 +35,19 @@ _POLL_S = 0.02
 _KILL_WAIT_S = 3.0
 
 
+def own_cgroup() -> str | None:
+    """hostd's cgroup v2 path from ``/`` of the hierarchy (the ``0::`` line of
+    ``/proc/self/cgroup``), None without one. One read, no Path: hostd asks at every start of a
+    child in a cgroup (:func:`hostd.procspawn.born_in`)."""
+    fd = os.open("/proc/self/cgroup", os.O_RDONLY)
+    try:
+        text = os.read(fd, 65536).decode()
+    finally:
+        os.close(fd)
+    _, found, after = ("\n" + text).partition("\n0::")
+    return after.partition("\n")[0] if found else None
+
+
 class Cgroups:
     """hostd's cgroup v2 subtree, or nothing (``root is None``) where none can be made."""
 
@@ -88,10 +101,9 @@ class Cgroups:
         instances stay in the unit's subtree, which is what systemd accounts and kills.
         """
         try:
-            lines = Path("/proc/self/cgroup").read_text().splitlines()
+            own = own_cgroup()
         except OSError:
             return None
-        own = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
         if not own or own == "/":
             return None
         for mount in _CGROUP_CANDIDATES:
