@@ -64,7 +64,7 @@ import trio
 from proto import ErrorCode
 
 from .errors import RpcError
-from .proctree import TREE_ENV, own_cgroup
+from .proctree import TREE_ENV, move_self, own_cgroup
 
 log = logging.getLogger(__name__)
 
@@ -208,15 +208,6 @@ def _hierarchy_root(cgroup: str) -> str:
     return root
 
 
-def _move_self(procs: str) -> None:
-    """Move hostd (every thread of it) into the cgroup of ``procs``."""
-    fd = os.open(procs, os.O_WRONLY)
-    try:
-        os.write(fd, b"0")
-    finally:
-        os.close(fd)
-
-
 #: Held while hostd is in a child's cgroup (:func:`born_in`) and by any other thread of hostd
 #: while it forks (:mod:`hostd.ptyspawn`, for the fork only): a process forked meanwhile would
 #: be born in that child's cgroup instead of the one meant for it (a session that has none
@@ -240,18 +231,18 @@ def born_in(cgroup: Path | None) -> Iterator[None]:
     home = os.path.join(mount, (own_cgroup() or "").lstrip("/"), "cgroup.procs")
     with FORKS:
         try:
-            _move_self(target + "/cgroup.procs")
+            move_self(target + "/cgroup.procs")
         except OSError as exc:
             raise CgroupRefused(f"cannot join its cgroup {str(cgroup)!r}: {exc.strerror or exc}") from exc
         try:
             yield
         finally:
             try:
-                _move_self(home)
+                move_self(home)
             except OSError as exc:
                 # Never stay in a child's cgroup: killing that cgroup would kill hostd.
                 log.error("cannot go back into cgroup %s (%s); moving to the hierarchy's root", home, exc)
-                _move_self(mount + "/cgroup.procs")
+                move_self(mount + "/cgroup.procs")
 
 
 async def spawn(

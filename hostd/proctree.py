@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import signal
@@ -33,6 +34,16 @@ CGROUP_SUBTREE = "agentic-sandbox"
 _CGROUP_CANDIDATES = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
 _POLL_S = 0.02
 _KILL_WAIT_S = 3.0
+
+
+def move_self(procs: str | bytes) -> None:
+    """Move the calling process (every thread of it) into the cgroup whose ``cgroup.procs`` is
+    ``procs``."""
+    fd = os.open(procs, os.O_WRONLY)
+    try:
+        os.write(fd, b"0")
+    finally:
+        os.close(fd)
 
 
 def own_cgroup() -> str | None:
@@ -139,16 +150,7 @@ class Cgroups:
         """A pre-exec function that moves the calling (child) process into ``path``."""
         if path is None:
             return None
-        procs = os.fsencode(path / "cgroup.procs")
-
-        def join() -> None:
-            fd = os.open(procs, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-
-        return join
+        return functools.partial(move_self, os.fsencode(path / "cgroup.procs"))
 
     @staticmethod
     def pids(path: Path | None) -> set[int]:
