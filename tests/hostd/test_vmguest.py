@@ -65,21 +65,27 @@ async def console_until(client: HostdClient, sid: str, line: bytes, expect: byte
     """Type ``line`` on the console every few seconds until ``expect`` shows (the guest may be booting)."""
     out = bytearray()
     async with client.stream(m.SessionSubscribeRequest(session_id=sid, from_seq=None)) as events:
-        with trio.fail_after(BOOT_WAIT_S):
-            async with trio.open_nursery() as nursery:
+        try:
+            with trio.fail_after(BOOT_WAIT_S):
+                async with trio.open_nursery() as nursery:
 
-                async def typing() -> None:
-                    while True:
-                        await client.call(m.SessionWriteRequest(session_id=sid, data=line))
-                        await trio.sleep(RESEND_S)
+                    async def typing() -> None:
+                        while True:
+                            await client.call(m.SessionWriteRequest(session_id=sid, data=line))
+                            await trio.sleep(RESEND_S)
 
-                nursery.start_soon(typing)
-                async for ev in events:
-                    if isinstance(ev, m.SessionOutput):
-                        out += ev.data
-                        if expect in out:
-                            nursery.cancel_scope.cancel()
-                            break
+                    nursery.start_soon(typing)
+                    async for ev in events:
+                        if isinstance(ev, m.SessionOutput):
+                            out += ev.data
+                            if expect in out:
+                                nursery.cancel_scope.cancel()
+                                break
+        except trio.TooSlowError:
+            # Say what the console did show: a guest that printed nothing is not one that is stuck
+            # at a prompt, nor one whose console is held elsewhere.
+            shown = bytes(out[-2000:])
+            raise AssertionError(f"no {expect!r} on the console in {BOOT_WAIT_S:.0f} s; it showed {shown!r}") from None
     return bytes(out)
 
 
