@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSSTAMP := $(VENV)/.sysdeps
-CONSOLE  := controller/console/build/manifest.json
+CONSOLE  := src/agentic_sandbox/controller/console/build/manifest.json
 
 export AIWG_STATE_DIR ?= $(CURDIR)/.run
 
@@ -21,13 +21,10 @@ $(SYSSTAMP): scripts/install-system-deps.sh | $(PY)
 
 $(STAMP): pyproject.toml $(SYSSTAMP) | $(PY)
 	$(PY) -m pip install -q -e '.[test]'
-	@# a2a-sdk (test extra) pulls google-api-core, whose proto-plus installs a top-level package
-	@# named `proto` that shadows ours in site-packages; a2a-sdk never imports either, so drop them.
-	$(PY) -m pip uninstall -q -y proto-plus google-api-core
 	$(PY) -m pip install -q 'libvirt-python>=9' || echo "libvirt-python not installed: VM tests will be skipped" >&2
 	touch $@
 
-# The web console (controller/console/build/): xterm.js from npm at the versions console/package-lock.json
+# The web console (src/agentic_sandbox/controller/console/build/): xterm.js from npm at the versions console/package-lock.json
 # pins, plus the console's own files from console/src/ (see scripts/build-console.py).
 $(CONSOLE): scripts/build-console.py console/package.json console/package-lock.json $(wildcard console/src/*) | $(SYSSTAMP)
 	$(PYTHON) scripts/build-console.py
@@ -43,8 +40,8 @@ test: $(STAMP) $(CONSOLE)
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check proto hostd controller cli tests bench
-	$(VENV)/bin/ruff format --check proto hostd controller cli tests bench
+	$(VENV)/bin/ruff check src tests bench scripts
+	$(VENV)/bin/ruff format --check src tests bench scripts
 
 # Settings in pyproject.toml ([tool.mypy]): strict for proto, checked bodies everywhere else.
 typecheck: $(STAMP)
@@ -57,4 +54,4 @@ install: $(STAMP)
 	bash scripts/install-units.sh
 
 clean:
-	rm -rf $(VENV) .run .pytest_cache console/node_modules controller/console/build
+	rm -rf $(VENV) .run .pytest_cache console/node_modules src/agentic_sandbox/controller/console/build

@@ -58,8 +58,8 @@ from common import (
     temp_dir,
 )
 
-from proto import HostdClient, new_id, open_hostd
-from proto import messages as m
+from agentic_sandbox.proto import HostdClient, new_id, open_hostd
+from agentic_sandbox.proto import messages as m
 
 RUNTIME_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/runtime/v1"
 BARE_ASGI = textwrap.dedent(

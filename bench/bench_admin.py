@@ -50,8 +50,8 @@ from common import (
     temp_dir,
 )
 
-from proto import HostdClient, open_hostd
-from proto import messages as m
+from agentic_sandbox.proto import HostdClient, open_hostd
+from agentic_sandbox.proto import messages as m
 
 H = TypeVar("H")
 API = "/api/v2/admin"
@@ -78,7 +78,11 @@ class Controller:
         state_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "controller.main"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=log
+                [sys.executable, "-m", "agentic_sandbox.controller.main"],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=log,
             )
         try:
             self.url = self._wait_url()

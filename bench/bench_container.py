@@ -48,8 +48,8 @@ from bench_admin import (
 from common import ROOT, Report, Result, Target, compare, emit, latency_result, parser, print_versions, temp_dir
 from common import Hostd as BenchHostd
 
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 
 API = "/api/v2/admin"
 IMAGE = "localhost/busybox:latest"

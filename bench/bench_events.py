@@ -39,12 +39,12 @@ from common import (
 )
 from hypercorn.trio import serve
 
-from controller.app import create_app
-from controller.config import load_config
-from controller.events import Event, EventBus
-from controller.main import hypercorn_config
-from controller.models import iso
-from controller.ulid import new_ulid
+from agentic_sandbox.controller.app import create_app
+from agentic_sandbox.controller.config import load_config
+from agentic_sandbox.controller.events import Event, EventBus
+from agentic_sandbox.controller.main import hypercorn_config
+from agentic_sandbox.controller.models import iso
+from agentic_sandbox.controller.ulid import new_ulid
 
 TOKEN = "bench-admin-token-" + "b" * 20
 

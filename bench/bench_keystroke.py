@@ -41,8 +41,8 @@ from common import (
     running_hostd,
 )
 
-from proto import HostdClient, open_hostd
-from proto import messages as m
+from agentic_sandbox.proto import HostdClient, open_hostd
+from agentic_sandbox.proto import messages as m
 
 TARGET_RATIO = 3.0
 ARGV = ["sh", "-c", "stty raw -echo; echo READY; exec cat"]

@@ -51,7 +51,7 @@ from common import (
 )
 from trio_websocket import WebSocketConnection, open_websocket_url
 
-from proto import new_id
+from agentic_sandbox.proto import new_id
 
 OUTPUT = struct.Struct(">4sQB")
 DONE = b"BENCH-DONE"

@@ -40,8 +40,8 @@ from bench_a2a import admin_provision_loadout, agent_client
 from bench_admin import Controller, admin_client, wait_ready
 from common import Report, Result, compare, emit, latency_result, parser, print_versions, running_hostd, temp_dir
 
-from controller.push.sender import Sender, post
-from controller.push.target import Target, parse_url
+from agentic_sandbox.controller.push.sender import Sender, post
+from agentic_sandbox.controller.push.target import Target, parse_url
 
 END_STATES = ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED")
 

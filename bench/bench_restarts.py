@@ -21,8 +21,8 @@ from bench_pty_ws import Api, frame, output_bytes, ws_open
 from common import Report, Target, emit, latency_result, parser, print_versions, running_hostd
 from trio_websocket import ConnectionClosed, HandshakeError
 
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 
 COUNTER = 'i=0; while :; do i=$((i+1)); echo "count $i"; sleep 0.01; done'
 

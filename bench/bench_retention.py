@@ -42,8 +42,8 @@ from common import (
     temp_dir,
 )
 
-from proto import HostdClient, open_hostd
-from proto import messages as m
+from agentic_sandbox.proto import HostdClient, open_hostd
+from agentic_sandbox.proto import messages as m
 
 BLOCK = (b"retention bench: the quick brown fox jumps over the lazy dog 0123456789\n" * 14563)[: 1024 * 1024]
 

@@ -39,8 +39,8 @@ from common import (
     temp_dir,
 )
 
-from proto import FrameBuffer, FrameEncoder, open_hostd
-from proto import messages as m
+from agentic_sandbox.proto import FrameBuffer, FrameEncoder, open_hostd
+from agentic_sandbox.proto import messages as m
 
 TARGET_P50_US = 200.0
 READ_CHUNK = 256 * 1024

@@ -36,8 +36,8 @@ from common import (
     running_hostd,
 )
 
-from proto import HostdClient, open_hostd
-from proto import messages as m
+from agentic_sandbox.proto import HostdClient, open_hostd
+from agentic_sandbox.proto import messages as m
 
 TARGET_P50_MS = 10.0
 

@@ -46,8 +46,8 @@ from common import (
     temp_dir,
 )
 
-from proto import ErrorCode, HostdClient, HostdRemoteError, HostdStreamOverflow, open_hostd
-from proto import messages as m
+from agentic_sandbox.proto import ErrorCode, HostdClient, HostdRemoteError, HostdStreamOverflow, open_hostd
+from agentic_sandbox.proto import messages as m
 
 TARGET_RATIO = 0.5
 START_DELAY_S = 0.2

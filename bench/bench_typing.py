@@ -77,9 +77,9 @@ from common import (
 )
 from trio_websocket import WebSocketConnection, open_websocket_url
 
-from proto import HostdClient, HostdError, new_id, open_hostd
-from proto import messages as m
-from proto.framing import FrameBuffer, FrameEncoder
+from agentic_sandbox.proto import HostdClient, HostdError, new_id, open_hostd
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto.framing import FrameBuffer, FrameEncoder
 
 CAT = "stty raw -echo; echo READY; exec cat"
 FLOOD = "yes"

@@ -37,8 +37,8 @@ from pathlib import Path
 import trio
 from common import Report, Result, compare, emit, latency_result, parser, print_versions, running_hostd
 
-from proto import HostdClient, open_hostd
-from proto import messages as m
+from agentic_sandbox.proto import HostdClient, open_hostd
+from agentic_sandbox.proto import messages as m
 
 URI = "qemu:///system"
 POOL = "bench-vm"

@@ -34,8 +34,8 @@ if str(ROOT) not in sys.path:
     # Run as ``python bench/bench_x.py``: make ``proto`` importable without installing.
     sys.path.insert(0, str(ROOT))
 
-from proto import FrameBuffer, FrameEncoder, HostdClient  # noqa: E402
-from proto import messages as m  # noqa: E402
+from agentic_sandbox.proto import FrameBuffer, FrameEncoder, HostdClient  # noqa: E402
+from agentic_sandbox.proto import messages as m  # noqa: E402
 
 MIB = 1024 * 1024
 BENCH_INSTANCE = "bench"
@@ -245,7 +245,11 @@ class Hostd:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hostd.main", "--dev"], env=self.env, stdout=log, stderr=log, cwd=ROOT
+                [sys.executable, "-m", "agentic_sandbox.hostd.main", "--dev"],
+                env=self.env,
+                stdout=log,
+                stderr=log,
+                cwd=ROOT,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

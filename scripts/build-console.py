@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the web console into ``controller/console/build/`` (what the controller serves at ``/console/``).
+"""Build the web console into ``src/agentic_sandbox/controller/console/build/`` (served at ``/console/``).
 
 1. Installs the npm packages pinned by ``console/package-lock.json`` (``npm ci --ignore-scripts``:
    exactly the locked versions and integrity hashes, no install scripts) unless
@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "console"
-OUT = ROOT / "controller" / "console" / "build"
+OUT = ROOT / "src" / "agentic_sandbox" / "controller" / "console" / "build"
 NONCE_MARK = "__CSP_NONCE__"
 #: What the console serves of its own sources (anything else in src/ is a mistake, and said so).
 SOURCE_SUFFIXES = {".html", ".js", ".css", ".svg"}

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import busybox_image  # beside this script
 
-from proto import dev_hostd_socket
+from agentic_sandbox.proto import dev_hostd_socket
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 15.0
@@ -235,9 +235,9 @@ def main() -> int:
     status = 0
     try:
         _vm_setup(env)
-        hostd = _start("hostd.main", env)
+        hostd = _start("agentic_sandbox.hostd.main", env)
         _wait_for_socket(socket_path, hostd)
-        controller = _start("controller.main", env)
+        controller = _start("agentic_sandbox.controller.main", env)
         threading.Thread(target=announce, args=(env, state_dir), daemon=True).start()
         pid, raw = os.wait()  # the first child to exit ends the pair
         name = "hostd" if pid == hostd.pid else "controller"

@@ -73,7 +73,11 @@ class HostdProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hostd.main", "--dev"], env=self.env, stdout=log, stderr=log, cwd=ROOT
+            [sys.executable, "-m", "agentic_sandbox.hostd.main", "--dev"],
+            env=self.env,
+            stdout=log,
+            stderr=log,
+            cwd=ROOT,
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import psutil
 
-from hostd.proctree import TREE_ENV
+from agentic_sandbox.hostd.proctree import TREE_ENV
 
 
 def running(proc: psutil.Process) -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 
 
 async def type_into_a_session(socket_path: str, instance_id: str) -> bytes:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import proto
-from hostd import SPAWNING_MODULES
+from agentic_sandbox import proto
+from agentic_sandbox.hostd import SPAWNING_MODULES
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Where the import namespace's source lives: module names are ``agentic_sandbox.`` plus the path below it.
+SRC = ROOT / "src"
+NAMESPACE = SRC / "agentic_sandbox"
 PACKAGES = ("proto", "hostd", "controller", "cli")
 #: What each package may import of ours besides itself: proto is the only thing they share.
 MAY_IMPORT = {"proto": set(), "hostd": {"proto"}, "controller": {"proto"}, "cli": {"proto"}}
@@ -37,18 +40,23 @@ def offences(path: Path) -> list[str]:
                 found.append(f"os.{node.attr}")
             if node.attr in FORBIDDEN_TRIO:
                 found.append(f"...{node.attr}")
-    return [f"{path.relative_to(ROOT)}:{item}" for item in found]
+    return [f"{module_name(path)}:{item}" for item in found]
 
 
 def module_name(path: Path) -> str:
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_dir(package: str) -> Path:
+    return NAMESPACE / package
 
 
 def test_only_fenced_modules_spawn() -> None:
     bad = []
     checked = 0
     for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
+        for path in sorted(package_dir(package).rglob("*.py")):
             checked += 1
             if module_name(path) in SPAWNING_MODULES:
                 continue
@@ -59,42 +67,57 @@ def test_only_fenced_modules_spawn() -> None:
 
 def test_fenced_modules_exist_and_do_spawn() -> None:
     for name in SPAWNING_MODULES:
-        path = ROOT / (name.replace(".", "/") + ".py")
+        path = SRC / (name.replace(".", "/") + ".py")
         assert path.exists(), name
         assert offences(path), f"{name} is fenced but spawns nothing: drop it from SPAWNING_MODULES"
 
 
-def imports_of(path: Path) -> set[str]:
-    """Top-level names of every module ``path`` imports (at any depth of its code), absolute imports only."""
+def absolute_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports (at any depth of its code), relative imports resolved."""
     found: set[str] = set()
+    own = module_name(path).split(".") if path.is_relative_to(SRC) else []
+    if path.name != "__init__.py":
+        own = own[:-1]  # a module's relative imports start from its package
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = own[: len(own) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.add(module)
+            found |= {f"{module}.{a.name}" for a in node.names}  # `from agentic_sandbox import proto`
     return found
 
 
+def imports_of(path: Path) -> set[str]:
+    """Top-level names of every module ``path`` imports."""
+    return {name.split(".")[0] for name in absolute_imports(path)}
+
+
 def our_imports(path: Path) -> set[str]:
-    """The packages of ours (from PACKAGES) that a module imports."""
-    return imports_of(path) & set(PACKAGES)
+    """The packages of ours (from PACKAGES) that a module imports, relative imports included."""
+    return {
+        name.split(".")[1]
+        for name in absolute_imports(path)
+        if name.startswith("agentic_sandbox.") and name.split(".")[1] in PACKAGES
+    }
 
 
 def test_packages_import_only_proto() -> None:
     bad = []
     for package, allowed in MAY_IMPORT.items():
-        for path in sorted((ROOT / package).rglob("*.py")):
-            bad += [f"{path.relative_to(ROOT)} imports {name}" for name in our_imports(path) - allowed - {package}]
-    assert our_imports(ROOT / "cli" / "hostctl.py") == {"proto"}  # the check sees imports at all
+        for path in sorted(package_dir(package).rglob("*.py")):
+            bad += [f"{module_name(path)} imports {name}" for name in our_imports(path) - allowed - {package}]
+    assert our_imports(package_dir("cli") / "hostctl.py") == {"proto"}  # the check sees imports at all
     assert not bad, "\n".join(bad)
 
 
 def test_only_hostd_talks_to_podman() -> None:
     """DESIGN.md §2: only hostd talks to podman; the controller asks hostd (ImageListRequest)."""
     importers = sorted(
-        str(path.relative_to(ROOT))
+        str(path.relative_to(NAMESPACE))
         for package in PACKAGES
-        for path in (ROOT / package).rglob("*.py")
+        for path in package_dir(package).rglob("*.py")
         if "podman" in imports_of(path)
     )
     assert importers, "nothing imports podman: the image catalog moved, update this test"
@@ -104,9 +127,9 @@ def test_only_hostd_talks_to_podman() -> None:
 def test_only_hostd_talks_to_libvirt() -> None:
     """DESIGN.md §2: only hostd talks to libvirt (the VM provider and its console/exec helpers)."""
     importers = sorted(
-        str(path.relative_to(ROOT))
+        str(path.relative_to(NAMESPACE))
         for package in PACKAGES
-        for path in (ROOT / package).rglob("*.py")
+        for path in package_dir(package).rglob("*.py")
         if imports_of(path) & {"libvirt", "libvirt_qemu"}
     )
     assert "hostd/providers/libvirtconn.py" in importers, importers

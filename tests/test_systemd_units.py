@@ -277,7 +277,7 @@ key = Ed25519PrivateKey.generate()
 key.public_key().verify(key.sign(b"card"), b"card")
 trio.run(trio.sleep, 0)
 sqlite3.connect(":memory:").execute("select 1")
-import proto
+from agentic_sandbox import proto
 print("ok")
 """
 

@@ -19,12 +19,12 @@ import pytest
 import trio
 from ptyprocess import PtyProcess
 
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 from tests.libvirt_service import fake_guest_image
 from tests.podman_service import BUSYBOX_IMAGE, PodmanStorage
 
-CTL = [sys.executable, "-m", "cli.hostctl"]
+CTL = [sys.executable, "-m", "agentic_sandbox.cli.hostctl"]
 PROMPT = b"PROMPT> "
 
 
@@ -94,7 +94,7 @@ def running_hostd(tmp_path: Path, extra_env: dict[str, str]) -> Iterator[Hostd]:
     }
     log = (tmp_path / "hostd.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hostd.main", "--dev"], env=env, cwd=tmp_path, stdout=log, stderr=log
+        [sys.executable, "-m", "agentic_sandbox.hostd.main", "--dev"], env=env, cwd=tmp_path, stdout=log, stderr=log
     )
     try:
         notify.settimeout(20)

@@ -33,7 +33,7 @@ from tests.hostd_process import ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
-AGENTIC = [sys.executable, "-m", "cli.agentic"]
+AGENTIC = [sys.executable, "-m", "agentic_sandbox.cli.agentic"]
 SHELL = {"argv": ["/bin/bash", "--norc", "--noprofile", "-i"], "env": {"PS1": "$ "}}
 
 

@@ -19,7 +19,7 @@ from tests.hostd_process import ROOT
 
 async def agentic(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
     result = await trio.run_process(
-        [sys.executable, "-m", "cli.agentic", *argv],
+        [sys.executable, "-m", "agentic_sandbox.cli.agentic", *argv],
         env={**os.environ, "PYTHONPATH": str(ROOT), **env},
         capture_stdout=True,
         capture_stderr=True,
@@ -112,7 +112,9 @@ async def test_send_asks_at_a_terminal(
 
     def session() -> str:
         proc = ptyprocess.PtyProcess.spawn(
-            [sys.executable, "-m", "cli.agentic", "send", agent.instance_id, "Who?"], env=env, cwd=str(ROOT)
+            [sys.executable, "-m", "agentic_sandbox.cli.agentic", "send", agent.instance_id, "Who?"],
+            env=env,
+            cwd=str(ROOT),
         )
         seen = b""
 

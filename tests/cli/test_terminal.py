@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ptyprocess import PtyProcess
 
-from cli.terminal import CursorFile, DetachKeys, KeyQueue, Terminal, read_keys
+from agentic_sandbox.cli.terminal import CursorFile, DetachKeys, KeyQueue, Terminal, read_keys
 
 # -- detach keys --------------------------------------------------------------------------------
 
@@ -230,7 +230,7 @@ async def test_signals_resize_then_leave(pty: tuple[int, int], leave: signal.Sig
 
 LEAVER = """
 import sys, trio
-from cli.terminal import Terminal
+from agentic_sandbox.cli.terminal import Terminal
 
 async def main():
     with Terminal() as term:

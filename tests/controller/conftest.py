@@ -37,12 +37,12 @@ import trio
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
-from controller.app import create_app
-from controller.config import ControllerConfig, load_config
-from controller.main import hypercorn_config
-from controller.state import AppState
-from proto import HostdError, open_hostd
-from proto import messages as m
+from agentic_sandbox.controller.app import create_app
+from agentic_sandbox.controller.config import ControllerConfig, load_config
+from agentic_sandbox.controller.main import hypercorn_config
+from agentic_sandbox.controller.state import AppState
+from agentic_sandbox.proto import HostdError, open_hostd
+from agentic_sandbox.proto import messages as m
 from tests.hostd_process import ROOT, HostdProcess
 from tests.processes import alive
 
@@ -93,7 +93,7 @@ class LiveHostd:
             await notify.bind(str(notify_path))
             log = open(self.proc.log_path, "ab")  # noqa: SIM115 - handed to the child
             self.proc.proc = subprocess.Popen(
-                [sys.executable, "-m", "hostd.main", "--dev"],
+                [sys.executable, "-m", "agentic_sandbox.hostd.main", "--dev"],
                 env={**self.proc.env, "NOTIFY_SOCKET": str(notify_path)},
                 stdout=log,
                 stderr=log,
@@ -275,7 +275,7 @@ class ControllerProcess:
         self._line_seen = trio.Event()
 
     async def start(self, nursery: trio.Nursery) -> str:
-        argv = [sys.executable, "-m", "controller.main", *(["--dev"] if self.dev else [])]
+        argv = [sys.executable, "-m", "agentic_sandbox.controller.main", *(["--dev"] if self.dev else [])]
         self.proc = await trio.lowlevel.open_process(
             argv, env=self.env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )

@@ -8,9 +8,9 @@ import platform
 import httpx
 import msgspec
 
-from controller.admin.discovery import describe
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.controller.admin.discovery import describe
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 from tests.contracts import component, validate
 
 from .conftest import LiveController, LiveHostd

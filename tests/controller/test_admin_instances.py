@@ -16,9 +16,9 @@ import psutil
 import pytest
 import trio
 
-from controller.config import load_config
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.controller.config import load_config
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 from tests.contracts import component, validate
 from tests.libvirt_service import fake_guest_image
 from tests.podman_service import PodmanStorage

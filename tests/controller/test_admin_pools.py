@@ -21,9 +21,9 @@ import httpx
 import pytest
 import trio
 
-from controller.a2a.card import RUNTIME_EXTENSION
-from controller.app import create_app
-from controller.config import ConfigError, load_config
+from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
+from agentic_sandbox.controller.app import create_app
+from agentic_sandbox.controller.config import ConfigError, load_config
 from tests.contracts import validate_runtime
 from tests.controller.conftest import ADMIN_TOKEN, LiveHostd, controller_env, serve_controller, wait_operation
 from tests.controller.test_problems import assert_problem

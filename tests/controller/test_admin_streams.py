@@ -12,7 +12,7 @@ import httpx
 import pytest
 import trio
 
-from controller.config import load_config
+from agentic_sandbox.controller.config import load_config
 from tests.contracts import component, response_schema, validate
 from tests.controller.a2a.helpers import new_agent
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controller.auth import Authenticator, config_tokens, hash_token, resolve_admin_token
-from controller.config import ConfigError, load_config
+from agentic_sandbox.controller.auth import Authenticator, config_tokens, hash_token, resolve_admin_token
+from agentic_sandbox.controller.config import ConfigError, load_config
 
 from .a2a.helpers import new_agent
 from .conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController, provision

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controller.config import (
+from agentic_sandbox.controller.config import (
     DEFAULT_V1_SUNSET,
     PROD_HOSTD_SOCKET,
     PROD_STATE_DIR,
@@ -133,7 +133,7 @@ def test_sunset_override_and_invalid_fallback(caplog: pytest.LogCaptureFixture) 
     assert config.v1_sunset_datetime == datetime.datetime(2027, 11, 1, tzinfo=datetime.UTC)
     for bad in ("2027-05-09", "Sat, 09 May 2027 00:00:00 GMT", "Sun, 09 May 2027 00:00:00 UTC", "tomorrow"):
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="controller.config"):
+        with caplog.at_level(logging.WARNING, logger="agentic_sandbox.controller.config"):
             config = load_config(env={"AIWG_V1_SUNSET_DATE": bad}, dev=True)
         assert config.v1_sunset == DEFAULT_V1_SUNSET
         assert "AIWG_V1_SUNSET_DATE" in caplog.text

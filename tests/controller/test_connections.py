@@ -16,7 +16,7 @@ import psutil
 import pytest
 import trio
 
-from controller.config import load_config
+from agentic_sandbox.controller.config import load_config
 
 from .conftest import ControllerProcess, LiveController, controller_env, serve_controller
 

@@ -9,16 +9,28 @@ from pathlib import Path
 
 import pytest
 
-import controller.errors as errors_module
-from controller.a2a.errors import BY_CLASS as A2A_BY_CLASS
-from controller.a2a.errors import INTERNAL as A2A_INTERNAL
-from controller.errors import ControllerError, InternalError, OperationFailed, OutcomeUnknown, ValidationFailed
-from controller.loadouts import LoadoutExists, LoadoutInvalid
-from controller.problems import STATUS, to_problem
-from controller.storage import InvalidPath, ObjectNotFound, ObjectTooLarge, ScopeReadOnly, StorageUnavailable
+import agentic_sandbox.controller.errors as errors_module
+from agentic_sandbox.controller.a2a.errors import BY_CLASS as A2A_BY_CLASS
+from agentic_sandbox.controller.a2a.errors import INTERNAL as A2A_INTERNAL
+from agentic_sandbox.controller.errors import (
+    ControllerError,
+    InternalError,
+    OperationFailed,
+    OutcomeUnknown,
+    ValidationFailed,
+)
+from agentic_sandbox.controller.loadouts import LoadoutExists, LoadoutInvalid
+from agentic_sandbox.controller.problems import STATUS, to_problem
+from agentic_sandbox.controller.storage import (
+    InvalidPath,
+    ObjectNotFound,
+    ObjectTooLarge,
+    ScopeReadOnly,
+    StorageUnavailable,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTROLLER = ROOT / "controller"
+CONTROLLER = ROOT / "src" / "agentic_sandbox" / "controller"
 
 #: Modules that hold services or their data: they raise controller.errors and never speak HTTP.
 SERVICE_MODULES = [

@@ -76,7 +76,7 @@ def test_main_installs_the_guard_before_building_the_app(tmp_path: Path) -> None
 import json, os, subprocess
 os.environ.clear()
 os.environ["AIWG_STATE_DIR"] = {str(tmp_path)!r}
-from controller.main import main
+from agentic_sandbox.controller.main import main
 code = main([])
 try:
     subprocess.run(["/bin/true"])

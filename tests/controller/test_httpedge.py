@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controller.config import load_config
-from proto.ids import new_id
+from agentic_sandbox.controller.config import load_config
+from agentic_sandbox.proto.ids import new_id
 
 from .conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController, controller_env, serve_controller
 from .test_problems import assert_problem

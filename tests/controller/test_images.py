@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controller.config import load_config
+from agentic_sandbox.controller.config import load_config
 from tests.podman_service import IMAGE_REF, podman_service
 
 from .conftest import LiveHostd, controller_env, serve_controller

@@ -8,9 +8,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from controller.errors import ValidationFailed
-from controller.launch import LaunchPlan, plan_launch
-from controller.models import ProvisionRequest
+from agentic_sandbox.controller.errors import ValidationFailed
+from agentic_sandbox.controller.launch import LaunchPlan, plan_launch
+from agentic_sandbox.controller.models import ProvisionRequest
 
 
 def req(**fields: Any) -> ProvisionRequest:

@@ -7,8 +7,8 @@ import logging
 import httpx
 import msgspec
 
-from controller.logring import REDACTED, LogRing, level_word
-from proto import log_context
+from agentic_sandbox.controller.logring import REDACTED, LogRing, level_word
+from agentic_sandbox.proto import log_context
 from tests.contracts import component, validate
 
 from .conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController

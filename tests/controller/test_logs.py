@@ -20,8 +20,8 @@ import httpx
 import pytest
 import trio
 
-from proto import HostdRemoteError, new_id, open_hostd
-from proto import messages as m
+from agentic_sandbox.proto import HostdRemoteError, new_id, open_hostd
+from agentic_sandbox.proto import messages as m
 from tests.hostd_process import ROOT
 
 from .conftest import (
@@ -165,7 +165,7 @@ async def test_logs_are_json_with_ids_and_never_hold_a_secret(short_dir: Path) -
     assert any(r.get("exec_id") == xid for r in hostd_log)
 
 
-@pytest.mark.parametrize("module", ["hostd.main", "controller.main"])
+@pytest.mark.parametrize("module", ["agentic_sandbox.hostd.main", "agentic_sandbox.controller.main"])
 def test_a_bad_log_format_is_a_configuration_error(module: str, short_dir: Path) -> None:
     env = {
         **os.environ,

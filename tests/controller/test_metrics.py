@@ -6,9 +6,9 @@ import httpx
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.metrics import Metrics
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.controller.metrics import Metrics
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 
 from .conftest import LiveHostd, provision, wait_operation
 

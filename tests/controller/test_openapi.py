@@ -20,15 +20,15 @@ import httpx
 import pytest
 import yaml
 
-from controller.app import create_app
-from controller.config import load_config
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.controller.app import create_app
+from agentic_sandbox.controller.config import load_config
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 from tests import contracts
 from tests.controller import schemathesis_run
 from tests.controller.conftest import ROOT, LiveController, LiveHostd, controller_env
 
-DOCUMENT = ROOT / "controller" / "openapi.yaml"
+DOCUMENT = ROOT / "src" / "agentic_sandbox" / "controller" / "openapi.yaml"
 CHECKS = "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"
 METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH"}
 

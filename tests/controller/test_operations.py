@@ -14,15 +14,15 @@ import jsonschema
 import pytest
 import trio
 
-from controller.admin.views import operation_path
-from controller.errors import InvalidState
-from controller.events import EventBus
-from controller.hostlink import hostd_failure
-from controller.metrics import Metrics
-from controller.operations import OperationService, new_operation_id, new_ulid
-from controller.problems import error_body
-from controller.store import OperationRecord, Store
-from proto import HostdConnectionLost
+from agentic_sandbox.controller.admin.views import operation_path
+from agentic_sandbox.controller.errors import InvalidState
+from agentic_sandbox.controller.events import EventBus
+from agentic_sandbox.controller.hostlink import hostd_failure
+from agentic_sandbox.controller.metrics import Metrics
+from agentic_sandbox.controller.operations import OperationService, new_operation_id, new_ulid
+from agentic_sandbox.controller.problems import error_body
+from agentic_sandbox.controller.store import OperationRecord, Store
+from agentic_sandbox.proto import HostdConnectionLost
 from tests.contracts import validate_problem
 
 from .conftest import LiveController, provision, wait_operation

@@ -14,20 +14,26 @@ import trio
 from quart import Blueprint
 from quart_trio import QuartTrio
 
-from controller.app import create_app
-from controller.config import load_config
-from controller.decoding import decode_json
-from controller.errors import ControllerError, OutcomeUnknown, Unauthenticated
-from controller.hostlink import hostd_failure
-from controller.models import ProvisionRequest
-from controller.problems import (
+from agentic_sandbox.controller.app import create_app
+from agentic_sandbox.controller.config import load_config
+from agentic_sandbox.controller.decoding import decode_json
+from agentic_sandbox.controller.errors import ControllerError, OutcomeUnknown, Unauthenticated
+from agentic_sandbox.controller.hostlink import hostd_failure
+from agentic_sandbox.controller.models import ProvisionRequest
+from agentic_sandbox.controller.problems import (
     PROBLEM_MEDIA_TYPE,
     Problem,
     install_problem_handlers,
     problem_type,
     to_problem,
 )
-from proto import HostdConnectionLost, HostdNotRunning, HostdProtocolError, HostdRemoteError, HostdTimeout
+from agentic_sandbox.proto import (
+    HostdConnectionLost,
+    HostdNotRunning,
+    HostdProtocolError,
+    HostdRemoteError,
+    HostdTimeout,
+)
 from tests.contracts import validate_problem
 
 from .conftest import ADMIN_TOKEN, LiveController, controller_env

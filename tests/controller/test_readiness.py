@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import trio
 
-from controller.config import load_config
+from agentic_sandbox.controller.config import load_config
 
 from .conftest import LiveController, LiveHostd, controller_env, provision, serve_controller
 from .test_problems import assert_problem

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import trio
 
-from controller.events import EventBus
-from controller.storage import (
+from agentic_sandbox.controller.events import EventBus
+from agentic_sandbox.controller.storage import (
     MAX_PATH_BYTES,
     InvalidPath,
     ObjectNotFound,
@@ -25,9 +25,9 @@ from controller.storage import (
     validate_media_type,
     validate_path,
 )
-from proto import messages as m
-from proto import open_hostd
-from proto.ids import new_id
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
+from agentic_sandbox.proto.ids import new_id
 from tests.controller.conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController, LiveHostd, provision, wait_operation
 
 IID = new_id()

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 import trio
 
-from controller.store import (
+from agentic_sandbox.controller.store import (
     Append,
     InstanceRecord,
     NameTaken,
@@ -26,8 +26,8 @@ from controller.store import (
     TaskRecord,
     TokenRecord,
 )
-from controller.store.database import migrate, schema_version
-from controller.store.schema import STEPS
+from agentic_sandbox.controller.store.database import migrate, schema_version
+from agentic_sandbox.controller.store.schema import STEPS
 
 
 def _instance(iid: str, name: str, **kw: object) -> InstanceRecord:
@@ -300,7 +300,7 @@ async def test_push_configs_keep_a_cursor_and_go_with_their_task(store: Store) -
 async def test_one_answer_per_prompt_and_the_agent_outbox_goes_with_its_event(store: Store) -> None:
     """``if_prompt`` lets a change through only while the task waits on that prompt; ``outbox``
     rows are written with their event (or not at all) and go when the task is purged."""
-    from controller.tasks.prompts import HITL_EXTENSION
+    from agentic_sandbox.controller.tasks.prompts import HITL_EXTENSION
 
     now = time.time()
     prompt = {"prompt_id": "AB-1", "prompt": "?", "response_schema": {"type": "object"}}
@@ -416,7 +416,7 @@ async def test_quick_runs_inline_and_goes_to_a_thread_while_the_lock_is_held(sto
 async def test_checkpoints_run_off_the_loop_and_give_back_sqlites_own_when_stopped(tmp_path: Path) -> None:
     """While run_checkpoints runs, the connection's automatic checkpoints are off and the WAL
     still reaches the database file (a copy of the main file alone holds what was written)."""
-    from controller.store.wal import AUTOCHECKPOINT_PAGES, run_checkpoints
+    from agentic_sandbox.controller.store.wal import AUTOCHECKPOINT_PAGES, run_checkpoints
 
     store = Store.open(tmp_path / "c.db")
     try:

@@ -21,8 +21,8 @@ import httpx
 import pytest
 import yaml
 
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 
 from . import schemathesis_run
 from .conftest import ROOT, LiveController, LiveHostd

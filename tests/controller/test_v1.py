@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.config import DEFAULT_V1_SUNSET, load_config
-from controller.v1 import PATH_MAP, route_label, to_v2_path
+from agentic_sandbox.controller.config import DEFAULT_V1_SUNSET, load_config
+from agentic_sandbox.controller.v1 import PATH_MAP, route_label, to_v2_path
 
 from .conftest import LiveController, LiveHostd, controller_env, serve_controller, wait_operation
 from .test_problems import assert_problem
@@ -140,7 +140,7 @@ async def test_sunset_override(hostd: LiveHostd, tmp_path: Path) -> None:
 async def test_v1_dispatch_and_mission_stream_answer_through_the_a2a_surface(
     admin: httpx.AsyncClient, controller: LiveController
 ) -> None:
-    from controller.a2a.card import RUNTIME_EXTENSION
+    from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
     from tests.controller.a2a.helpers import new_agent
     from tests.controller.a2a.test_rest import message
 
@@ -176,8 +176,8 @@ async def test_v1_dispatch_and_mission_stream_answer_through_the_a2a_surface(
 async def test_v1_hitl_reads_and_answers_the_prompt_a_task_waits_on(
     admin: httpx.AsyncClient, operator: httpx.AsyncClient, controller: LiveController
 ) -> None:
-    from controller.a2a.card import RUNTIME_EXTENSION
-    from controller.tasks.prompts import HITL_EXTENSION
+    from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
+    from agentic_sandbox.controller.tasks.prompts import HITL_EXTENSION
     from tests.controller.a2a.helpers import new_agent
     from tests.controller.a2a.test_rest import message
 

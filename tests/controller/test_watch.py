@@ -12,9 +12,9 @@ import httpx
 import pytest
 import trio
 
-from controller.config import load_config
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.controller.config import load_config
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 
 from .conftest import LiveController, LiveHostd, controller_env, provision, serve_controller
 from .sse import SseEvent, SseReader

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from hostd.config import HostdConfig
-from hostd.instances import InstanceRegistry
-from hostd.proctree import Cgroups
-from hostd.providers import make_providers
+from agentic_sandbox.hostd.config import HostdConfig
+from agentic_sandbox.hostd.instances import InstanceRegistry
+from agentic_sandbox.hostd.proctree import Cgroups
+from agentic_sandbox.hostd.providers import make_providers
 
 
 def make_config(tmp_path: Path, **overrides: object) -> HostdConfig:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 from tests.hostd_process import ROOT
 
 UNIFIED = Path("/sys/fs/cgroup/unified")
@@ -46,7 +46,11 @@ async def test_delegated_unit_cgroup_is_split_into_supervisor_and_instances(tmp_
         (unit / "cgroup.procs").write_text("0")
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hostd.main", "--dev"], env=env, preexec_fn=join_unit, cwd=ROOT, stderr=subprocess.PIPE
+        [sys.executable, "-m", "agentic_sandbox.hostd.main", "--dev"],
+        env=env,
+        preexec_fn=join_unit,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
     )
     try:
         # The socket file exists from bind() on; hostd answers only once it listens.

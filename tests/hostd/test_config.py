@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hostd.config import PROD_SOCKET, PROD_STATE_DIR, ConfigError, from_env
+from agentic_sandbox.hostd.config import PROD_SOCKET, PROD_STATE_DIR, ConfigError, from_env
 
 
 def test_production_defaults() -> None:

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 import trio
 
-from hostd import procspawn, proctree
-from hostd.config import HostdConfig
-from hostd.errors import RpcError
-from hostd.execs import ExecRegistry
-from hostd.instances import InstanceRegistry
-from hostd.proctree import Cgroups
-from proto import ErrorCode, new_id
-from proto import messages as m
+from agentic_sandbox.hostd import procspawn, proctree
+from agentic_sandbox.hostd.config import HostdConfig
+from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.hostd.execs import ExecRegistry
+from agentic_sandbox.hostd.instances import InstanceRegistry
+from agentic_sandbox.hostd.proctree import Cgroups
+from agentic_sandbox.proto import ErrorCode, new_id
+from agentic_sandbox.proto import messages as m
 from tests.hostd.registries import make_config, open_registry, real_cgroups
 from tests.processes import tree_procs
 

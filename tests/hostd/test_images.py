@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from hostd.images import ImageCatalog, image_from_attrs
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.hostd.images import ImageCatalog, image_from_attrs
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 from tests.hostd_process import ROOT, HostdProcess
 from tests.podman_service import IMAGE_LABEL, IMAGE_REF, podman_service
 
@@ -86,8 +86,8 @@ async def test_lists_imported_image(podman_socket: Path) -> None:
 
 GUARDED_LISTING = """
 import sys, trio
-from controller.guard import install_process_guard
-from hostd.images import ImageCatalog
+from agentic_sandbox.controller.guard import install_process_guard
+from agentic_sandbox.hostd.images import ImageCatalog
 install_process_guard()  # an audit hook refusing every process creation from here on
 result = trio.run(ImageCatalog(sys.argv[1]).list)
 assert not result.degraded, result.reason

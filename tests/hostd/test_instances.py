@@ -15,13 +15,13 @@ import psutil
 import pytest
 import trio
 
-from hostd import statefile
-from hostd.config import HostdConfig
-from hostd.errors import RpcError
-from hostd.instances import InstanceRegistry
-from hostd.proctree import Cgroups
-from proto import ErrorCode, new_id
-from proto import messages as m
+from agentic_sandbox.hostd import statefile
+from agentic_sandbox.hostd.config import HostdConfig
+from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.hostd.instances import InstanceRegistry
+from agentic_sandbox.hostd.proctree import Cgroups
+from agentic_sandbox.proto import ErrorCode, new_id
+from agentic_sandbox.proto import messages as m
 from tests.hostd.registries import make_config, open_registry, real_cgroups
 from tests.processes import running, tree_procs
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from hostd.logids import request_log_ids
-from proto import messages as m
-from proto.ids import new_id
+from agentic_sandbox.hostd.logids import request_log_ids
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto.ids import new_id
 
 
 def test_ids_come_from_the_request_fields() -> None:

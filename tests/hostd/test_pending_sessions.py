@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 
-from hostd.errors import RpcError
-from proto import ErrorCode
-from proto import messages as m
+from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.proto import ErrorCode
+from agentic_sandbox.proto import messages as m
 
 from .test_sessions import (  # noqa: F401  (fixtures)
     TIMEOUT,

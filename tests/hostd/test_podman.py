@@ -14,10 +14,10 @@ import psutil
 import pytest
 import trio
 
-from hostd.config import HostdConfig
-from hostd.providers.podmanstate import LABEL_INSTANCE, LABEL_NAMESPACE
-from proto import HostdClient, HostdRemoteError, new_id, open_hostd
-from proto import messages as m
+from agentic_sandbox.hostd.config import HostdConfig
+from agentic_sandbox.hostd.providers.podmanstate import LABEL_INSTANCE, LABEL_NAMESPACE
+from agentic_sandbox.proto import HostdClient, HostdRemoteError, new_id, open_hostd
+from agentic_sandbox.proto import messages as m
 from tests.hostd_process import HostdProcess
 from tests.podman_service import BUSYBOX_IMAGE, PodmanStorage, start_hostd
 

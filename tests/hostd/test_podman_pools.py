@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from hostd.config import HostdConfig
-from hostd.providers.podmanstate import LABEL_NAMESPACE
-from proto import HostdClient, HostdRemoteError, new_id, open_hostd
-from proto import messages as m
+from agentic_sandbox.hostd.config import HostdConfig
+from agentic_sandbox.hostd.providers.podmanstate import LABEL_NAMESPACE
+from agentic_sandbox.proto import HostdClient, HostdRemoteError, new_id, open_hostd
+from agentic_sandbox.proto import messages as m
 from tests.hostd.test_podman import container_names, podman, run_exec
 from tests.hostd_process import HostdProcess
 from tests.podman_service import BUSYBOX_IMAGE, PodmanStorage, start_hostd

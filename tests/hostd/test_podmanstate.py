@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from hostd.providers.podmanstate import OCI_REFERENCE, has_own_command, image_ref, limit_options, settle
-from proto import messages as m
+from agentic_sandbox.hostd.providers.podmanstate import OCI_REFERENCE, has_own_command, image_ref, limit_options, settle
+from agentic_sandbox.proto import messages as m
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import trio
 
-from hostd.config import HostdConfig
-from hostd.errors import RpcError
-from hostd.instances import InstanceRegistry
-from hostd.pools import WarmPools
-from hostd.proctree import Cgroups
-from hostd.providers import domainxml
-from proto import ErrorCode
-from proto import messages as m
+from agentic_sandbox.hostd.config import HostdConfig
+from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.hostd.instances import InstanceRegistry
+from agentic_sandbox.hostd.pools import WarmPools
+from agentic_sandbox.hostd.proctree import Cgroups
+from agentic_sandbox.hostd.providers import domainxml
+from agentic_sandbox.proto import ErrorCode
+from agentic_sandbox.proto import messages as m
 from tests.hostd.registries import make_config, open_registry
 from tests.libvirt_service import fake_guest_image
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from hostd import procspawn
-from hostd.errors import RpcError
-from proto import ErrorCode
+from agentic_sandbox.hostd import procspawn
+from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.proto import ErrorCode
 
 
 async def start(tmp_path: Path, argv: list[str], **stdio: int | None) -> procspawn.Process:

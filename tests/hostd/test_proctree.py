@@ -8,7 +8,7 @@ import subprocess
 import psutil
 import trio
 
-from hostd.proctree import TREE_ENV, survey, terminate_tree
+from agentic_sandbox.hostd.proctree import TREE_ENV, survey, terminate_tree
 from tests.processes import alive, tree_procs
 
 

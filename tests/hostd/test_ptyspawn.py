@@ -8,7 +8,7 @@ import sys
 
 import trio
 
-from hostd.ptyspawn import PtyChild, spawn_pty
+from agentic_sandbox.hostd.ptyspawn import PtyChild, spawn_pty
 
 # Raw mode: the PTY passes bytes through unchanged. The child writes a bulk burst, waits for a line,
 # echoes one key at a time, then writes another burst and exits.

@@ -10,9 +10,9 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostd.errors import RpcError
-from hostd.ring import Lag, OutputRing, SeqOutOfRange, follow, start_seq
-from proto import ErrorCode
+from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.hostd.ring import Lag, OutputRing, SeqOutOfRange, follow, start_seq
+from agentic_sandbox.proto import ErrorCode
 
 
 def test_empty_ring() -> None:

@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 
-from hostd import sdnotify
+from agentic_sandbox.hostd import sdnotify
 
 
 class Listener:
@@ -147,7 +147,9 @@ def test_hostd_reports_ready_watchdog_stopping(listener: Listener, tmp_path: Pat
         "AIWG_CGROUP_ROOT": "off",
     }
     with (tmp_path / "hostd.log").open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "hostd.main", "--dev"], env=env, stdout=log, stderr=log)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentic_sandbox.hostd.main", "--dev"], env=env, stdout=log, stderr=log
+        )
     try:
         # Pings may come before READY=1 (the watchdog task starts with the server).
         while not (message := listener.receive(timeout=20)).startswith("READY=1"):

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 import trio
 
-from proto import (
+from agentic_sandbox.proto import (
     PROTOCOL_VERSION,
     FrameBuffer,
     FrameEncoder,
@@ -25,7 +25,7 @@ from proto import (
     HostdRemoteError,
     open_hostd,
 )
-from proto import messages as m
+from agentic_sandbox.proto import messages as m
 from tests.hostd_process import ROOT, HostdProcess
 from tests.processes import alive
 
@@ -172,7 +172,7 @@ async def test_peer_with_other_uid_is_refused(tmp_path: Path) -> None:
 
 def test_refuses_to_start_while_another_hostd_answers(hostd: HostdProcess) -> None:
     second = subprocess.run(
-        [sys.executable, "-m", "hostd.main", "--dev"],
+        [sys.executable, "-m", "agentic_sandbox.hostd.main", "--dev"],
         env=hostd.env,
         capture_output=True,
         text=True,
@@ -190,7 +190,12 @@ def test_refuses_to_start_on_a_newer_state_file(tmp_path: Path) -> None:
     (state_dir / "hostd-state.json").write_text('{"version": 99, "instances": []}')
     env = {**HostdProcess(state_dir).env}
     result = subprocess.run(
-        [sys.executable, "-m", "hostd.main", "--dev"], env=env, capture_output=True, text=True, timeout=30, cwd=ROOT
+        [sys.executable, "-m", "agentic_sandbox.hostd.main", "--dev"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
     )
     assert result.returncode == 1
     assert "has version 99; this hostd reads up to 2" in result.stderr
@@ -219,7 +224,7 @@ def test_stale_socket_is_replaced_and_foreign_file_is_not(tmp_path: Path) -> Non
 
     (state / "hostd.sock").write_text("not a socket")
     out = subprocess.run(
-        [sys.executable, "-m", "hostd.main", "--dev"],
+        [sys.executable, "-m", "agentic_sandbox.hostd.main", "--dev"],
         env=proc.env,
         capture_output=True,
         text=True,

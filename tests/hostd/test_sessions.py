@@ -19,14 +19,14 @@ import psutil
 import pytest
 import trio
 
-from hostd import procspawn
-from hostd.config import RETAINED_PER_LIVE
-from hostd.errors import RpcError
-from hostd.proctree import Cgroups
-from hostd.session import parse_signal
-from hostd.sessions import SessionRegistry
-from proto import ErrorCode
-from proto import messages as m
+from agentic_sandbox.hostd import procspawn
+from agentic_sandbox.hostd.config import RETAINED_PER_LIVE
+from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.hostd.proctree import Cgroups
+from agentic_sandbox.hostd.session import parse_signal
+from agentic_sandbox.hostd.sessions import SessionRegistry
+from agentic_sandbox.proto import ErrorCode
+from agentic_sandbox.proto import messages as m
 from tests.hostd.registries import make_config, open_registry, real_cgroups
 from tests.processes import procs_where, tree_procs
 

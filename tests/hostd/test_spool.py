@@ -8,8 +8,8 @@ from pathlib import Path
 
 import trio
 
-from hostd.ring import Lag, MemoryBudget, OutputRing, follow
-from hostd.spool import Spool
+from agentic_sandbox.hostd.ring import Lag, MemoryBudget, OutputRing, follow
+from agentic_sandbox.hostd.spool import Spool
 
 KIB = 1024
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from hostd.turns import URGENT_BYTES, SendTurns
+from agentic_sandbox.hostd.turns import URGENT_BYTES, SendTurns
 
 
 async def test_a_free_turn_is_taken_without_yielding() -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from proto import HostdClient, open_hostd
-from proto import messages as m
+from agentic_sandbox.proto import HostdClient, open_hostd
+from agentic_sandbox.proto import messages as m
 from tests.hostd_process import HostdProcess
 from tests.processes import alive
 

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 import trio
 
-from proto import (
+from agentic_sandbox.proto import (
     PROTOCOL_VERSION,
     FrameBuffer,
     FrameEncoder,
@@ -27,7 +27,7 @@ from proto import (
     HostdVersionMismatch,
     open_hostd,
 )
-from proto import messages as m
+from agentic_sandbox.proto import messages as m
 
 CLIENT = msgspec.msgpack.Decoder(m.ClientFrame)
 ENC = FrameEncoder()

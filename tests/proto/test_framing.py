@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proto import FrameBuffer, FrameEncoder, FrameInvalid, FrameTooLarge, UnknownFrame
-from proto import messages as m
+from agentic_sandbox.proto import FrameBuffer, FrameEncoder, FrameInvalid, FrameTooLarge, UnknownFrame
+from agentic_sandbox.proto import messages as m
 
 CLIENT = msgspec.msgpack.Decoder(m.ClientFrame)
 SERVER = msgspec.msgpack.Decoder(m.ServerFrame)

@@ -12,8 +12,15 @@ from typing import Any
 import pytest
 import trio
 
-from proto import LogConfigError, bind_log_ids, configure_logging, current_log_ids, log_context, logs_as_json
-from proto.logformat import JsonFormatter
+from agentic_sandbox.proto import (
+    LogConfigError,
+    bind_log_ids,
+    configure_logging,
+    current_log_ids,
+    log_context,
+    logs_as_json,
+)
+from agentic_sandbox.proto.logformat import JsonFormatter
 
 RFC3339_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 

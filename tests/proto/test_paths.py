@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proto import DEV_STATE_DIR, PROD_HOSTD_SOCKET, dev_hostd_socket, find_hostd_socket
+from agentic_sandbox.proto import DEV_STATE_DIR, PROD_HOSTD_SOCKET, dev_hostd_socket, find_hostd_socket
 
 
 def test_dev_socket_is_in_the_state_dir() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import trio
 
-from controller.a2a.card import RUNTIME_EXTENSION
+from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
 from tests.controller.conftest import ADMIN_TOKEN, LiveController, provision, wait_operation
 
 A2A_HEADERS = {"A2A-Version": "1.0", "A2A-Extensions": RUNTIME_EXTENSION}

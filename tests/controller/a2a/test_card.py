@@ -18,9 +18,9 @@ from a2a.utils.signing import create_signature_verifier
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from jwt import PyJWK
 
-from controller.a2a.card import RUNTIME_EXTENSION, runtime_params
-from controller.config import load_config
-from controller.store import InstanceRecord
+from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION, runtime_params
+from agentic_sandbox.controller.config import load_config
+from agentic_sandbox.controller.store import InstanceRecord
 from tests.contracts import validate_runtime
 from tests.controller.a2a.helpers import new_agent
 from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller

@@ -6,7 +6,7 @@ import sqlite3
 
 import httpx
 
-from controller.a2a.card import RUNTIME_EXTENSION
+from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
 from tests.controller.a2a.helpers import error_reason, new_agent
 from tests.controller.conftest import LiveController
 

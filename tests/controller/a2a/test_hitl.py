@@ -24,8 +24,8 @@ from a2a.types import SendMessageRequest, TaskState
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.struct_pb2 import Struct
 
-from controller.a2a.card import RUNTIME_EXTENSION
-from controller.tasks.prompts import HITL_EXTENSION
+from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
+from agentic_sandbox.controller.tasks.prompts import HITL_EXTENSION
 from tests.contracts import hitl_file, validate_hitl
 from tests.controller.a2a.helpers import Agent, error_reason, new_agent, process_agent
 from tests.controller.a2a.test_rest import message, settled, text_of

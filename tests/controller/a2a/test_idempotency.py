@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import trio
 
-from controller.a2a.card import IDEMPOTENCY_EXTENSION, RUNTIME_EXTENSION
-from controller.config import load_config
+from agentic_sandbox.controller.a2a.card import IDEMPOTENCY_EXTENSION, RUNTIME_EXTENSION
+from agentic_sandbox.controller.config import load_config
 from tests.controller.a2a.helpers import Agent, error_reason, new_agent
 from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import httpx
 import trio
 
-from controller.a2a.card import RUNTIME_EXTENSION
-from controller.pty.frames import PTY_EXTENSIONS_URI
+from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
+from agentic_sandbox.controller.pty.frames import PTY_EXTENSIONS_URI
 from tests.controller.a2a.helpers import error_reason, new_agent
 from tests.controller.a2a.test_rest import message
 from tests.controller.conftest import LiveController

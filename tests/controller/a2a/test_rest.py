@@ -9,7 +9,7 @@ import httpx
 import psutil
 import trio
 
-from controller.a2a.card import RUNTIME_EXTENSION
+from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
 from tests.contracts import validate_runtime
 from tests.controller.a2a.helpers import error_reason, new_agent
 from tests.controller.conftest import LiveController, LiveHostd

@@ -12,12 +12,12 @@ from typing import Any
 import httpx
 import trio
 
-from controller.a2a.card import RUNTIME_EXTENSION, runtime_params
-from controller.a2a.views import runtime_metadata
-from controller.config import load_config
-from controller.store import InstanceRecord
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION, runtime_params
+from agentic_sandbox.controller.a2a.views import runtime_metadata
+from agentic_sandbox.controller.config import load_config
+from agentic_sandbox.controller.store import InstanceRecord
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 from tests.contracts import validate_runtime
 from tests.controller.a2a.helpers import A2A_HEADERS, error_reason, new_agent
 from tests.controller.a2a.test_rest import message, send

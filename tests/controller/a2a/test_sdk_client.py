@@ -40,7 +40,7 @@ from a2a.utils.errors import (
 from a2a.utils.signing import create_signature_verifier
 from jwt import PyJWK
 
-from controller.a2a.card import RUNTIME_EXTENSION
+from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
 from tests.controller.a2a.helpers import Agent, new_agent
 from tests.controller.conftest import LiveController
 

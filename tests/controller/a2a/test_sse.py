@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import trio
 
-from controller.config import load_config
+from agentic_sandbox.controller.config import load_config
 from tests.controller.a2a.helpers import Agent, error_reason, new_agent
 from tests.controller.a2a.test_rest import message, send
 from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller

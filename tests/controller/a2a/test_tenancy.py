@@ -10,7 +10,7 @@ import httpx
 import jsonschema
 import trio
 
-from controller.a2a.card import MULTI_TENANT_EXTENSION, RUNTIME_EXTENSION
+from agentic_sandbox.controller.a2a.card import MULTI_TENANT_EXTENSION, RUNTIME_EXTENSION
 from tests.controller.a2a.helpers import error_reason, new_agent
 from tests.controller.a2a.test_rest import message
 from tests.controller.a2a.test_sse import read_stream

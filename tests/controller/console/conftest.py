@@ -27,7 +27,7 @@ def console_build() -> Iterator[Path]:
         [sys.executable, str(ROOT / "scripts" / "build-console.py")], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
-    yield ROOT / "controller" / "console" / "build"
+    yield ROOT / "src" / "agentic_sandbox" / "controller" / "console" / "build"
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from controller.console.assets import BUILD_DIR, NONCE_MARK, ConsoleAssets
+from agentic_sandbox.controller.console.assets import BUILD_DIR, NONCE_MARK, ConsoleAssets
 from tests.hostd_process import ROOT
 
 

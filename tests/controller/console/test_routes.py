@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from controller.console.assets import ConsoleAssets
+from agentic_sandbox.controller.console.assets import ConsoleAssets
 
 from ..conftest import LiveController
 

@@ -10,8 +10,8 @@ import json
 import pytest
 import trio
 
-from controller.config import load_config
-from controller.pty.attach import MAX_BAD_FRAMES
+from agentic_sandbox.controller.config import load_config
+from agentic_sandbox.controller.pty.attach import MAX_BAD_FRAMES
 
 from ..conftest import OPERATOR_TOKEN, LiveHostd, controller_env, serve_controller, wait_operation
 from .conftest import Instance

@@ -14,8 +14,8 @@ import httpx
 import pytest
 import trio
 
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import HostdStreamOverflow, open_hostd
 
 from ..conftest import ADMIN_TOKEN, ControllerProcess, LiveHostd, controller_env, provision
 from .wsclient import WS, ConnectionClosed, attach_url, cframe
@@ -75,14 +75,24 @@ async def _ready(url: str) -> None:
 async def _hostd_record(socket_path: str, sid: str, upto: int) -> bytes:
     """What the shell wrote, seqs 1..upto, as hostd recorded it."""
     data = bytearray()
-    request = m.SessionSubscribeRequest(session_id=sid, from_seq=1)
-    async with open_hostd(socket_path, client_name="test-record") as client, client.stream(request) as events:
-        async for event in events:
-            assert not isinstance(event, m.SessionLagged), event
-            if isinstance(event, m.SessionOutput):
-                data += event.data
-                if event.seq >= upto:
-                    break
+    seq = 0
+    async with open_hostd(socket_path, client_name="test-record") as client:
+        while seq < upto:
+            # A replay of thousands of small frames can arrive in one read, ahead of this reader:
+            # an overflowed stream resumes where it stopped, as the controller's rooms do.
+            request = m.SessionSubscribeRequest(session_id=sid, from_seq=seq + 1)
+            try:
+                async with client.stream(request) as events:
+                    async for event in events:
+                        assert not isinstance(event, m.SessionLagged), event
+                        if isinstance(event, m.SessionOutput):
+                            assert event.seq == seq + 1, (event.seq, seq)
+                            data += event.data
+                            seq = event.seq
+                            if seq >= upto:
+                                break
+            except HostdStreamOverflow:
+                continue
     return bytes(data)
 
 

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from controller.pty import frames as f
-from proto import messages as m
+from agentic_sandbox.controller.pty import frames as f
+from agentic_sandbox.proto import messages as m
 from tests.contracts import validate_pty_frame
 
 from .wsclient import cframe

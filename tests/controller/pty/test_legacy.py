@@ -13,8 +13,8 @@ import pytest
 import trio
 from hypercorn.trio import serve
 
-from controller.main import hypercorn_config
-from controller.pty.legacy import LegacyPort
+from agentic_sandbox.controller.main import hypercorn_config
+from agentic_sandbox.controller.pty.legacy import LegacyPort
 
 from .conftest import Instance
 from .wsclient import WS, InvalidStatus

@@ -7,8 +7,8 @@ import base64
 
 import trio
 
-from proto import messages as m
-from proto import open_hostd
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import open_hostd
 from tests.hostd_process import HostdProcess
 
 from .conftest import Instance
@@ -62,7 +62,7 @@ async def test_a_keyframe_falls_due_after_a_hundred_frames(instance: Instance) -
 async def test_output_no_member_fed_is_read_back(hostd: HostdProcess) -> None:
     """A member whose feed skips ahead (it lagged, or every member was behind): the room reads the
     session back from where its screen stopped, so keyframes miss nothing hostd still holds."""
-    from controller.pty.rooms import Room
+    from agentic_sandbox.controller.pty.rooms import Room
 
     async with open_hostd(hostd.socket_path) as client:
         await client.call(m.InstanceProvisionRequest(instance_id="room", name="room"))

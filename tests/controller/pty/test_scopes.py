@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controller.auth import Principal
-from controller.pty.scopes import PTY_ADMIN, PTY_CONTROL, PTY_OBSERVE, pty_scopes
+from agentic_sandbox.controller.auth import Principal
+from agentic_sandbox.controller.pty.scopes import PTY_ADMIN, PTY_CONTROL, PTY_OBSERVE, pty_scopes
 
 
 def test_roles_map_to_scopes() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyte
 import trio
 
-from controller.pty.screen import TAIL_BYTES, Screen
+from agentic_sandbox.controller.pty.screen import TAIL_BYTES, Screen
 
 
 def repaint(snapshot: bytes, cols: int, rows: int) -> pyte.Screen:

@@ -13,7 +13,7 @@ import trio
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from proto import new_id
+from agentic_sandbox.proto import new_id
 from tests.contracts import validate_pty_frame
 
 from ..conftest import ADMIN_TOKEN

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controller.config import load_config
+from agentic_sandbox.controller.config import load_config
 from tests.controller.conftest import ADMIN_TOKEN, LiveController, LiveHostd, controller_env, serve_controller
 
 PUSH_ENV = {

@@ -13,7 +13,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import InvalidParamsError
 
-from controller.a2a.card import RUNTIME_EXTENSION
+from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
 from tests.controller.a2a.helpers import Agent, error_reason, new_agent
 from tests.controller.a2a.test_sdk_client import run_in_asyncio, sdk_client
 from tests.controller.conftest import LiveController

@@ -170,7 +170,7 @@ async def test_prompts_reach_receivers_whose_config_activated_hitl(
 ) -> None:
     """hitl-prompt/v1: a config made by a request that activated the extension gets the prompt
     envelope on the INPUT_REQUIRED update (so a webhook can answer it); another config does not."""
-    from controller.tasks.prompts import HITL_EXTENSION
+    from agentic_sandbox.controller.tasks.prompts import HITL_EXTENSION
     from tests.controller.a2a.test_hitl import ACTIVE, ask_script
     from tests.controller.a2a.test_rest import message as a2a_message
 

@@ -14,9 +14,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from controller.errors import ValidationFailed
-from controller.push.sender import DeliveryFailed, Sender, post
-from controller.push.target import Target, parse_url
+from agentic_sandbox.controller.errors import ValidationFailed
+from agentic_sandbox.controller.push.sender import DeliveryFailed, Sender, post
+from agentic_sandbox.controller.push.target import Target, parse_url
 
 from .receiver import Receiver
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.errors import ValidationFailed
-from controller.push.target import forbidden, parse_url, resolve
+from agentic_sandbox.controller.errors import ValidationFailed
+from agentic_sandbox.controller.push.target import forbidden, parse_url, resolve
 
 
 @pytest.mark.parametrize(

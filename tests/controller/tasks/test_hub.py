@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controller.store import TaskEvent
-from controller.tasks.hub import TAIL_EVENTS, TaskHub
+from agentic_sandbox.controller.store import TaskEvent
+from agentic_sandbox.controller.tasks.hub import TAIL_EVENTS, TaskHub
 
 
 def event(seq: int) -> TaskEvent:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from controller.errors import Conflict, TooLarge, ValidationFailed
-from controller.tasks.prompts import (
+from agentic_sandbox.controller.errors import Conflict, TooLarge, ValidationFailed
+from agentic_sandbox.controller.tasks.prompts import (
     HITL_EXTENSION,
     MAX_DEPTH,
     MAX_PAYLOAD_BYTES,

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import trio
 
-from controller.a2a.card import RUNTIME_EXTENSION
+from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
 from tests.controller.a2a.helpers import process_agent
 from tests.controller.a2a.test_rest import message
 from tests.controller.conftest import ControllerProcess, LiveHostd, controller_env
@@ -102,7 +102,7 @@ async def test_a_task_survives_a_controller_sigkill(hostd: LiveHostd, tmp_path: 
 
 
 async def test_ended_tasks_are_purged_after_the_retention(hostd: LiveHostd, short_dir: Path) -> None:
-    from controller.config import load_config
+    from agentic_sandbox.controller.config import load_config
     from tests.controller.a2a.helpers import new_agent
     from tests.controller.conftest import serve_controller
 
@@ -130,9 +130,9 @@ async def test_ended_tasks_are_purged_after_the_retention(hostd: LiveHostd, shor
 async def test_an_ended_tasks_exec_is_deleted_on_hostd(hostd: LiveHostd, short_dir: Path) -> None:
     """The runner deletes the exec once the end is stored (a moment after the answer went out),
     so hostd does not keep an exited exec per task."""
-    from controller.config import load_config
-    from proto import HostdRemoteError, open_hostd
-    from proto import messages as m
+    from agentic_sandbox.controller.config import load_config
+    from agentic_sandbox.proto import HostdRemoteError, open_hostd
+    from agentic_sandbox.proto import messages as m
     from tests.controller.a2a.helpers import new_agent
     from tests.controller.conftest import serve_controller
 

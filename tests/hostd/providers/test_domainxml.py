@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from hostd.providers import domainxml
+from agentic_sandbox.hostd.providers import domainxml
 
 SPEC = domainxml.DomainSpec(
     name="aiwg-ns-i1",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hostd.providers import domainxml, saveimage
+from agentic_sandbox.hostd.providers import domainxml, saveimage
 
 STREAM = b"QEVM\x00\x00\x00\x03" + bytes(range(256)) * 64
 COOKIE = b"<cookie>\n  <cpu mode='custom'/>\n</cookie>\n"

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import trio
 
-from hostd.config import HostdConfig
-from hostd.errors import RpcError
-from hostd.instances import InstanceRegistry
-from hostd.proctree import Cgroups
-from hostd.providers import domainxml
-from proto import ErrorCode, new_id
-from proto import messages as m
+from agentic_sandbox.hostd.config import HostdConfig
+from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.hostd.instances import InstanceRegistry
+from agentic_sandbox.hostd.proctree import Cgroups
+from agentic_sandbox.hostd.providers import domainxml
+from agentic_sandbox.proto import ErrorCode, new_id
+from agentic_sandbox.proto import messages as m
 from tests.hostd.registries import make_config, open_registry
 from tests.libvirt_service import fake_guest_image
 
@@ -226,7 +226,7 @@ async def test_another_hostds_domain_is_not_adopted(tmp_path: Path, conn: Any, l
         info = await first.provision(vm_req(instance_id="same-id"))
         # The other hostd's state file claims the same id and UUID.
         second_config = make_config(tmp_path / "b", libvirt_uri=TEST_URI, vm_image_dir=str(tmp_path / "image"))
-        from hostd import statefile
+        from agentic_sandbox.hostd import statefile
 
         statefile.write(second_config.state_file, [statefile.PersistedInstance(info=info)])
         second = await _open(second_config, nursery)

@@ -1,0 +1,255 @@
+"""``create_app(config)``: the quart-trio app with its three surfaces and per-app state.
+
+Blueprints: ``observability`` (``/healthz``, ``/readyz``, ``/metrics``, OpenAPI), ``admin``
+(``/api/v2/admin``), ``v1`` (``/api/v1``, answering through the admin views), ``a2a`` and ``pty``
+(under ``/agents/{id}``) and ``console`` (``/console/``, the web console's static files); the
+surfaces never share a prefix.
+
+Resource handling: ``create_app`` opens the SQLite store and resolves the tokens (so configuration
+errors surface before serving). Background services live in the app's nursery (quart-trio's
+``app.nursery``, which exists while the app is served): the store's WAL checkpoints
+(:mod:`controller.store.wal`), the hostd link, the operation purge timer, the hostd watch (instance
+exits and sessions, :mod:`controller.watch`) and every operation's work.
+The event bus and the log ring are attached to the run while serving, and the log ring's handler
+sits on the root logger only then. ``after_serving`` closes the store; at shutdown the nursery is cancelled at
+once (``BACKGROUND_TASK_SHUTDOWN_TIMEOUT = None``): operations are durable and a restart marks the
+interrupted ones failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from quart import Response, g, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from agentic_sandbox.proto import bind_log_ids
+
+from .admin.views import operation_path
+from .auth import Authenticator, config_tokens, resolve_admin_token
+from .checkpoints import CheckpointService
+from .config import ControllerConfig
+from .console import install_console
+from .console.assets import ConsoleAssets, describe
+from .credentials import InstanceCredentials
+from .events import EventBus
+from .hostlink import HostdLink
+from .http import BODY_READ
+from .httpconnection import HTTPConnection
+from .httpedge import install_http_edge
+from .images import ImageService
+from .instances import InstanceService
+from .loadouts import LoadoutService
+from .logring import LogRing
+from .metrics import Metrics
+from .operations import OperationService
+from .pools import WarmPoolService
+from .problems import error_body, from_http_exception, problem_response, trace_id
+from .pty.rooms import Rooms
+from .pty.route import WebsocketConnection
+from .push import PushService
+from .runtimes import RuntimeService
+from .sessions import SessionService
+from .state import EXTENSION_KEY, AppState
+from .storage import StorageService
+from .store import Store
+from .store.wal import run_checkpoints
+from .tasks import TaskService
+from .watch import HostdWatch
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/api/"
+#: The instance conformance mode registers (upstream's fixed id), on the echo loadout.
+CONFORMANCE_INSTANCE_ID = "00000000-0000-7000-8000-000000000001"
+CONFORMANCE_NAME = "conformance"
+A2A_PREFIX = "/agents/"
+#: Methods that get their own metric label; any other token (clients may send anything) is "other".
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def _surface(blueprint: str | None, path: str) -> str:
+    if blueprint in ("admin", "v1", "observability", "a2a", "console"):
+        return blueprint
+    if path.startswith("/api/v1/"):
+        return "v1"
+    if path.startswith("/api/v2/admin/"):
+        return "admin"
+    if path.startswith("/agents/"):
+        return "a2a"
+    return "other"
+
+
+def create_app(config: ControllerConfig) -> QuartTrio:
+    app = QuartTrio(__name__, static_folder=None)
+    # Closes connections that must close and starts the keep-alive timer (see its module).
+    app.asgi_http_class = HTTPConnection
+    app.asgi_websocket_class = WebsocketConnection  # the attach socket, served on ASGI
+    app.config["MAX_CONTENT_LENGTH"] = config.max_request_bytes
+    app.config["BACKGROUND_TASK_SHUTDOWN_TIMEOUT"] = None
+
+    metrics = Metrics()
+    events = EventBus(config.event_ring_size)
+    store = Store.open(config.database_path)
+    admin_token = resolve_admin_token(config)
+    store.tokens.replace("config", config_tokens(config, admin_token))
+    # The log ring never shows a configured token, whatever a line says.
+    logs = LogRing(config.log_ring_size, secrets=[admin_token, config.operator_token or ""])
+    auth = Authenticator(store.tokens.list(), store.credentials.token_digests())
+    credentials = InstanceCredentials(store, auth)
+    link = HostdLink(
+        config.hostd_socket,
+        call_timeout_s=config.hostd_call_timeout_s,
+        connect_timeout_s=config.hostd_connect_timeout_s,
+        ping_interval_s=config.hostd_ping_interval_s,
+        reconnect_max_s=config.hostd_reconnect_max_s,
+        metrics=metrics,
+    )
+    operations = OperationService(
+        store,
+        metrics,
+        events,
+        retention_s=config.operation_retention_s,
+        # An operation's stored error is the admin envelope, its ``instance`` the operation's URL.
+        error_body=lambda exc, op_id: error_body(exc, operation_path(op_id)),
+    )
+    loadouts = LoadoutService(Path(config.loadouts_dir))
+    pools = WarmPoolService(link, operations, loadouts, config.warm_pools)
+    pools.check_config()
+    instances = InstanceService(
+        store, link, operations, loadouts=loadouts, events=events, credentials=credentials, pools=pools
+    )
+    link.on_connected.append(instances.reconcile)
+    link.on_connected.append(pools.sync)
+    watch = HostdWatch(link, instances, events, interval_s=config.watch_interval_s)
+    tasks = TaskService(store, link, loadouts, events, retention_s=config.task_retention_s)
+    push = PushService(store, tasks.hub, config, metrics.registry)
+
+    app.extensions[EXTENSION_KEY] = AppState(
+        config=config,
+        store=store,
+        metrics=metrics,
+        link=link,
+        auth=auth,
+        credentials=credentials,
+        operations=operations,
+        instances=instances,
+        pools=pools,
+        loadouts=loadouts,
+        storage=StorageService(Path(config.storage_dir), events, max_object_bytes=config.max_request_bytes),
+        images=ImageService(link),
+        checkpoints=CheckpointService(store, link, operations),
+        runtimes=RuntimeService(link),
+        events=events,
+        logs=logs,
+        watch=watch,
+        sessions=SessionService(instances, link),
+        rooms=Rooms(link),
+        tasks=tasks,
+        push=push,
+        console=ConsoleAssets.load(),
+    )
+
+    from .a2a import a2a, error_response
+    from .a2a import from_http_exception as a2a_http_error
+    from .admin import admin
+    from .observability import observability
+    from .pty import pty
+    from .v1 import v1
+
+    app.register_blueprint(observability)
+    app.register_blueprint(admin)
+    app.register_blueprint(v1)
+    app.register_blueprint(pty)
+    app.register_blueprint(a2a)
+    install_console(app)
+
+    @app.before_serving
+    async def _start_services() -> None:
+        console: ConsoleAssets = app.extensions[EXTENSION_KEY].console
+        log.log(logging.WARNING if console.missing else logging.INFO, "%s", describe(console))
+        events.ring.attach()
+        logs.ring.attach()
+        logs.install()
+        await app.nursery.start(run_checkpoints, store.db)  # keeps the fsyncs of checkpoints off the loop
+        operations.attach(app.nursery)
+        app.extensions[EXTENSION_KEY].rooms.attach(app.nursery)
+        await operations.recover()
+        await app.nursery.start(link.run)
+        await app.nursery.start(operations.run_purger)
+        await app.nursery.start(watch.run)
+        tasks.attach(app.nursery)
+        await tasks.recover()
+        await app.nursery.start(tasks.run_purger)
+        push.delivery.attach(app.nursery)
+        await push.delivery.recover()
+        if config.conformance_mode:
+            app.nursery.start_soon(_conformance_instance)
+
+    async def _conformance_instance() -> None:
+        # Upstream's conformance mode: a pre-registered instance on the echo loadout.
+        await link.wait_ready()
+        rec = await instances.ensure_dev_instance(CONFORMANCE_NAME, instance_id=CONFORMANCE_INSTANCE_ID, loadout="echo")
+        log.info("conformance mode: instance %s is %s", CONFORMANCE_INSTANCE_ID, rec.state if rec else "missing")
+
+    @app.after_serving
+    async def _close_store() -> None:
+        push.delivery.close()
+        logs.uninstall()
+        logs.ring.detach()
+        events.ring.detach()
+        store.close()
+
+    @app.before_request
+    async def _start_timer() -> None:
+        g.started = time.perf_counter()
+        # Every log line of this request (and of an operation it starts) names it: the trace id
+        # problems carry, and the instance when the route names one. The request's task ends
+        # with the request, so nothing needs resetting.
+        bind_log_ids(request_id=trace_id(), instance_id=(request.view_args or {}).get("instance_id"))
+
+    install_http_edge(app)  # after the timer: its OPTIONS answer is timed and counted too
+
+    @app.after_request
+    async def _observe(response: Response) -> Response:
+        started = g.get("started")
+        if started is not None:
+            rule = request.url_rule.rule if request.url_rule is not None else "<unmatched>"
+            metrics.observe_http(
+                _surface(request.blueprint, request.path),
+                request.method if request.method in HTTP_METHODS else "other",
+                rule,
+                response.status_code,
+                time.perf_counter() - started,
+            )
+        return response
+
+    @app.after_request
+    async def _drain_body(response: Response) -> Response:
+        # A request body the handler never read (a 405, a 401, a GET with a body) is read
+        # before the response ends, so hypercorn can recycle the connection for the next
+        # request instead of closing it (see controller.httpconnection for the close itself).
+        if g.get(BODY_READ):
+            return response
+        try:
+            await request.get_data(cache=False)
+        except HTTPException:
+            # Over the size limit: the rest of the body stays unread and hypercorn closes the
+            # connection after this response. Say so, so the client does not reuse it.
+            response.headers["Connection"] = "close"
+        return response
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException) -> Any:
+        # Routing errors carry no blueprint: under /api/ they still answer problem+json.
+        if request.path.startswith(API_PREFIX):
+            return problem_response(from_http_exception(exc))
+        if request.path.startswith(A2A_PREFIX):
+            return error_response(a2a_http_error(exc))
+        return exc
+
+    return app

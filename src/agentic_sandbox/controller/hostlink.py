@@ -1,0 +1,320 @@
+"""The controller's one connection to hostd, kept open in the background.
+
+Resource handling: :meth:`HostdLink.run` is a service started with ``nursery.start`` in the app's
+nursery; it owns the proto client (one multiplexed connection), reconnects with exponential backoff
+(capped by ``reconnect_max_s``) and runs the ``on_connected`` hooks after every (re)connect. It ends
+only when cancelled.
+
+Error handling: this is the controller's edge toward hostd, so the proto ``HostdError`` family is
+translated here, once (:func:`hostd_failure`), into :mod:`controller.errors`; no service sees a
+proto error. :meth:`call` fails closed: when the link is down it raises
+:class:`~controller.errors.Unavailable` (``internal.unavailable``) at once with the reason the link
+went down; it never queues, waits for a reconnect, or retries. A timeout, a dropped connection or a
+reply we cannot trust is :class:`~controller.errors.OutcomeUnknown` (the call may have taken
+effect); an explicit hostd error keeps its meaning where it names a caller mistake (unknown
+instance, wrong state, bad working dir, ...) and is ``internal.unavailable`` otherwise. The hostd
+code is kept in ``details["hostd_code"]`` and the proto error as ``__cause__``. A ping every
+``ping_interval_s`` notices a peer that is connected but hung (the ping's deadline passes): the link
+drops the connection, reports not ready with the reason, and reconnects. ``ready`` and ``reason``
+feed ``/readyz``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from agentic_sandbox.proto import (
+    ErrorCode,
+    EventStream,
+    HostdClient,
+    HostdError,
+    HostdNotRunning,
+    HostdRemoteError,
+    HostdTimeout,
+    current_log_ids,
+    open_hostd,
+)
+from agentic_sandbox.proto import messages as m
+
+from .errors import (
+    Conflict,
+    ControllerError,
+    InvalidState,
+    NotFound,
+    OperationFailed,
+    OutcomeUnknown,
+    Unavailable,
+    Unimplemented,
+    ValidationFailed,
+)
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+INITIAL_BACKOFF_S = 0.05
+BROKEN_POLL_S = 0.05
+
+
+UNAVAILABLE = "internal.unavailable"
+
+
+def _remote_failure(exc: HostdRemoteError) -> ControllerError:
+    """An explicit hostd answer: caller mistakes keep their meaning, the rest fails closed."""
+    details = {"hostd_code": exc.code}
+    match exc.error_code:
+        case ErrorCode.INSTANCE_NOT_FOUND:
+            return NotFound("instance.not_found", exc.message, details=details)
+        case ErrorCode.INSTANCE_EXISTS:
+            return Conflict("instance.already_exists", exc.message, details=details)
+        case ErrorCode.INSTANCE_INVALID_STATE:
+            return InvalidState("instance.invalid_state", exc.message, details=details)
+        case ErrorCode.WORKING_DIR_NOT_FOUND:
+            field = {"field": "working_dir", "message": exc.message, "code": exc.code}
+            return ValidationFailed([field], exc.message, details=details)
+        case ErrorCode.REQUEST_INVALID:
+            return ValidationFailed([], exc.message, details=details)
+        case ErrorCode.SPAWN_FAILED:
+            return OperationFailed("instance.spawn_failed", exc.message, details=details)
+        case ErrorCode.PROVIDER_UNAVAILABLE:
+            # The runtime's provider (podman, libvirt) cannot serve: never another runtime instead.
+            return Unavailable("runtime.unavailable", exc.message, details=details)
+        case ErrorCode.IMAGE_NOT_FOUND:
+            field = {"field": "image", "message": exc.message, "code": exc.code}
+            return ValidationFailed([field], exc.message, details=details)
+        case ErrorCode.PROVIDER_FAILED:
+            return OperationFailed("runtime.provider_failed", exc.message, details=details)
+        case ErrorCode.CHECKPOINT_NOT_FOUND:
+            return NotFound("checkpoint.not_found", exc.message, details=details)
+        case ErrorCode.POOL_NOT_FOUND:
+            return NotFound("warm_pool.not_found", exc.message, details=details)
+        case ErrorCode.POOL_EMPTY:
+            return Conflict("warm_pool.empty", exc.message, details=details)
+        case ErrorCode.UNSUPPORTED:
+            return Unimplemented("capability.unsupported", exc.message, details=details)
+        case ErrorCode.SESSION_NOT_FOUND:
+            return NotFound("session.not_found", exc.message, details=details)
+        case ErrorCode.SESSION_EXITED:
+            return InvalidState("session.exited", exc.message, details=details)
+        case ErrorCode.SESSION_PENDING:
+            return InvalidState("session.pending", exc.message, details=details)
+        case _:
+            return Unavailable(UNAVAILABLE, f"hostd refused the call: {exc.code}: {exc.message}", details=details)
+
+
+def hostd_failure(exc: HostdError) -> ControllerError:
+    """The domain error for one hostd failure (see the module docstring)."""
+    if isinstance(exc, HostdRemoteError):
+        return _remote_failure(exc)
+    if isinstance(exc, HostdNotRunning):
+        return Unavailable(UNAVAILABLE, f"hostd is unavailable: {exc}")
+    return OutcomeUnknown(UNAVAILABLE, f"hostd is unavailable: {exc}")
+
+
+class LinkStream:
+    """A hostd stream's events with proto errors translated (see :meth:`HostdLink.stream`);
+    ``buffered``: how many have arrived and wait (:class:`proto.client.EventStream`)."""
+
+    __slots__ = ("_events",)
+
+    def __init__(self, events: EventStream) -> None:
+        self._events = events
+
+    def __aiter__(self) -> LinkStream:
+        return self
+
+    async def __anext__(self) -> m.Event:
+        try:
+            return await self._events.__anext__()
+        except HostdError as exc:
+            raise hostd_failure(exc) from exc
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+
+    @property
+    def buffered(self) -> int:
+        return self._events.buffered
+
+
+def _method(request: m.Request) -> str:
+    name = type(request).__name__
+    return name[: -len("Request")] if name.endswith("Request") else name
+
+
+class HostdLink:
+    """See the module docstring. One per app."""
+
+    def __init__(
+        self,
+        socket_path: str,
+        *,
+        call_timeout_s: float,
+        connect_timeout_s: float,
+        ping_interval_s: float,
+        reconnect_max_s: float,
+        metrics: Metrics | None = None,
+        client_name: str = "agentic-controller",
+    ) -> None:
+        self.socket_path = socket_path
+        self.call_timeout_s = call_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.ping_interval_s = ping_interval_s
+        self.reconnect_max_s = reconnect_max_s
+        self.client_name = client_name
+        self.metrics = metrics
+        self.on_connected: list[Callable[[], Awaitable[object]]] = []
+        self._client: HostdClient | None = None
+        self._reason: str = "not connected to hostd yet"
+        self._changed = trio.Event()
+        self.connects = 0
+
+    # -- state --------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        client = self._client
+        return client is not None and client.broken is None
+
+    @property
+    def reason(self) -> str | None:
+        """Why the link is not ready (None when it is)."""
+        client = self._client
+        if client is not None and client.broken is not None:
+            return f"connection to hostd lost: {client.broken}"
+        return None if self.ready else self._reason
+
+    @property
+    def hello(self) -> m.HelloResponse | None:
+        return self._client.hello if self._client is not None else None
+
+    def _pulse(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_ready(self) -> None:
+        """Return once the link is connected (callers bound this with their own deadline)."""
+        while not self.ready:
+            await self._changed.wait()
+
+    # -- calls --------------------------------------------------------------------------------
+
+    async def call(self, request: m.Request, *, timeout: float | None = None) -> Any:
+        """One hostd call with the configured deadline; raises a ``ControllerError`` on any failure."""
+        try:
+            return await self._call(request, timeout=timeout)
+        except HostdError as exc:
+            raise hostd_failure(exc) from exc
+
+    def client(self) -> HostdClient:
+        """The connected client, for streams and posts (callers translate its ``HostdError`` with
+        :func:`hostd_failure`); ``Unavailable`` at once when the link is down."""
+        client = self._client
+        if client is None or client.broken is not None:
+            raise Unavailable(UNAVAILABLE, f"hostd is not connected ({self.reason})")
+        return client
+
+    @asynccontextmanager
+    async def stream(self, request: m.Request) -> AsyncIterator[LinkStream]:
+        """A hostd stream (replay then live events) over the link's connection; every failure,
+        opening it or while iterating, raises a ``ControllerError`` as :meth:`call` does."""
+        client = self._client
+        if client is None or client.broken is not None:
+            raise hostd_failure(HostdNotRunning(f"hostd is not connected ({self.reason})"))
+        if request.trace_id is None:
+            request.trace_id = current_log_ids().get("request_id")
+        try:
+            async with client.stream(request, open_timeout=self.call_timeout_s) as events:
+                yield LinkStream(events)
+        except HostdError as exc:
+            raise hostd_failure(exc) from exc
+
+    async def _call(self, request: m.Request, *, timeout: float | None = None) -> Any:
+        """The call with proto errors (the link's own ping tells a timeout from the rest)."""
+        method = _method(request)
+        client = self._client
+        if client is None or client.broken is not None:
+            error = HostdNotRunning(f"hostd is not connected ({self.reason})")
+            if self.metrics is not None:
+                self.metrics.observe_hostd(method, 0.0, type(error).__name__)
+            raise error
+        if request.trace_id is None:
+            # hostd logs the call under the id of the HTTP request (or its operation) behind it.
+            request.trace_id = current_log_ids().get("request_id")
+        started = time.perf_counter()
+        error_name: str | None = None
+        try:
+            return await client.call(request, timeout=self.call_timeout_s if timeout is None else timeout)
+        except HostdError as exc:
+            error_name = type(exc).__name__
+            raise
+        finally:
+            if self.metrics is not None:
+                self.metrics.observe_hostd(method, time.perf_counter() - started, error_name)
+
+    # -- the service --------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect, watch, reconnect; forever. Reports started at once (not when connected)."""
+        task_status.started()
+        backoff = INITIAL_BACKOFF_S
+        while True:
+            try:
+                async with open_hostd(
+                    self.socket_path, client_name=self.client_name, connect_timeout=self.connect_timeout_s
+                ) as client:
+                    self._client = client
+                    self.connects += 1
+                    backoff = INITIAL_BACKOFF_S
+                    log.info("connected to hostd at %s (pid %s)", self.socket_path, client.hello and client.hello.pid)
+                    self._pulse()
+                    await self._run_hooks()
+                    self._reason = await self._watch(client)
+            except* HostdError as group:
+                self._reason = "; ".join(str(exc) for exc in group.exceptions)
+            finally:
+                self._client = None
+            if self.metrics is not None:
+                self.metrics.hostd_up.set(0)
+            # Warn on the transition only; a hostd that stays away would flood the log otherwise.
+            level = logging.WARNING if backoff == INITIAL_BACKOFF_S else logging.DEBUG
+            log.log(level, "hostd link down: %s (retrying, backoff up to %.2f s)", self._reason, self.reconnect_max_s)
+            self._pulse()
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, self.reconnect_max_s)
+
+    async def _run_hooks(self) -> None:
+        if self.metrics is not None:
+            self.metrics.hostd_up.set(1)
+        for hook in self.on_connected:
+            try:
+                await hook()
+            except ControllerError as exc:
+                log.warning("hostd on-connect hook %s failed: %s", getattr(hook, "__name__", hook), exc)
+            except Exception:
+                log.exception("hostd on-connect hook %s failed", getattr(hook, "__name__", hook))
+
+    async def _watch(self, client: HostdClient) -> str:
+        """Return the reason once the connection broke or a ping went unanswered."""
+        ping_timeout = max(min(self.call_timeout_s, 5.0), self.ping_interval_s)
+        next_ping = trio.current_time() + self.ping_interval_s
+        while client.broken is None:
+            now = trio.current_time()
+            if now >= next_ping:
+                try:
+                    await self._call(m.PingRequest(), timeout=ping_timeout)
+                except HostdTimeout:
+                    return f"hostd did not answer a ping within {ping_timeout:g} s"
+                except HostdError as exc:
+                    return f"hostd ping failed: {exc}"
+                next_ping = trio.current_time() + self.ping_interval_s
+            # The client has no "broken" event; polling it keeps reconnects prompt.
+            await trio.sleep(BROKEN_POLL_S)
+        return f"connection to hostd lost: {client.broken}"

@@ -1,0 +1,155 @@
+"""What every part of the instance service shares: the catalog's services, its writes and events.
+
+:class:`InstanceBase` holds the services (store, hostd link, operations, loadouts, events,
+credentials, warm pools) and the catalog's few rules every part follows: a row is stored before
+its change is announced (:meth:`InstanceBase._save`), an operation in flight on an instance holds
+its key, hostd's view of an instance is asked for one way. The service is built on it in two
+parts: :mod:`controller.provisioning` (making instances: cold, from a warm pool, by fork or
+restore) and :mod:`controller.instances` (reconciliation, reads, lifecycle, decommission).
+
+Each admin runtime maps onto one hostd runtime and provider (:data:`HOSTD_RUNTIMES`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import time
+
+import trio
+
+from agentic_sandbox.proto import current_log_ids
+from agentic_sandbox.proto import messages as m
+
+from .credentials import InstanceCredentials
+from .errors import NotFound, Unavailable, ValidationFailed
+from .events import EventBus
+from .hostlink import HostdLink
+from .loadouts import LoadoutService
+from .operations import OperationService
+from .pools import WarmPoolService
+from .store import InstanceRecord, Store
+
+log = logging.getLogger(__name__)
+
+#: Admin runtime -> (hostd runtime, hostd provider), for the runtimes hostd has providers of.
+HOSTD_RUNTIMES = {"host": ("host", "hostd"), "docker": ("container", "podman"), "qemu": ("vm", "libvirt")}
+#: hostd runtime -> admin runtime (instances hostd holds that the catalog lacks are adopted as).
+CATALOG_RUNTIMES = {hostd: admin for admin, (hostd, _provider) in HOSTD_RUNTIMES.items()}
+#: Deadline of a lifecycle call to hostd per runtime (None: the link's). Making a container can
+#: take long (a large image on vfs storage), so can a VM's ACPI stop; hostd bounds its own podman
+#: and libvirt calls below this.
+LIFECYCLE_TIMEOUT_S: dict[str, float | None] = {"host": None, "docker": 150.0, "qemu": 150.0}
+
+
+def instance_key(instance_id: str) -> str:
+    return f"instance:{instance_id}"
+
+
+def name_key(name: str) -> str:
+    return f"name:{name}"
+
+
+def not_found(instance_id: str) -> NotFound:
+    return NotFound("instance.not_found", f"no instance with id {instance_id!r}")
+
+
+def provider_facts(info: m.InstanceInfo) -> tuple[builtins.list[str], str | None]:
+    """What the catalog keeps of hostd's provider detail: capabilities, and the image as resolved."""
+    detail = info.container or info.vm
+    return list(info.capabilities), detail.image_ref if detail is not None else None
+
+
+class InstanceBase:
+    """See the module docstring; part of :class:`controller.instances.InstanceService`."""
+
+    def __init__(
+        self,
+        store: Store,
+        link: HostdLink,
+        operations: OperationService,
+        *,
+        loadouts: LoadoutService,
+        events: EventBus,
+        credentials: InstanceCredentials,
+        pools: WarmPoolService,
+    ) -> None:
+        self.store = store
+        self.events = events
+        self.link = link
+        self.operations = operations
+        self.loadouts = loadouts
+        self.credentials = credentials
+        self.pools = pools
+        self._provision_lock = trio.Lock()
+        self._fold_lock = trio.Lock()
+
+    def _busy(self, instance_id: str) -> str | None:
+        return self.operations.in_flight(instance_key(instance_id))
+
+    async def _save(self, rec: InstanceRecord, before: str | None) -> None:
+        """Store the row, then say on the event bus if its state changed (after the store, so an
+        event never names a state a GET could not show). The cause is the operation whose work
+        this is, else reconciliation with hostd (an exit hostd saw, a restart, an adoption)."""
+        await self.store.instances.update(rec)
+        self._announce(rec, before)
+
+    def _announce(self, rec: InstanceRecord, before: str | None) -> None:
+        if before == rec.state:
+            return
+        op_id = current_log_ids().get("operation_id")
+        self.events.instance_state_changed(
+            rec.id,
+            before=before,
+            after=rec.state,
+            cause="operation" if op_id else "reconcile",
+            operation_id=op_id,
+            note=rec.note,
+        )
+
+    def _take_facts(self, rec: InstanceRecord, info: m.InstanceInfo) -> None:
+        """hostd's word on the instance, into its row (state, note, working dir, provider facts)."""
+        rec.state, rec.note, rec.working_dir = info.state, info.note, info.working_dir
+        rec.capabilities, rec.image_ref = provider_facts(info)
+        rec.updated_at = time.time()
+
+    async def _hostd_get(self, instance_id: str) -> m.InstanceInfo | None:
+        """hostd's view of one instance; None if hostd does not know it (or the id cannot be one)."""
+        try:
+            return (await self.link.call(m.InstanceGetRequest(instance_id=instance_id))).instance
+        except (NotFound, ValidationFailed):
+            return None
+
+    def _require_hostd(self) -> None:
+        if not self.link.ready:
+            raise Unavailable("internal.unavailable", f"hostd is not reachable: {self.link.reason}")
+
+    def _loadout_service(self, name: str) -> builtins.list[str] | None:
+        """Refuse an unknown loadout up front; return its ``service`` (the instance's main
+        process), if it has one. Its ``command`` is what tasks run, one exec per A2A task, so
+        it is not handed to hostd here."""
+        loadout = self.loadouts.get(name)
+        if loadout is None:
+            raise ValidationFailed([{"field": "loadout", "message": f"unknown loadout {name!r}", "code": "not_found"}])
+        return loadout.service
+
+    async def record(self, instance_id: str) -> InstanceRecord:
+        """The catalog's row, without asking hostd; NotFound if the catalog has none."""
+        rec = await self.store.instances.get(instance_id)
+        if rec is None:
+            raise not_found(instance_id)
+        return rec
+
+    async def _set_state(self, rec: InstanceRecord, state: str, note: str | None = None) -> None:
+        before = rec.state
+        rec.state, rec.note, rec.updated_at = state, note, time.time()
+        await self._save(rec, before)
+
+    async def _restore_state(self, rec: InstanceRecord) -> None:
+        """After a failed verb, show hostd's state again instead of the transient one."""
+        try:
+            with trio.move_on_after(self.link.call_timeout_s):
+                info = await self._hostd_get(rec.id)
+                await self._set_state(rec, info.state if info else "failed", info.note if info else rec.note)
+        except Exception as exc:  # best effort; the next reconcile fixes the row
+            log.info("could not re-read instance %s after a failed verb: %s", rec.id, exc)

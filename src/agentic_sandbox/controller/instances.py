@@ -1,0 +1,381 @@
+"""The instance catalog and its lifecycle, with hostd as the source of truth for what runs.
+
+The catalog (SQLite) remembers what the admin API made: id, name, runtime, loadout, labels,
+creation time. hostd knows what runs. :meth:`InstanceService.reconcile` folds hostd's view into the
+catalog on every (re)connect and on every GET: a catalog row takes hostd's state (the two state sets
+match name for name); a row hostd does not know is ``failed`` (unless it is destroyed or an
+operation is working on it); an instance hostd holds that the catalog lacks (made by
+``agentic-hostctl``, or a lost database) is adopted. A row with an operation in flight keeps the
+transient state that operation set (``starting``, ``stopping``, ``destroying``).
+
+Provisioning (:mod:`controller.provisioning`) and lifecycle verbs are operations
+(:mod:`controller.operations`); this module checks what can be checked before the operation is
+accepted (NotFound, InvalidState, Unimplemented, hostd reachable) and gives the operation its work
+function. Each admin runtime maps onto one hostd runtime and provider
+(:data:`controller.instancebase.HOSTD_RUNTIMES`: ``host`` → host/hostd, ``docker`` (also accepted
+as ``container``) → container/podman, ``qemu`` → vm/libvirt). Nothing falls back to another
+runtime: a provider hostd cannot use now (podman or libvirt down) fails the operation with hostd's
+reason. A row also keeps hostd's provider facts of its instance (capabilities, the image as
+resolved), folded in like its state: the AgentCard and every Task's ``runtime.*`` read them there.
+
+Events: every change of a row's state is published on the event bus once it is stored
+(``instance.state_changed``, with cause ``operation`` inside an operation's work, else
+``reconcile``), and so is a row forgotten (``instance.removed``). Reconciles fold under one lock
+and re-read the rows, so two at once (the hostd watch, a GET) cannot announce one change twice.
+
+Reprovision (an operation, ``instance.reprovision``) destroys the instance on hostd and provisions
+it again under the same id, with the given or current loadout; the controller's storage for the
+id is not touched.
+
+Decommission destroys the instance on hostd and forgets it. Without ``force`` it refuses an
+instance that is running (InvalidState); with ``force`` it kills the tree at once (grace 0). It
+never forgets an instance whose hostd side it could not check (Unavailable instead).
+
+Errors: only :mod:`controller.errors` (hostd failures arrive translated by the link).
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import time
+from typing import Any
+
+from agentic_sandbox.proto import messages as m
+
+from .errors import Conflict, ControllerError, InvalidState, NotFound, OperationFailed, Unimplemented, ValidationFailed
+from .instancebase import (
+    CATALOG_RUNTIMES,
+    HOSTD_RUNTIMES,
+    LIFECYCLE_TIMEOUT_S,
+    instance_key,
+    name_key,
+    not_found,
+    provider_facts,
+)
+from .models import INSTANCE_STATES, RUNTIME_ALIASES, RUNTIMES, ProvisionRequest
+from .provisioning import DEFAULT_START, Provisioning
+from .store import InstanceRecord, NameTaken, OperationRecord
+
+__all__ = ["CATALOG_RUNTIMES", "DEFAULT_START", "HOSTD_RUNTIMES", "InstanceService"]
+
+log = logging.getLogger(__name__)
+
+LIFECYCLE_VERBS = ("start", "stop", "restart", "destroy")
+TRANSIENT = {"start": "starting", "stop": "stopping", "restart": "stopping", "destroy": "destroying"}
+LIVE_STATES = ("provisioning", "starting", "running", "stopping")
+
+
+class InstanceService(Provisioning):
+    """See the module docstring. Returns catalog records; the surfaces make their own views.
+    Built on :class:`~controller.instancebase.InstanceBase` and
+    :class:`~controller.provisioning.Provisioning`."""
+
+    # -- reconciliation -----------------------------------------------------------------------
+
+    async def _fold(self, rec: InstanceRecord, info: m.InstanceInfo | None) -> InstanceRecord:
+        """Apply hostd's view of one instance to its catalog row (and persist a change)."""
+        if rec.runtime not in HOSTD_RUNTIMES or self._busy(rec.id):
+            return rec
+        state, note, working_dir = rec.state, rec.note, rec.working_dir
+        capabilities, image_ref = rec.capabilities, rec.image_ref
+        if info is not None:
+            state, note, working_dir = info.state, info.note, info.working_dir
+            capabilities, image_ref = provider_facts(info)
+        elif rec.state not in ("destroyed", "failed"):
+            state, note = "failed", "hostd does not know this instance"
+        now = (state, note, working_dir, capabilities, image_ref)
+        if now != (rec.state, rec.note, rec.working_dir, rec.capabilities, rec.image_ref):
+            before = rec.state
+            rec.state, rec.note, rec.working_dir, rec.capabilities, rec.image_ref = now
+            rec.updated_at = time.time()
+            await self._save(rec, before)
+        return rec
+
+    async def _adopt(self, info: m.InstanceInfo) -> InstanceRecord:
+        now = time.time()
+        rec = InstanceRecord(
+            id=info.instance_id,
+            name=info.name,
+            runtime=CATALOG_RUNTIMES.get(info.runtime, info.runtime),
+            provider=None if info.runtime == "host" else info.provider,
+            state=info.state,
+            loadout=info.loadout,
+            working_dir=info.working_dir,
+            labels=dict(info.labels),
+            source="hostd",
+            note=info.note,
+            created_at=info.created_at or now,
+            updated_at=now,
+        )
+        rec.capabilities, rec.image_ref = provider_facts(info)
+        for name in (info.name, f"{info.name}-{info.instance_id[:8]}"):
+            rec.name = name
+            try:
+                await self.store.instances.insert(rec)
+            except NameTaken:
+                # A concurrent reconcile (another GET, a /metrics scrape) may have adopted it first.
+                existing = await self.store.instances.get(rec.id)
+                if existing is not None:
+                    return existing
+                continue
+            log.info("adopted hostd instance %s (%s) into the catalog", rec.id, rec.name)
+            self._announce(rec, None)
+            return rec
+        raise Conflict(
+            "instance.already_exists",
+            f"hostd instance {info.instance_id} cannot be adopted: the names {info.name!r} and {rec.name!r} are taken",
+        )
+
+    async def reconcile(self) -> list[InstanceRecord]:
+        """Read every instance from hostd (Unavailable if it cannot) and fold it into the catalog."""
+        infos = (await self.link.call(m.InstanceListRequest())).instances
+        by_id = {info.instance_id: info for info in infos}
+        out = []
+        # Folds are serialized and read the rows afresh: two reconciles at once (the watch, a GET)
+        # would otherwise both fold the same stale row and announce one change twice.
+        async with self._fold_lock:
+            for rec in await self.store.instances.list():
+                out.append(await self._fold(rec, by_id.pop(rec.id, None)))
+            for info in by_id.values():
+                if info.state != "destroyed":
+                    out.append(await self._adopt(info))
+        return out
+
+    async def reconcile_one(self, instance_id: str) -> InstanceRecord | None:
+        return (await self._reconcile_one(instance_id))[0]
+
+    async def _reconcile_one(self, instance_id: str) -> tuple[InstanceRecord | None, m.InstanceInfo | None]:
+        rec = await self.store.instances.get(instance_id)
+        if rec is not None and rec.runtime not in HOSTD_RUNTIMES:
+            return rec, None
+        info = await self._hostd_get(instance_id)
+        async with self._fold_lock:
+            rec = await self.store.instances.get(instance_id)
+            if rec is None:
+                adopted = await self._adopt(info) if info is not None and info.state != "destroyed" else None
+                return adopted, info
+            return await self._fold(rec, info), info
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def list(
+        self, *, state: str | None = None, runtime: str | None = None, provider: str | None = None
+    ) -> list[InstanceRecord]:
+        errors = []
+        if state is not None and state not in INSTANCE_STATES:
+            errors.append({"field": "state", "message": f"must be one of {', '.join(INSTANCE_STATES)}", "code": "enum"})
+        if runtime is not None and runtime not in RUNTIMES:
+            errors.append({"field": "runtime", "message": f"must be one of {', '.join(RUNTIMES)}", "code": "enum"})
+        if errors:
+            raise ValidationFailed(errors)
+        runtime = RUNTIME_ALIASES.get(runtime, runtime) if runtime is not None else None
+        records = await self.reconcile()
+        return [
+            r
+            for r in records
+            if (state is None or r.state == state)
+            and (runtime is None or r.runtime == runtime)
+            and (provider is None or r.provider == provider)
+        ]
+
+    async def get(self, instance_id: str) -> InstanceRecord:
+        return (await self.get_detail(instance_id))[0]
+
+    async def get_detail(self, instance_id: str) -> tuple[InstanceRecord, m.InstanceInfo | None]:
+        """The catalog's row after reconciling it, and hostd's view of the instance (None if hostd
+        does not run it): its provider state for the detail views."""
+        rec, info = await self._reconcile_one(instance_id)
+        if rec is None:
+            raise not_found(instance_id)
+        return rec, info
+
+    async def storage_owner(self, instance_id: str) -> InstanceRecord:
+        """The instance an inbox/outbox write is for: one the catalog knows (a write never conjures
+        one up for a typo) that is not destroyed (a destroyed instance takes no more mail)."""
+        rec = await self.record(instance_id)
+        if rec.state == "destroyed":
+            raise InvalidState("instance.invalid_state", f"instance {rec.id} is destroyed")
+        return rec
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def _record_for_verb(
+        self, instance_id: str, kind: str
+    ) -> tuple[InstanceRecord | None, OperationRecord | None]:
+        rec = await self.store.instances.get(instance_id)
+        if rec is None:
+            raise not_found(instance_id)
+        if rec.runtime not in HOSTD_RUNTIMES:
+            raise Unimplemented("runtime.not_implemented", f"runtime {rec.runtime!r} is not implemented yet")
+        busy = self._busy(instance_id)
+        if busy is not None:
+            op = await self.operations.get(busy)
+            if op is not None and op.kind == kind:
+                return rec, op  # the same verb is already under way: answer with it
+            raise InvalidState("instance.invalid_state", f"operation {busy} is in progress on this instance")
+        self._require_hostd()
+        return rec, None
+
+    async def lifecycle(self, instance_id: str, verb: str) -> OperationRecord:
+        if verb not in LIFECYCLE_VERBS:
+            raise NotFound("instance.not_found", f"no lifecycle verb {verb!r}")
+        kind = f"instance.{verb}"
+        rec, existing = await self._record_for_verb(instance_id, kind)
+        if existing is not None:
+            return existing
+        assert rec is not None
+        if rec.state == "destroyed" and verb != "destroy":
+            raise InvalidState("instance.invalid_state", "the instance was destroyed")
+
+        async def work(op: OperationRecord) -> dict[str, Any]:
+            return await self._lifecycle_work(rec, verb)
+
+        return await self.operations.submit(kind, work, keys=(instance_key(rec.id),), instance_id=rec.id)
+
+    async def _lifecycle_work(self, rec: InstanceRecord, verb: str) -> dict[str, Any]:
+        timeout = LIFECYCLE_TIMEOUT_S.get(rec.runtime)
+        try:
+            info = await self._hostd_get(rec.id)
+            if info is None:
+                if verb == "destroy":
+                    await self._set_state(rec, "destroyed", "hostd no longer knew the instance")
+                    return {"instance_id": rec.id, "state": "destroyed"}
+                raise NotFound("instance.not_found", "hostd does not know this instance")
+            await self._set_state(rec, TRANSIENT[verb], rec.note)
+            if verb in ("stop", "restart") and info.state in ("running", "starting"):
+                info = (await self.link.call(m.InstanceStopRequest(instance_id=rec.id), timeout=timeout)).instance
+            if verb in ("start", "restart") and info.state != "running":
+                info = (await self.link.call(m.InstanceStartRequest(instance_id=rec.id), timeout=timeout)).instance
+            if verb == "destroy" and info.state != "destroyed":
+                info = (await self.link.call(m.InstanceDestroyRequest(instance_id=rec.id), timeout=timeout)).instance
+        except Exception:
+            # (On cancellation the row keeps its transient state: the next reconcile fixes it.)
+            await self._restore_state(rec)
+            raise
+        await self._set_state(rec, info.state, info.note)
+        if verb in ("start", "restart") and info.state != "running":
+            raise OperationFailed("instance.start_failed", info.note or f"state {info.state}")
+        return {"instance_id": rec.id, "state": info.state}
+
+    async def reprovision(self, instance_id: str, loadout: str | None) -> OperationRecord:
+        """Re-run provisioning for the same id: hostd destroys the instance and provisions it again
+        with the given loadout (else its current one), its name, labels and a working dir the
+        caller chose (the default one, inside the instance's directory, is made afresh). The
+        controller's inbox and outbox for the id are untouched. It is started again if it ran."""
+        kind = "instance.reprovision"
+        rec, existing = await self._record_for_verb(instance_id, kind)
+        if existing is not None:
+            return existing
+        assert rec is not None
+        if rec.state == "destroyed":
+            raise InvalidState("instance.invalid_state", "the instance was destroyed")
+        chosen = loadout if loadout is not None else rec.loadout
+        service = self._loadout_service(chosen) if chosen else None
+
+        async def work(op: OperationRecord) -> dict[str, Any]:
+            return await self._reprovision_work(rec, chosen, service)
+
+        return await self.operations.submit(kind, work, keys=(instance_key(rec.id),), instance_id=rec.id)
+
+    async def _reprovision_work(
+        self, rec: InstanceRecord, loadout: str | None, service: builtins.list[str] | None
+    ) -> dict[str, Any]:
+        info = await self._hostd_get(rec.id)
+        if info is None:
+            raise NotFound("instance.not_found", "hostd does not know this instance")
+        own_dir = info.instance_dir.rstrip("/") + "/"
+        working_dir = None if (info.working_dir + "/").startswith(own_dir) else info.working_dir
+        was_running = info.state in ("running", "starting")
+        await self._set_state(rec, "provisioning", "reprovisioning")
+        try:
+            await self.link.call(m.InstanceDestroyRequest(instance_id=rec.id))
+        except NotFound:
+            pass  # already gone on hostd: provisioning it again is all that is left
+        except Exception:
+            await self._restore_state(rec)
+            raise
+        call = m.InstanceProvisionRequest(
+            instance_id=rec.id,
+            name=rec.name,
+            working_dir=working_dir,
+            labels=dict(info.labels),
+            command=service,
+            start=was_running,
+            loadout=loadout,
+        )
+        try:
+            info = (await self.link.call(call)).instance
+        except Exception as exc:
+            message = exc.message if isinstance(exc, ControllerError) else "unexpected error"
+            await self._set_state(rec, "failed", f"reprovision failed after the old instance was destroyed: {message}")
+            raise
+        rec.loadout, rec.working_dir = loadout, info.working_dir
+        await self._set_state(rec, info.state, info.note)
+        if info.state == "failed":
+            raise OperationFailed("instance.start_failed", info.note or "the agent command failed")
+        return {"instance_id": rec.id, "state": info.state, "loadout": loadout}
+
+    async def decommission(self, instance_id: str, *, force: bool) -> OperationRecord:
+        kind = "instance.decommission"
+        if not force and self.link.ready:
+            # Judge "running" by hostd's state now, not the catalog's last view (hostctl may have
+            # started it since); a hostd that cannot answer fails this request closed (503).
+            await self.reconcile_one(instance_id)
+        rec, existing = await self._record_for_verb(instance_id, kind)
+        if existing is not None:
+            return existing
+        assert rec is not None
+        if not force and rec.state in LIVE_STATES:
+            raise InvalidState(
+                "instance.invalid_state", f"the instance is {rec.state}; stop it first or decommission with force=true"
+            )
+
+        async def work(op: OperationRecord) -> dict[str, Any]:
+            await self._set_state(rec, "destroying", rec.note)
+            try:
+                await self.link.call(
+                    m.InstanceDestroyRequest(instance_id=rec.id, grace_s=0.0 if force else None),
+                    timeout=LIFECYCLE_TIMEOUT_S.get(rec.runtime),
+                )
+            except NotFound:
+                pass  # hostd no longer has it: forgetting it is all that is left
+            except Exception:
+                await self._restore_state(rec)
+                raise
+            await self.store.instances.delete(rec.id)
+            await self.credentials.forget(rec.id)
+            self.events.instance_removed(rec.id, name=rec.name, operation_id=op.id, reason="decommissioned")
+            return {"instance_id": rec.id, "name": rec.name, "decommissioned": True}
+
+        return await self.operations.submit(
+            kind, work, keys=(instance_key(rec.id), name_key(rec.name)), instance_id=rec.id
+        )
+
+    async def issue_token(self, instance_id: str) -> str:
+        """A new A2A bearer token for a catalogued instance (the previous one stops working)."""
+        rec = await self.record(instance_id)
+        if rec.state == "destroyed":
+            raise InvalidState("instance.invalid_state", f"instance {rec.id} is destroyed")
+        return await self.credentials.issue_token(rec.id)
+
+    # -- dev mode -----------------------------------------------------------------------------
+
+    async def ensure_dev_instance(
+        self, name: str = "dev", *, instance_id: str | None = None, loadout: str | None = None
+    ) -> InstanceRecord | None:
+        """Provision (first start) or start (if stopped) the dev host instance; wait for it.
+        (Also the conformance instance: a fixed id on the echo loadout.)"""
+        rec = await self.store.instances.get_by_name(name)
+        if rec is None:
+            req = ProvisionRequest(name=name, runtime="host", start=True, loadout=loadout)
+            op, _ = await self.provision(req, instance_id=instance_id)
+        elif rec.state in ("stopped", "failed"):
+            op = await self.lifecycle(rec.id, "start")
+        else:
+            return rec
+        await self.operations.wait(op.id)
+        done = await self.operations.get(op.id)
+        if done is not None and done.state != "succeeded":
+            log.error("dev instance %r: %s failed: %s", name, done.kind, done.error)
+        return await self.store.instances.get_by_name(name)

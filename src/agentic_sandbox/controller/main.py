@@ -1,0 +1,145 @@
+"""``agentic-controller [--dev] [--config FILE]``: serve the controller with hypercorn's trio worker.
+
+Start-up order: load and validate the configuration (exit 2 with the message on error), install the
+process guard (from here on this process cannot create processes), build the app (opens the store,
+resolves tokens), then serve on ``AIWG_LISTEN`` (TLS when a cert and key are configured). Once
+listening it prints the URLs a newcomer needs; ``--dev`` also provisions (first start) or starts the
+host instance ``dev`` as soon as hostd is reachable and prints its AgentCard URL.
+
+SIGINT/SIGTERM: stop accepting, give open requests ``GRACEFUL_TIMEOUT_S``, cancel background work,
+close the store, exit 0. Instances keep running on hostd.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from functools import partial
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+from quart_trio import QuartTrio
+
+from agentic_sandbox.proto import LogConfigError, configure_logging, logs_as_json
+
+from .app import create_app
+from .config import ConfigError, ControllerConfig, load_config
+from .guard import install_process_guard
+from .pty.frames import MAX_CLIENT_FRAME_BYTES
+from .pty.legacy import LegacyPort
+from .state import AppState, state_of
+from .store import SchemaTooNew
+
+log = logging.getLogger("controller")
+
+GRACEFUL_TIMEOUT_S = 3.0
+DEV_INSTANCE = "dev"
+
+
+def hypercorn_config(config: ControllerConfig, *, graceful_timeout_s: float = GRACEFUL_TIMEOUT_S) -> HypercornConfig:
+    """hypercorn's settings for ``config`` (the test fixtures serve the app with the same)."""
+    hc = HypercornConfig()
+    hc.bind = [config.listen]
+    if config.tls_cert and config.tls_key:
+        hc.certfile = config.tls_cert
+        hc.keyfile = config.tls_key
+    hc.graceful_timeout = graceful_timeout_s
+    hc.keep_alive_timeout = config.keep_alive_timeout_s
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("hypercorn.error")
+    hc.include_server_header = False
+    # PTY attach sockets: a protocol-level ping keeps proxies from cutting idle terminals; frames
+    # above the binding's own bound (controller.pty.frames) are refused by the socket with an Error
+    # frame, so hypercorn's limit (close 1009) only stops what is far beyond it.
+    hc.websocket_ping_interval = config.pty_ping_interval_s
+    hc.websocket_max_message_size = 4 * MAX_CLIENT_FRAME_BYTES
+    return hc
+
+
+def _say(line: str) -> None:
+    """Tell a newcomer something; with JSON logs it is a log line, so every output line is JSON."""
+    if logs_as_json():
+        log.info("%s", line)
+    else:
+        print(line, flush=True)
+
+
+async def _dev_instance(state: AppState, base: str) -> None:
+    """Make sure the ``dev`` host instance exists and runs, then print its AgentCard URL."""
+    await state.link.wait_ready()
+    rec = await state.instances.ensure_dev_instance(DEV_INSTANCE)
+    if rec is None:
+        _say(f"dev instance: could not be provisioned (see the log); retry with POST {base}/api/v2/admin/instances")
+        return
+    _say(f"dev instance:  {rec.name} {rec.id} ({rec.state})")
+    _say(f"  AgentCard:   {base}/agents/{rec.id}/.well-known/agent-card.json")
+
+
+async def _wait_for_signal(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+            stop.set()
+            return
+
+
+async def serve_legacy_pty(
+    app: QuartTrio, config: ControllerConfig, stop: trio.Event, task_status: trio.TaskStatus[list[str]]
+) -> None:
+    """The legacy v1 PTY WebSocket on its own listener (the app behind :class:`LegacyPort`)."""
+    hc = hypercorn_config(config)
+    hc.bind = [config.legacy_pty_listen or ""]
+    hc.certfile = hc.keyfile = None  # upstream's v1 port is plain ws://
+    await serve(LegacyPort(app), hc, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
+
+
+async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
+    state = state_of(app)
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_wait_for_signal, stop)
+
+        async def serve_then_stop(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+            await serve(app, hypercorn_config(config), shutdown_trigger=stop.wait, task_status=task_status)
+            nursery.cancel_scope.cancel()
+
+        binds: list[str] = await nursery.start(serve_then_stop)
+        base = config.public_url or binds[0]
+        _say(f"agentic-controller listening on {binds[0]}")
+        if config.legacy_pty_listen:
+            legacy = await nursery.start(serve_legacy_pty, app, config, stop)
+            _say(f"  legacy v1 PTY WebSocket: {legacy[0].replace('http', 'ws', 1)}/sessions/<id>")
+        _say(f"  admin API:   {base}/api/v2/admin/instances  (Authorization: Bearer <token>)")
+        _say(f"  web console: {base}/console/  (sign in with a token)")
+        if config.admin_token is None:
+            _say(f"  admin token: {config.admin_token_file}")
+        _say(f"  metrics:     {base}/metrics   readiness: {base}/readyz")
+        if config.dev:
+            nursery.start_soon(_dev_instance, state, base)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="agentic-controller", description=__doc__.splitlines()[0])
+    parser.add_argument("--dev", action="store_true", help="development defaults (state in ./.run, dev instance)")
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file (AIWG_* variables override it)")
+    args = parser.parse_args(argv)
+    try:
+        configure_logging()  # first: loading the configuration may log
+        config = load_config(args.config, dev=args.dev)
+        install_process_guard()
+        app = create_app(config)
+    except (ConfigError, LogConfigError) as exc:
+        print(f"agentic-controller: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except SchemaTooNew as exc:
+        print(f"agentic-controller: {exc}", file=sys.stderr)
+        return 2
+    trio.run(partial(serve_app, app, config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Surface 3, observability (no auth): ``/healthz``, ``/readyz``, ``/metrics``, the OpenAPI document.
+
+* ``/healthz``: ``{"status": "alive"}`` while the process serves.
+* ``/readyz``: 200 ``{"ready": true}`` while the hostd link is up, else 503
+  ``{"ready": false, "reason": ...}``; it follows the link, so it recovers by itself.
+* ``/metrics``: Prometheus text from the app's own registry; the instance, session and warm pool
+  figures are refreshed from hostd at scrape time when hostd is reachable (a scrape never fails
+  because hostd is away: ``aiwg_hostd_up`` says so; the pools keep their last figures).
+* ``/openapi.json`` and ``/api/v2/admin/openapi.json``: ``controller/openapi.yaml`` (package data)
+  as JSON, loaded once per app.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+
+import trio
+import yaml
+from quart import Blueprint, Response
+
+from agentic_sandbox.proto import messages as m
+
+from .errors import ControllerError
+from .http import json_response
+from .metrics import CONTENT_TYPE
+from .pools import CAPABILITY as WARM_POOLS
+from .state import app_state
+
+log = logging.getLogger(__name__)
+
+observability = Blueprint("observability", __name__)
+
+SCRAPE_HOSTD_TIMEOUT_S = 1.0
+
+
+@observability.get("/healthz")
+async def healthz() -> Response:
+    return json_response({"status": "alive"})
+
+
+@observability.get("/readyz")
+async def readyz() -> Response:
+    link = app_state().link
+    if link.ready:
+        return json_response({"ready": True})
+    return json_response({"ready": False, "reason": link.reason or "hostd is not reachable"}, 503)
+
+
+@observability.get("/metrics")
+async def metrics() -> Response:
+    state = app_state()
+    if state.link.ready:
+        with trio.move_on_after(SCRAPE_HOSTD_TIMEOUT_S):
+            try:
+                await state.instances.reconcile()
+                status: m.StatusResponse = await state.link.call(m.StatusRequest(), timeout=SCRAPE_HOSTD_TIMEOUT_S)
+                state.metrics.open_sessions.set(status.sessions_running)
+                if any(WARM_POOLS in p.capabilities for p in status.providers):
+                    listing = await state.link.call(m.PoolListRequest(), timeout=SCRAPE_HOSTD_TIMEOUT_S)
+                    state.metrics.set_warm_pools(listing.pools)
+            except ControllerError as exc:
+                log.debug("metrics scrape could not refresh from hostd: %s", exc)
+    state.metrics.set_instances(await state.store.instances.count_by_state())
+    return Response(state.metrics.render(), status=200, content_type=CONTENT_TYPE)
+
+
+def _load_openapi() -> dict | None:
+    try:
+        text = resources.files("agentic_sandbox.controller").joinpath("openapi.yaml").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    return yaml.safe_load(text)
+
+
+@observability.get("/openapi.json")
+@observability.get("/api/v2/admin/openapi.json")
+async def openapi() -> Response:
+    state = app_state()
+    if state.openapi is None:
+        state.openapi = await trio.to_thread.run_sync(_load_openapi)
+    if state.openapi is None:
+        return json_response({"error": "the OpenAPI document is not packaged"}, 404)
+    return json_response(state.openapi)

@@ -1,0 +1,439 @@
+"""The task service: send (new task or follow-up), get, list, cancel, and the runners' nursery.
+
+* **send**: a message without ``taskId`` starts a task: stored ``submitted`` with the message as
+  its first event, then the instance's loadout command is started through hostd's exec (never
+  here) with the message as its input; once hostd has it the task is ``working`` and a
+  :class:`~controller.tasks.runner.Runner` follows it in the service's nursery. A hostd failure
+  there fails the task (``fail_kind: infrastructure``) and the send (fail closed: the error is
+  raised). A message with ``taskId`` is a follow-up: stored in the task's history and handed to
+  the running agent on its control channel; to a terminal task it is refused. A follow-up that
+  carries ``metadata.hitl_response_for`` answers the task's hitl-prompt/v1 prompt
+  (:mod:`controller.tasks.prompts`): checked against the prompt, stored with the task back in
+  ``working`` (one answer per prompt gets through), and handed to the agent.
+* **deliver**: what the agent is handed (follow-ups, answers) is queued in the agent outbox in the
+  same transaction as its event, and removed once hostd took it; so it reaches the agent after a
+  controller crash or a hostd outage too (the runner hands over what waits when it subscribes).
+* **wait_settled**: until the task is terminal or interrupted (blocking sends, cancel).
+* **cancel**: kills the exec's process tree (hostd ``ExecCancel``) and answers once the task is
+  ``canceled``; a terminal task is not cancelable.
+* **recover**: at start, tasks left unfinished by a previous controller get their runner back
+  (their exec may still run in hostd; the stream resumes after the last stored event).
+
+Metadata rules (kagent gateway note): caller values of keys the controller owns (``runtime.*``,
+the ``kagent.dev/a2a/`` timeline keys, ``fail_kind``, ``exit_code``, ``output_truncated``) are removed before the
+controller sets its own; ``kagent.dev/a2a/task-created-at`` is set on every task.
+
+Errors: :mod:`controller.errors` only, with the A2A codes of :mod:`controller.a2a.errors`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+import msgspec
+import trio
+
+from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import new_id
+
+from ..errors import (
+    HITL_MISSING_TASK_ID,
+    HITL_NOT_ACTIVATED,
+    PUSH_NOT_SUPPORTED,
+    TASK_NOT_CANCELABLE,
+    TASK_NOT_FOUND,
+    UNSUPPORTED_OPERATION,
+    ControllerError,
+    InvalidState,
+    NotFound,
+    Unavailable,
+    Unimplemented,
+    ValidationFailed,
+)
+from ..events import TASK_CREATED, TASK_STATUS_CHANGED, EventBus
+from ..hostlink import HostdLink
+from ..loadouts import LoadoutService
+from ..store import Append, InstanceRecord, Store, StoreClosed, TaskRecord
+from ..store.tasks import INTERRUPTED, TERMINAL, rfc3339_us
+from . import prompts
+from .agentio import check_parts, message_dict, stdin_of, strip_owned
+from .hub import TaskHub
+from .model import SendMessageRequest
+from .outbox import AgentOutbox
+from .runner import Runner, status_change
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LOADOUT = "shell"
+TASK_CREATED_AT = "kagent.dev/a2a/task-created-at"
+TASK_STATES = (
+    "TASK_STATE_SUBMITTED",
+    "TASK_STATE_WORKING",
+    "TASK_STATE_COMPLETED",
+    "TASK_STATE_FAILED",
+    "TASK_STATE_CANCELED",
+    "TASK_STATE_INPUT_REQUIRED",
+    "TASK_STATE_REJECTED",
+    "TASK_STATE_AUTH_REQUIRED",
+)
+SETTLED = frozenset(TERMINAL) | frozenset(INTERRUPTED)
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+CANCEL_GRACE_S = 2.0
+CANCEL_WAIT_S = 15.0
+
+
+def task_not_found(task_id: str) -> NotFound:
+    return NotFound(TASK_NOT_FOUND, f"no task {task_id[:256]!r} on this agent", details={"taskId": task_id[:256]})
+
+
+def _field(field: str, message: str, code: str = "invalid") -> ValidationFailed:
+    return ValidationFailed([{"field": field, "message": message, "code": code}])
+
+
+class ListQuery(msgspec.Struct, rename="camel", kw_only=True):
+    """ListTasksRequest (query parameters or a JSON-RPC params object)."""
+
+    context_id: str | None = None
+    status: str | None = None
+    page_size: int | None = None
+    page_token: str | None = None
+    history_length: int | None = None
+    status_timestamp_after: str | None = None
+    include_artifacts: bool = False
+    tenant: str | None = None
+
+
+@dataclass
+class Page:
+    tasks: list[TaskRecord]
+    next_page_token: str
+    page_size: int
+    total_size: int
+
+
+def encode_cursor(rec: TaskRecord) -> str:
+    return base64.urlsafe_b64encode(msgspec.json.encode([rec.status_at, rec.id])).rstrip(b"=").decode()
+
+
+def decode_cursor(token: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        status_at, task_id = msgspec.json.decode(raw, type=tuple[float, str])
+    except (binascii.Error, ValueError, msgspec.DecodeError):
+        raise _field("pageToken", "not a page token this agent gave out", "page_token") from None
+    return status_at, task_id
+
+
+class TaskService:
+    def __init__(
+        self,
+        store: Store,
+        link: HostdLink,
+        loadouts: LoadoutService,
+        events: EventBus,
+        *,
+        retention_s: float = 7 * 24 * 3600.0,
+        max_output_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
+        self.store = store
+        self.link = link
+        self.loadouts = loadouts
+        self.events = events
+        self.hub = TaskHub()
+        self.retention_s = retention_s
+        self.max_output_bytes = max_output_bytes
+        self._nursery: trio.Nursery | None = None
+        self._canceling: set[str] = set()
+        #: The row of each task whose runner is alive here, as its last change left it: what
+        #: waiters check first, so the state of a running task needs no read.
+        self._live: dict[str, TaskRecord] = {}
+        self.outbox = AgentOutbox(store, link)
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    # -- recording ------------------------------------------------------------------------------
+
+    async def record(self, task_id: str, change: Append) -> TaskRecord | None:
+        """Store one change and wake the task's waiters; the row after it (None if skipped)."""
+        return await self.record_many(task_id, [change])
+
+    async def record_many(self, task_id: str, changes: list[Append]) -> TaskRecord | None:
+        """Several changes in one transaction; None if every one was skipped."""
+        events, rec = await self.store.tasks.append_many(task_id, changes, time.time())
+        stored = [event for event in events if event is not None]
+        if not stored:
+            return None
+        if rec.terminal:
+            self._canceling.discard(task_id)
+        live = self._live.get(task_id)
+        if live is not None and live.last_seq < rec.last_seq:
+            self._live[task_id] = rec
+        for event in stored:
+            self.hub.pulse(task_id, event)
+            if event.kind == "status":
+                state = event.body["status"]["state"]
+                self.events.task_changed(
+                    TASK_STATUS_CHANGED, task_id, instance_id=rec.instance_id, context_id=rec.context_id, state=state
+                )
+        return rec
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    async def get(self, instance_id: str, task_id: str) -> TaskRecord:
+        rec = await self.store.tasks.get(task_id)
+        if rec is None or rec.instance_id != instance_id:
+            raise task_not_found(task_id)
+        return rec
+
+    async def list(self, instance_id: str, query: ListQuery) -> Page:
+        size = DEFAULT_PAGE_SIZE if query.page_size is None else query.page_size
+        if not 1 <= size <= MAX_PAGE_SIZE:
+            raise _field("pageSize", f"must be between 1 and {MAX_PAGE_SIZE}", "range")
+        if query.status is not None and query.status not in TASK_STATES:
+            raise _field("status", f"must be one of {', '.join(TASK_STATES)}", "enum")
+        if query.history_length is not None and query.history_length < 0:
+            raise _field("historyLength", "must be 0 or more", "range")
+        after = None
+        if query.status_timestamp_after:
+            try:
+                after = datetime.fromisoformat(query.status_timestamp_after.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                raise _field("statusTimestampAfter", "not an ISO 8601 timestamp", "type") from None
+        cursor = decode_cursor(query.page_token) if query.page_token else None
+        tasks, total = await self.store.tasks.page(
+            instance_id,
+            context_id=query.context_id,
+            state=query.status,
+            status_after=after,
+            after=cursor,
+            limit=size + 1,
+        )
+        more = len(tasks) > size
+        tasks = tasks[:size]
+        return Page(tasks, encode_cursor(tasks[-1]) if more else "", size, total)
+
+    async def wait_settled(self, task_id: str) -> TaskRecord:
+        """The task once it is terminal or interrupted (waits as long as it takes)."""
+        with self.hub.watch(task_id) as watch:
+            changed = watch.changed()
+            rec = await self._current(task_id)
+            while True:
+                if rec is None:
+                    raise task_not_found(task_id)
+                if rec.state in SETTLED:
+                    return rec
+                await changed.wait()
+                changed = watch.changed()
+                # Look again only when a status event says the task may have settled.
+                news = watch.tail_after(rec.last_seq)
+                if news is None or any(e.kind == "status" and e.body["status"]["state"] in SETTLED for e in news):
+                    rec = await self._current(task_id)
+
+    async def _current(self, task_id: str) -> TaskRecord | None:
+        """The task's row as its last change left it: from memory while its runner is alive here
+        (kept up to date by :meth:`record_many` before it wakes anyone), else read."""
+        live = self._live.get(task_id)
+        return live if live is not None else await self.store.tasks.get(task_id)
+
+    # -- send -----------------------------------------------------------------------------------
+
+    async def send(
+        self, instance: InstanceRecord, req: SendMessageRequest, *, prompts_active: bool = False
+    ) -> TaskRecord:
+        """Start a task or follow one up; ``prompts_active``: the request activated hitl-prompt/v1,
+        without which a message answering a prompt is refused (400, naming the extension)."""
+        msg = req.message
+        if req.configuration is not None and req.configuration.task_push_notification_config is not None:
+            # The A2A surface makes an inline config itself (a2a.operations.send) and passes none on.
+            raise Unimplemented(PUSH_NOT_SUPPORTED, "an inline push config is not taken on this path")
+        if msg.role != "ROLE_USER":
+            raise _field("message.role", "a client sends ROLE_USER messages", "enum")
+        check_parts(msg)
+        answer = prompts.answer_of(msg.metadata)
+        if answer is not None and not prompts_active:
+            raise ValidationFailed(
+                [],
+                f"message.metadata.{prompts.ANSWER_KEY} answers a prompt: activate {prompts.HITL_EXTENSION} "
+                "(A2A-Extensions) to send it",
+                code=HITL_NOT_ACTIVATED,
+                details={"extension": prompts.HITL_EXTENSION},
+            )
+        if msg.task_id is not None:
+            return await self._follow_up(instance, req, answer)
+        if answer is not None:
+            missing = {"field": "message.taskId", "message": "an answer names the task that asked", "code": "required"}
+            raise ValidationFailed([missing], code=HITL_MISSING_TASK_ID)
+        return await self._start(instance, req)
+
+    async def _follow_up(
+        self, instance: InstanceRecord, req: SendMessageRequest, answer: prompts.Answer | None
+    ) -> TaskRecord:
+        msg = req.message
+        assert msg.task_id is not None
+        rec = await self.get(instance.id, msg.task_id)
+        if rec.terminal and answer is None:  # an answer to an ended task is told its prompt is gone (409)
+            raise InvalidState(UNSUPPORTED_OPERATION, f"task {rec.id} is {rec.state} and takes no more messages")
+        if msg.context_id is not None and msg.context_id != rec.context_id:
+            raise _field("message.contextId", f"task {rec.id} belongs to another context", "mismatch")
+        body = message_dict(msg, task_id=rec.id, context_id=rec.context_id)
+        # The agent reads it on its control channel (see controller.tasks.agentio).
+        if answer is None:
+            changes = [Append(kind="message", body=body, outbox={"type": "message", "message": body})]
+        else:
+            envelope = prompts.pending(rec.state, rec.status)
+            prompts.check_answer(envelope, answer, time.time())
+            assert envelope is not None
+            guard = answer.prompt_id.lower()
+            control = {
+                "type": "input_response",
+                "prompt_id": envelope["prompt_id"],
+                "payload": answer.payload,
+                "message": body,
+            }
+            changes = [
+                Append(kind="message", body=body, outbox=control, if_prompt=guard),
+                status_change(rec, "TASK_STATE_WORKING", if_prompt=guard),
+            ]
+        self.outbox.expect(rec.id)  # before the write: a runner subscribing meanwhile looks too
+        stored = await self.record_many(rec.id, changes)
+        if stored is None:
+            assert answer is not None
+            raise prompts.unknown_prompt(answer.prompt_id, f"prompt {answer.prompt_id} was answered meanwhile")
+        await self.outbox.deliver(rec.id, force=True)
+        return stored
+
+    async def _start(self, instance: InstanceRecord, req: SendMessageRequest) -> TaskRecord:
+        msg = req.message
+        for ref in msg.reference_task_ids or []:
+            await self.get(instance.id, ref)  # TASK_NOT_FOUND for a task not of this agent
+        stdin = stdin_of(msg)
+        loadout = self.loadouts.get(instance.loadout or DEFAULT_LOADOUT)
+        if loadout is None:
+            raise InvalidState(
+                "instance.invalid_state", f"the instance's loadout {instance.loadout!r} no longer exists"
+            )
+        now = time.time()
+        task_id, context_id = new_id(), msg.context_id or new_id()
+        metadata = {**(strip_owned(req.metadata) or {}), TASK_CREATED_AT: rfc3339_us(now)}
+        rec = TaskRecord(
+            id=task_id,
+            instance_id=instance.id,
+            context_id=context_id,
+            state="TASK_STATE_SUBMITTED",
+            status={"state": "TASK_STATE_SUBMITTED", "timestamp": rfc3339_us(now)},
+            metadata=metadata,
+            last_at=now,
+            created_at=now,
+            status_at=now,
+        )
+        await self.store.tasks.create(
+            rec, Append(kind="message", body=message_dict(msg, task_id=task_id, context_id=context_id))
+        )
+        self.events.task_changed(TASK_CREATED, task_id, instance_id=instance.id, context_id=context_id, state=rec.state)
+        exec_id = new_id()
+        call = m.ExecStartRequest(
+            instance_id=instance.id,
+            argv=loadout.command,
+            env={"AIWG_TASK_ID": task_id, "AIWG_CONTEXT_ID": context_id},
+            stdin=stdin,
+            # Only where the provider has one (host instances): an fd cannot cross into a container or
+            # VM. A row whose provider facts were never folded in yet asks, as before they existed.
+            control="exec.control" in instance.capabilities or not instance.capabilities,
+            exec_id=exec_id,
+        )
+        try:
+            try:
+                await self.link.call(call)
+            except InvalidState as exc:
+                raise Unavailable("runtime.not_ready", f"the instance cannot run tasks now: {exc.message}") from exc
+        except ControllerError as exc:
+            # Fail closed: the task fails for what it is (hostd could not start it), and so does the send.
+            failed = {**metadata, "fail_kind": "infrastructure"}
+            text = f"the agent could not be started: {exc.message}"
+            await self.record(task_id, status_change(rec, "TASK_STATE_FAILED", text, metadata=failed))
+            raise
+        working = await self.record(task_id, status_change(rec, "TASK_STATE_WORKING", exec_id=exec_id))
+        assert working is not None
+        self._spawn(working, started=set())
+        await self.outbox.deliver(task_id)  # a follow-up that came while the agent was being started
+        return working
+
+    def _spawn(self, rec: TaskRecord, *, started: set[str]) -> None:
+        assert self._nursery is not None, "TaskService.attach was not called"
+        self._live[rec.id] = rec
+        runner = Runner(
+            rec,
+            link=self.link,
+            record_many=self.record_many,
+            canceled=lambda tid: tid in self._canceling,
+            deliver=self.outbox.deliver,
+            max_output_bytes=self.max_output_bytes,
+            started=started,
+        )
+        self._nursery.start_soon(self._run, runner)
+
+    async def _run(self, runner: Runner) -> None:
+        try:
+            await runner.run()
+        finally:
+            self._live.pop(runner.task.id, None)
+
+    # -- cancel ---------------------------------------------------------------------------------
+
+    async def cancel(self, instance_id: str, task_id: str) -> TaskRecord:
+        rec = await self.get(instance_id, task_id)
+        if rec.terminal:
+            raise InvalidState(TASK_NOT_CANCELABLE, f"task {rec.id} is {rec.state}", details={"taskId": rec.id})
+        self._canceling.add(rec.id)
+        if rec.exec_id is None:
+            await self.record(rec.id, status_change(rec, "TASK_STATE_CANCELED", "canceled", unless_terminal=True))
+        else:
+            try:
+                await self.link.call(m.ExecCancelRequest(exec_id=rec.exec_id, grace_s=CANCEL_GRACE_S))
+            except NotFound:
+                pass  # already gone: its runner records the end
+            except ControllerError as exc:
+                if exc.details.get("hostd_code") not in ("exec.not_found", "exec.exited"):
+                    self._canceling.discard(rec.id)
+                    raise
+        with trio.move_on_after(CANCEL_WAIT_S):
+            return await self.wait_settled(rec.id)
+        return await self.get(instance_id, task_id)
+
+    async def run_purger(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Delete ended tasks older than the retention, on a timer, forever."""
+        interval = min(max(self.retention_s / 4, 0.05), 300.0)
+        task_status.started()
+        while True:
+            try:
+                purged = await self.store.tasks.purge(time.time() - self.retention_s)
+            except StoreClosed:
+                return
+            if purged:
+                log.info("purged %d ended task(s) past retention", purged)
+            await trio.sleep(interval)
+
+    # -- restart --------------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Give unfinished tasks their runner back (see the module docstring)."""
+        await self.outbox.recover()  # each runner hands over what waits for its agent
+        for rec in await self.store.tasks.unfinished():
+            if rec.exec_id is None:
+                metadata = {**rec.metadata, "fail_kind": "infrastructure"}
+                text = "the controller stopped before the agent was started"
+                await self.record(rec.id, status_change(rec, "TASK_STATE_FAILED", text, metadata=metadata))
+                continue
+            started = {a["artifactId"] for a in await self.store.tasks.artifacts(rec.id)}
+            log.info("task %s: following its exec %s again", rec.id, rec.exec_id)
+            self._spawn(rec, started=started)
+
+
+__all__ = ["ListQuery", "Page", "TaskService"]

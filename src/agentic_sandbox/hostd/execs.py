@@ -1,0 +1,355 @@
+"""Execs: processes without a PTY inside an instance (agent tasks), with an optional control channel.
+
+Each exec is the leader of its own tree (session, ``AIWG_TREE=<namespace>:exec:<id>``, cgroup
+``<instance cgroup>/x-<exec id>`` when the instance has one). Its stdout and stderr are separate
+pipes read into one :class:`OutputRing` (kind 1 = stdout, 2 = stderr) by reader tasks in the
+registry's nursery, whether or not anyone subscribes. With ``control=True`` the child also gets
+a control channel (:mod:`hostd.control`): JSON objects, one per line, both ways. Messages the
+child writes go into the same ring (kind 3, the JSON bytes), so replay interleaves output and
+control messages in the order hostd saw them.
+
+Lifetime: the exec ends when its leader exits and its pipes are closed. If something the leader
+started keeps the pipes open past a short drain, the rest of the tree is killed (the tree goes
+with its leader). ``cancel``, ``timeout_s``, ``kill_instance`` and ``shutdown`` kill the whole
+tree (SIGTERM, grace, SIGKILL). The exit status stays until ``delete``.
+
+stdin: one writer task per exec owns the pipe (:mod:`hostd.stdinqueue`); ``start`` queues
+``req.stdin`` first, so later ``write`` calls land after it, in order. ``write`` returns once its
+data is in the pipe.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
+from pathlib import Path
+
+import msgspec
+import trio
+
+from agentic_sandbox.proto import ErrorCode
+from agentic_sandbox.proto import messages as m
+
+from . import control, procspawn, proctree
+from .children import Child, ChildRegistry
+from .config import HostdConfig
+from .control import ControlChannel
+from .errors import RpcError
+from .instances import Placement
+from .proctree import Cgroups
+from .ring import Lag, OutputRing, follow, start_seq
+from .stdinqueue import StdinQueue
+
+log = logging.getLogger(__name__)
+
+KIND_STDOUT = 1
+KIND_STDERR = 2
+KIND_CONTROL = 3
+_STREAM_NAMES: dict[int, str] = {KIND_STDOUT: "stdout", KIND_STDERR: "stderr"}
+_READ_CHUNK = 64 * 1024
+_BATCH = 32
+_BATCH_BYTES = 64 * 1024  # as for sessions: bounded writes keep one connection fair between streams
+#: After the leader exits, how long its pipes may stay open before the rest of the tree is killed.
+_DRAIN_S = 0.5
+#: How long to wait for the pipes to close once the tree was killed.
+_PIPE_CLOSE_WAIT_S = 3.0
+
+
+class _Exec(Child):
+    def __init__(
+        self,
+        req: m.ExecStartRequest,
+        exec_id: str,
+        cwd: str,
+        proc: procspawn.Process,
+        ring: OutputRing,
+        cgroup: Path | None,
+        ctrl: ControlChannel | None,
+    ) -> None:
+        super().__init__(exec_id, req.instance_id, list(req.argv), cwd, cgroup)
+        self.control = req.control
+        self.proc = proc
+        self.ring = ring
+        self.ctrl = ctrl
+        self.exit_code: int | None = None
+        self.signal: int | None = None
+        self.timeout_s = req.timeout_s
+        self.stdin = StdinQueue(exec_id, req.stdin, req.keep_stdin_open)
+        self.open_pipes = 3 if req.control else 2
+        #: The leader is a client for the real process (:attr:`hostd.providers.SpawnSpec.proxied`).
+        self.proxied = False
+        self.pipes_closed = trio.Event()
+
+    @property
+    def leader_alive(self) -> bool:
+        return self.proc.returncode is None
+
+    def info(self) -> m.ExecInfo:
+        return m.ExecInfo(
+            exec_id=self.id,
+            instance_id=self.instance_id,
+            argv=self.argv,
+            cwd=self.cwd,
+            pid=self.proc.pid,
+            state="running" if self.running else "exited",
+            control=self.control,
+            created_at=self.created_at,
+            exited_at=self.exited_at,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            end_reason=self.end_reason,
+            first_seq=self.ring.first_seq,
+            next_seq=self.ring.next_seq,
+        )
+
+
+class ExecRegistry(ChildRegistry[_Exec]):
+    """Every exec of this hostd; reader, writer and waiter tasks live in ``nursery``.
+
+    At most ``config.max_execs`` execs run at once.
+    """
+
+    kind = "exec"
+    cgroup_prefix = "x"
+    not_found = ErrorCode.EXEC_NOT_FOUND
+    exited = ErrorCode.EXEC_EXITED
+
+    def __init__(
+        self,
+        config: HostdConfig,
+        cgroups: Cgroups,
+        nursery: trio.Nursery,
+        resolve: Callable[[str], Placement],
+    ) -> None:
+        super().__init__(config, cgroups, nursery, resolve, max_live=config.max_execs)
+
+    def get(self, exec_id: str) -> m.ExecInfo:
+        return self._find(exec_id).info()
+
+    def list(self, instance_id: str | None = None) -> list[m.ExecInfo]:
+        return [x.info() for x in self._held(instance_id)]
+
+    # -- start ----------------------------------------------------------------------------------
+
+    async def start(self, req: m.ExecStartRequest) -> m.ExecInfo:
+        env = dict(req.env)
+        exec_id, placement = self._admit(req.exec_id, req.instance_id, env)
+        parent_sock = child_sock = None
+        try:
+            if req.control and "exec.control" not in placement.capabilities:
+                raise RpcError(
+                    ErrorCode.CONTROL_UNAVAILABLE,
+                    f"instance {req.instance_id!r} cannot give an exec a control channel",
+                    instance_id=req.instance_id,
+                )
+            env["AIWG_EXEC_ID"] = exec_id
+            spec = placement.spawn_spec(req.argv, req.cwd, env, tty=False)
+            cgroup = self._make_cgroup(spec.cgroup_parent, exec_id)
+            host_env = dict(spec.env)
+            if req.control:
+                parent_sock, child_sock = control.socketpair()
+                host_env[control.CONTROL_FD_ENV] = str(child_sock.fileno())
+            try:
+                proc = await procspawn.spawn(
+                    spec.argv,
+                    cwd=spec.cwd,
+                    env=host_env,
+                    tree_id=self._tree(exec_id),
+                    cgroup=cgroup,
+                    stdin=procspawn.PIPE,
+                    stdout=procspawn.PIPE,
+                    stderr=procspawn.PIPE,
+                    pass_fds=(child_sock.fileno(),) if child_sock else (),
+                )
+            except BaseException:
+                if parent_sock is not None:
+                    parent_sock.close()
+                Cgroups.remove(cgroup)
+                raise
+        finally:
+            self._release(exec_id)
+            if child_sock is not None:
+                child_sock.close()  # the child has its own copy; ours would hide its EOF
+        ring = OutputRing(max_frames=self._config.ring_frames, max_bytes=self._config.ring_bytes)
+        ctrl = ControlChannel(parent_sock, exec_id) if parent_sock is not None else None
+        rec = _Exec(req, exec_id, spec.shown_cwd, proc, ring, cgroup, ctrl)
+        rec.proxied = spec.proxied
+        await self._adopt(rec)
+        return rec.info()
+
+    # -- the exec's tasks -----------------------------------------------------------------------
+
+    async def _run(self, rec: _Exec) -> None:
+        """Own the exec until it ended: readers, stdin writer, timeout, exit collection."""
+        proc = rec.proc
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(rec.stdin.run, proc)
+            if rec.timeout_s is not None:
+                nursery.start_soon(self._timeout, rec, rec.timeout_s)
+            async with trio.open_nursery() as pipes:
+                assert proc.stdout is not None and proc.stderr is not None
+                pipes.start_soon(self._pump, rec, proc.stdout, KIND_STDOUT)
+                pipes.start_soon(self._pump, rec, proc.stderr, KIND_STDERR)
+                if rec.ctrl is not None:
+                    pipes.start_soon(self._control_reader, rec, rec.ctrl)
+                rec.exit_code, rec.signal = await procspawn.wait_exit(proc)
+                if rec.proxied:
+                    # What it ran inside the instance goes with its client (no hangup reaches it).
+                    await proctree.kill_tree_now(leader=None, pgid=None, cgroup=None, tree_id=self._tree(rec.id))
+                with trio.move_on_after(_DRAIN_S):
+                    await rec.pipes_closed.wait()
+                if not rec.pipes_closed.is_set():
+                    # Something the leader started holds the pipes: it goes with its leader.
+                    await proctree.kill_tree_now(
+                        leader=None, pgid=proc.pid, cgroup=rec.cgroup, tree_id=self._tree(rec.id)
+                    )
+                    with trio.move_on_after(_PIPE_CLOSE_WAIT_S):
+                        await rec.pipes_closed.wait()
+                    pipes.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()
+
+    def _finish(self, rec: _Exec) -> None:
+        rec.proc.poll()  # reap a leader killed after a failure; nobody will wait for it any more
+        rec.stdin.open = False
+        rec.exited_at = time.time()
+        rec.end_reason = self.end_reason(rec, rec.exit_code, rec.signal)
+        for stream in (rec.proc.stdin, rec.proc.stdout, rec.proc.stderr):
+            if isinstance(stream, trio.lowlevel.FdStream):  # what procspawn gives (None where not a pipe)
+                stream.close()
+        if rec.ctrl is not None:
+            rec.ctrl.close()
+        rec.ring.close()  # last: subscribers that see it closed find the exit status set
+        rec.done.set()
+
+    async def _cleanup(self, rec: _Exec) -> None:
+        # A cgroup can stay busy for a moment after its last process died.
+        await proctree.remove_cgroup(rec.cgroup)
+
+    def _pipe_closed(self, rec: _Exec) -> None:
+        rec.open_pipes -= 1
+        if rec.open_pipes == 0:
+            rec.pipes_closed.set()
+
+    async def _pump(self, rec: _Exec, stream: trio.abc.ReceiveStream, kind: int) -> None:
+        try:
+            while True:
+                try:
+                    data = await stream.receive_some(_READ_CHUNK)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    break
+                if not data or rec.ring.closed:
+                    break
+                rec.ring.append(data if isinstance(data, bytes) else bytes(data), kind)  # FdStream: bytes
+        finally:
+            self._pipe_closed(rec)
+
+    async def _control_reader(self, rec: _Exec, ctrl: ControlChannel) -> None:
+        def deliver(message: bytes) -> None:
+            if not rec.ring.closed:
+                rec.ring.append(message, KIND_CONTROL)
+
+        try:
+            await ctrl.receive(deliver)
+        finally:
+            self._pipe_closed(rec)
+
+    async def _timeout(self, rec: _Exec, timeout_s: float) -> None:
+        await trio.sleep(timeout_s)
+        await self._kill(rec, "timeout", self._config.stop_grace_s)
+
+    async def _terminate(self, rec: _Exec, grace_s: float) -> None:
+        proc = rec.proc
+        await proctree.terminate_tree(
+            leader=proc.pid if proc.returncode is None else None,
+            pgid=proc.pid,
+            cgroup=rec.cgroup,
+            tree_id=self._tree(rec.id),
+            grace_s=grace_s,
+        )
+
+    # -- operations -----------------------------------------------------------------------------
+
+    async def write(self, exec_id: str, data: bytes, eof: bool) -> int:
+        rec = self._running(exec_id)
+        return await rec.stdin.write(data, eof)
+
+    async def control_send(self, exec_id: str, message: dict[str, object]) -> None:
+        rec = self._find(exec_id)
+        if rec.ctrl is None:
+            raise RpcError(ErrorCode.CONTROL_UNAVAILABLE, f"exec {exec_id!r} has no control channel", exec_id=exec_id)
+        self._running(exec_id)
+        try:
+            await rec.ctrl.send(message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            if not rec.running or rec.proc.returncode is not None:
+                raise RpcError(ErrorCode.EXEC_EXITED, f"exec {exec_id!r} has exited", exec_id=exec_id) from None
+            raise RpcError(
+                ErrorCode.CONTROL_UNAVAILABLE, f"exec {exec_id!r} closed its control channel", exec_id=exec_id
+            ) from None
+
+    async def kill(self, exec_id: str, grace_s: float | None, reason: str = "canceled") -> m.ExecInfo:
+        """Kill the exec's tree (end reason ``reason``); an exited exec is returned as is."""
+        rec = self._find(exec_id)
+        if rec.running:
+            await self._kill(rec, reason, self._grace(grace_s))
+        return rec.info()
+
+    async def delete(self, exec_id: str) -> None:
+        """Kill the tree if it still runs, end subscribers (``StreamEnd(deleted)``), forget the exec."""
+        rec = self._find(exec_id)
+        if rec.running:
+            await self._kill(rec, "killed", 0)
+        await self._forget(rec)
+
+    async def _forget(self, rec: _Exec) -> None:
+        rec.deleted = True
+        rec.ring.close()  # wakes parked subscribers, which then see ``deleted``
+        if self._children.get(rec.id) is rec:
+            del self._children[rec.id]
+
+    # -- subscribers ----------------------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        stream_id: int,
+        exec_id: str,
+        from_seq: int | None,
+        send: Callable[[m.Frame | builtins.list[m.Frame]], Awaitable[None]],
+    ) -> None:
+        """Replay from ``from_seq`` (None: only new), then live: output, control messages and
+        lag notices, then ``ExecExited`` + ``StreamEnd(exited)``, or ``StreamEnd(deleted)``.
+
+        Errors (unknown exec, sequence out of range) are raised before anything is sent.
+        """
+        rec = self._find(exec_id)
+        ring = rec.ring
+        start = start_seq(ring, from_seq)
+        await send(m.StreamOpened(id=stream_id, first_seq=ring.first_seq, next_seq=ring.next_seq))
+        entries = follow(ring, start, max_items=_BATCH, max_bytes=_BATCH_BYTES, stop=lambda: rec.deleted)
+        async with aclosing(entries):
+            async for item in entries:
+                if isinstance(item, Lag):
+                    await send(m.ExecLagged(id=stream_id, missed_from=item.missed_from, resume_seq=item.resume_seq))
+                else:  # one write per batch
+                    await send([self._event(stream_id, seq, kind, data) for seq, kind, data in item])
+        if rec.deleted:
+            await send(m.StreamEnd(id=stream_id, reason="deleted"))
+            return
+        exited = m.ExecExited(
+            id=stream_id,
+            exit_code=rec.exit_code,
+            signal=rec.signal,
+            reason=rec.end_reason or "lost",
+            last_seq=ring.next_seq - 1,
+        )
+        # One write: a client that reads the exit finds the end beside it (and need not cancel).
+        await send([exited, m.StreamEnd(id=stream_id, reason="exited")])
+
+    @staticmethod
+    def _event(stream_id: int, seq: int, kind: int, data: bytes) -> m.Event:
+        if kind == KIND_CONTROL:
+            return m.ExecControlMessage(id=stream_id, seq=seq, message=msgspec.json.decode(data))
+        return m.ExecOutput(id=stream_id, seq=seq, stream=_STREAM_NAMES[kind], data=data)  # type: ignore[arg-type]

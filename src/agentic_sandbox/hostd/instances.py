@@ -1,0 +1,209 @@
+"""The instance registry: every instance of this hostd, whatever its runtime, and its lifecycle.
+
+The registry knows no runtime's details: it owns the table of instances, one lock per instance, the
+lifecycle states and the state file, and dispatches the work to the instance's provider
+(:mod:`hostd.providers`), chosen at provision by ``runtime`` and ``provider``.
+
+Lifecycle: ``provision`` → ``running`` (start=True) or ``stopped``; ``start``/``stop`` are
+idempotent; ``destroy`` stops, lets the provider remove everything, and forgets the instance. While
+work runs the state is ``starting``/``stopping``; the instance's lock serializes start, stop and
+destroy of one instance. Stop ends the instance's sessions and execs first, through the ``on_stop``
+hooks (the session and exec registries register theirs).
+
+State file (``<state_dir>/hostd-state.json``, :mod:`hostd.statefile`): rewritten after each change.
+``shutdown`` only persists: instances keep running for the next hostd, whose ``load`` hands each
+record back to its provider to re-adopt (an instance cut off mid-provision is ``failed``).
+
+Sessions and execs start processes inside an instance through :meth:`InstanceRegistry.placement`,
+which asks the instance's provider how (:meth:`hostd.providers.Provider.spawn_spec`).
+
+Warm pool slots (:mod:`hostd.pools` owns the pools) are instances like any other, marked with
+``info.pool`` and persisted with it, so a restarted hostd re-adopts them; a plain listing leaves
+them out, and nothing runs in one until :meth:`InstanceRegistry.claim` (a running slot) or
+:meth:`InstanceRegistry.restore` (a saved one) made it a new instance. :meth:`InstanceRegistry.fork`
+copies a running instance into a new one through its provider.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+
+import trio
+
+from agentic_sandbox.proto import ErrorCode
+from agentic_sandbox.proto import messages as m
+
+from . import statefile
+from .envrules import validate_instance_env
+from .errors import RpcError
+from .instancecopies import InstanceCopies
+from .providers import AbsentProvider, Instance, SpawnSpec
+from .registrybase import StopHook
+
+__all__ = ["InstanceRegistry", "Placement", "StopHook"]
+
+log = logging.getLogger(__name__)
+
+
+class Placement:
+    """A running instance as sessions and execs see it: where a process starts inside it."""
+
+    def __init__(self, instance: Instance) -> None:
+        self._instance = instance
+        self.instance_id = instance.id
+
+    @property
+    def capabilities(self) -> list[str]:
+        return self._instance.info.capabilities
+
+    def spawn_spec(self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str], *, tty: bool) -> SpawnSpec:
+        return self._instance.provider.spawn_spec(self._instance, argv, cwd, env, tty=tty)
+
+
+class InstanceRegistry(InstanceCopies):
+    """Every instance of this hostd; see the module docstring. Built on :class:`RegistryBase` (the
+    table, queries, persistence) and :class:`InstanceCopies` (checkpoints, forks, pool claims)."""
+
+    def placement(self, instance_id: str) -> Placement:
+        """Where sessions and execs start processes; ``INSTANCE_INVALID_STATE`` unless running (and
+        not a warm pool slot, which is nobody's until claimed)."""
+        inst = self._find(instance_id)
+        if inst.info.pool is not None:
+            raise RpcError(
+                ErrorCode.INSTANCE_INVALID_STATE,
+                f"instance {instance_id!r} is a ready slot of warm pool {inst.info.pool!r}; claim it first",
+                instance_id=instance_id,
+            )
+        if inst.info.state != "running":
+            raise RpcError(
+                ErrorCode.INSTANCE_INVALID_STATE,
+                f"instance {instance_id!r} is {inst.info.state}, not running",
+                instance_id=instance_id,
+                state=inst.info.state,
+            )
+        return Placement(inst)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def provision(self, req: m.InstanceProvisionRequest, *, pool: str | None = None) -> m.InstanceInfo:
+        """Make and (``req.start``) start a new instance; ``pool`` makes it a slot of that warm pool."""
+        self._check_open()
+        iid = req.instance_id
+        existing = self._instances.get(iid)
+        if existing is not None:
+            raise RpcError(
+                ErrorCode.INSTANCE_EXISTS,
+                f"instance {iid!r} already exists (name {existing.info.name!r})",
+                instance_id=iid,
+                name=existing.info.name,
+            )
+        provider = self._provider_for(req.runtime, req.provider)
+        validate_instance_env(req.env)
+        inst = self._reserve(
+            iid,
+            provider,
+            dict(req.env),
+            name=req.name,
+            labels=req.labels,
+            capabilities=provider.capabilities(),
+            command=list(req.command) if req.command else None,
+            loadout=req.loadout,
+            pool=pool,
+        )
+        info = inst.info
+        try:
+            async with inst.lock:
+                await provider.provision(inst, req)
+                info.capabilities = provider.instance_capabilities(info)
+                if req.start:
+                    await provider.start(inst)
+                else:
+                    info.state = "stopped"
+                self.commit(inst)
+        except BaseException:
+            # A failed provision leaves nothing behind: the caller sees only the error.
+            self._instances.pop(iid, None)
+            with trio.CancelScope(shield=True):
+                await provider.discard(inst)
+            self._save()
+            raise
+        log.info("instance %s (%s) provisioned on %s/%s: %s", iid, req.name, info.runtime, info.provider, info.state)
+        return self._public(inst)
+
+    async def start(self, instance_id: str) -> m.InstanceInfo:
+        async with self._locked(instance_id) as inst:
+            if inst.info.state != "running":
+                try:
+                    await inst.provider.start(inst)
+                finally:
+                    self.commit(inst)
+            return self._public(inst)
+
+    async def stop(self, instance_id: str, grace_s: float | None) -> m.InstanceInfo:
+        async with self._locked(instance_id) as inst:
+            if inst.info.state != "stopped":
+                await self._stop_locked(inst, self._grace(grace_s))
+            return self._public(inst)
+
+    async def destroy(self, instance_id: str, grace_s: float | None) -> m.InstanceInfo:
+        async with self._locked(instance_id) as inst:
+            with trio.CancelScope(shield=True):  # half a destroy would leave orphaned files or processes
+                await self._stop_locked(inst, self._grace(grace_s))
+                inst.info.state = "destroyed"
+                self._instances.pop(instance_id, None)
+                await inst.provider.discard(inst)
+                self._save()
+            log.info("instance %s destroyed", instance_id)
+            return self._public(inst)
+
+    async def shutdown(self) -> None:
+        """Persist and leave every instance running: hostd's unit uses ``KillMode=process``, and a
+        restart of hostd must not take the agents down with it. The next hostd re-adopts them."""
+        self._closed = True
+        self._save()
+        for provider in self._providers.values():
+            await provider.shutdown()
+
+    async def load(self, records: Sequence[statefile.PersistedInstance] | None = None) -> None:
+        """Let each instance's provider re-adopt what is still alive, from ``records`` (read from the
+        state file when not given)."""
+        if records is None:
+            records = statefile.read(self._config.state_file)
+        self._checkpoints.sweep()
+        for saved in records or ():
+            info = saved.info
+            if info.state == "destroyed" or info.instance_id in self._instances:
+                continue
+            provider = self._providers.get((info.runtime, info.provider))
+            if provider is None:
+                log.error("instance %s: provider %s/%s is not offered", info.instance_id, info.runtime, info.provider)
+                provider = AbsentProvider(info.runtime, info.provider)
+            info.capabilities = provider.instance_capabilities(info)  # what this hostd's provider can do now
+            inst = Instance(info, saved.env, provider)
+            was = info.state
+            await provider.readopt(inst, saved.detail)
+            if was == "provisioning":
+                info.state, info.note = "failed", "hostd went down while provisioning this instance"
+            self._instances[info.instance_id] = inst
+        if records is not None:
+            self._save()
+        for provider in self._providers.values():
+            await provider.startup()
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    async def _stop_locked(self, inst: Instance, grace: float) -> None:
+        info = inst.info
+        was_stopped = info.state == "stopped"
+        info.state = "stopping"
+        self.commit(inst)
+        try:
+            with trio.CancelScope(shield=True):  # a half-done stop would leave a half-killed instance
+                await inst.provider.stop(inst, grace, lambda: self._run_hooks(inst.id, grace))
+        finally:
+            info.state = "stopped"
+            if not was_stopped:
+                info.stopped_at = time.time()
+            self.commit(inst)
