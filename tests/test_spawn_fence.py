@@ -108,7 +108,7 @@ def test_packages_import_only_proto() -> None:
     for package, allowed in MAY_IMPORT.items():
         for path in sorted(package_dir(package).rglob("*.py")):
             bad += [f"{module_name(path)} imports {name}" for name in our_imports(path) - allowed - {package}]
-    assert our_imports(package_dir("cli") / "hostctl.py") == {"proto"}  # the check sees imports at all
+    assert our_imports(package_dir("cli") / "hostctl.py") == {"cli", "proto"}  # the check sees imports at all
     assert not bad, "\n".join(bad)
 
 
