@@ -41,7 +41,7 @@ from hypercorn.trio import serve
 
 from agentic_sandbox.controller.app import create_app
 from agentic_sandbox.controller.config import load_config
-from agentic_sandbox.controller.events import Event, EventBus
+from agentic_sandbox.controller.events.bus import Event, EventBus
 from agentic_sandbox.controller.main import hypercorn_config
 from agentic_sandbox.controller.models import iso
 from agentic_sandbox.controller.ulid import new_ulid

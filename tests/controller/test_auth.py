@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentic_sandbox.controller.auth import Authenticator, config_tokens, hash_token, resolve_admin_token
+from agentic_sandbox.controller.auth.tokens import Authenticator, config_tokens, hash_token, resolve_admin_token
 from agentic_sandbox.controller.config import ConfigError, load_config
 
 from .a2a.helpers import new_agent

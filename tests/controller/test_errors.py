@@ -19,8 +19,8 @@ from agentic_sandbox.controller.errors import (
     OutcomeUnknown,
     ValidationFailed,
 )
-from agentic_sandbox.controller.loadouts import LoadoutExists, LoadoutInvalid
-from agentic_sandbox.controller.problems import STATUS, to_problem
+from agentic_sandbox.controller.http.problems import STATUS, to_problem
+from agentic_sandbox.controller.loadouts.service import LoadoutExists, LoadoutInvalid
 from agentic_sandbox.controller.storage import (
     InvalidPath,
     ObjectNotFound,
@@ -37,11 +37,11 @@ SERVICE_MODULES = [
     "errors.py",
     "decoding.py",
     "hostlink.py",
-    "instances.py",
+    "instances/service.py",
     "operations.py",
     "storage.py",
-    "loadouts.py",
-    "images.py",
+    "loadouts/service.py",
+    "instances/images.py",
     "models.py",
     "metrics.py",
     "config.py",

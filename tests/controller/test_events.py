@@ -7,7 +7,7 @@ import re
 import msgspec
 import pytest
 
-from agentic_sandbox.controller.events import MAX_DATA_BYTES, EventBus
+from agentic_sandbox.controller.events.bus import MAX_DATA_BYTES, EventBus
 from tests.contracts import component, validate
 
 

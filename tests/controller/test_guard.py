@@ -54,7 +54,9 @@ def _run(script: str) -> dict[str, str]:
 
 def test_every_process_creation_is_refused() -> None:
     report = _run(
-        ATTEMPTS.format(install="from agentic_sandbox.controller.guard import install_process_guard\ninstall_process_guard()")
+        ATTEMPTS.format(
+            install="from agentic_sandbox.controller.guard import install_process_guard\ninstall_process_guard()"
+        )
     )
     assert report, "no attempt ran"
     for name, outcome in report.items():

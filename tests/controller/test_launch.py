@@ -1,4 +1,4 @@
-"""The launch plan of a provision request (``controller.launch``), in memory: every mode, the
+"""The launch plan of a provision request (``controller.instances.launch``), in memory: every mode, the
 implicit warm pool, and the contract's refusals naming their field."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from agentic_sandbox.controller.errors import ValidationFailed
-from agentic_sandbox.controller.launch import LaunchPlan, plan_launch
+from agentic_sandbox.controller.instances.launch import LaunchPlan, plan_launch
 from agentic_sandbox.controller.models import ProvisionRequest
 
 

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 import trio
 
-from agentic_sandbox.controller.loadouts import LoadoutExists, LoadoutInvalid, LoadoutService, parse_manifest
+from agentic_sandbox.controller.loadouts.service import LoadoutExists, LoadoutInvalid, LoadoutService, parse_manifest
 from tests.controller.conftest import OPERATOR_TOKEN, LiveController, LiveHostd, provision
 
 MANIFEST = """\

@@ -7,7 +7,7 @@ import logging
 import httpx
 import msgspec
 
-from agentic_sandbox.controller.logring import REDACTED, LogRing, level_word
+from agentic_sandbox.controller.events.logs import REDACTED, LogRing, level_word
 from agentic_sandbox.proto import log_context
 from tests.contracts import component, validate
 

@@ -16,11 +16,11 @@ import trio
 
 from agentic_sandbox.controller.admin.views import operation_path
 from agentic_sandbox.controller.errors import InvalidState
-from agentic_sandbox.controller.events import EventBus
+from agentic_sandbox.controller.events.bus import EventBus
 from agentic_sandbox.controller.hostlink import hostd_failure
+from agentic_sandbox.controller.http.problems import error_body
 from agentic_sandbox.controller.metrics import Metrics
 from agentic_sandbox.controller.operations import OperationService, new_operation_id, new_ulid
-from agentic_sandbox.controller.problems import error_body
 from agentic_sandbox.controller.store import OperationRecord, Store
 from agentic_sandbox.proto import HostdConnectionLost
 from tests.contracts import validate_problem

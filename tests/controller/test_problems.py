@@ -19,14 +19,14 @@ from agentic_sandbox.controller.config import load_config
 from agentic_sandbox.controller.decoding import decode_json
 from agentic_sandbox.controller.errors import ControllerError, OutcomeUnknown, Unauthenticated
 from agentic_sandbox.controller.hostlink import hostd_failure
-from agentic_sandbox.controller.models import ProvisionRequest
-from agentic_sandbox.controller.problems import (
+from agentic_sandbox.controller.http.problems import (
     PROBLEM_MEDIA_TYPE,
     Problem,
     install_problem_handlers,
     problem_type,
     to_problem,
 )
+from agentic_sandbox.controller.models import ProvisionRequest
 from agentic_sandbox.proto import (
     HostdConnectionLost,
     HostdNotRunning,

@@ -7,7 +7,7 @@ import pytest
 import trio
 import trio.testing
 
-from agentic_sandbox.controller.ring import READ_BATCH, Gap, Ring, sse_frame
+from agentic_sandbox.controller.events.ring import READ_BATCH, Gap, Ring, sse_frame
 
 
 def _ring(capacity: int = 8) -> Ring[dict]:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trio
 
-from agentic_sandbox.controller.events import EventBus
+from agentic_sandbox.controller.events.bus import EventBus
 from agentic_sandbox.controller.storage import (
     MAX_PATH_BYTES,
     InvalidPath,

@@ -9,7 +9,7 @@ Resource handling: ``create_app`` opens the SQLite store and resolves the tokens
 errors surface before serving). Background services live in the app's nursery (quart-trio's
 ``app.nursery``, which exists while the app is served): the store's WAL checkpoints
 (:mod:`controller.store.wal`), the hostd link, the operation purge timer, the hostd watch (instance
-exits and sessions, :mod:`controller.watch`) and every operation's work.
+exits and sessions, :mod:`controller.instances.watch`) and every operation's work.
 The event bus and the log ring are attached to the run while serving, and the log ring's handler
 sits on the root logger only then. ``after_serving`` closes the store; at shutdown the nursery is cancelled at
 once (``BACKGROUND_TASK_SHUTDOWN_TIMEOUT = None``): operations are durable and a restart marks the
@@ -30,36 +30,36 @@ from werkzeug.exceptions import HTTPException
 from agentic_sandbox.proto import bind_log_ids
 
 from .admin.views import operation_path
-from .auth import Authenticator, config_tokens, resolve_admin_token
-from .checkpoints import CheckpointService
+from .auth.credentials import InstanceCredentials
+from .auth.tokens import Authenticator, config_tokens, resolve_admin_token
 from .config import ControllerConfig
 from .console import install_console
 from .console.assets import ConsoleAssets, describe
-from .credentials import InstanceCredentials
-from .events import EventBus
+from .events.bus import EventBus
+from .events.logs import LogRing
 from .hostlink import HostdLink
-from .http import BODY_READ
-from .httpconnection import HTTPConnection
-from .httpedge import install_http_edge
-from .images import ImageService
-from .instances import InstanceService
-from .loadouts import LoadoutService
-from .logring import LogRing
+from .http.connection import HTTPConnection
+from .http.edge import install_http_edge
+from .http.problems import error_body, from_http_exception, problem_response, trace_id
+from .http.responses import BODY_READ
+from .instances.checkpoints import CheckpointService
+from .instances.images import ImageService
+from .instances.pools import WarmPoolService
+from .instances.runtimes import RuntimeService
+from .instances.service import InstanceService
+from .instances.sessions import SessionService
+from .instances.watch import HostdWatch
+from .loadouts.service import LoadoutService
 from .metrics import Metrics
 from .operations import OperationService
-from .pools import WarmPoolService
-from .problems import error_body, from_http_exception, problem_response, trace_id
 from .pty.rooms import Rooms
 from .pty.route import WebsocketConnection
 from .push import PushService
-from .runtimes import RuntimeService
-from .sessions import SessionService
 from .state import EXTENSION_KEY, AppState
 from .storage import StorageService
 from .store import Store
 from .store.wal import run_checkpoints
 from .tasks import TaskService
-from .watch import HostdWatch
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     async def _drain_body(response: Response) -> Response:
         # A request body the handler never read (a 405, a 401, a GET with a body) is read
         # before the response ends, so hypercorn can recycle the connection for the next
-        # request instead of closing it (see controller.httpconnection for the close itself).
+        # request instead of closing it (see controller.http.connection for the close itself).
         if g.get(BODY_READ):
             return response
         try:

@@ -1,7 +1,7 @@
 """The controller's one error family: every service raises these, and only these.
 
 Services know nothing of HTTP. Each surface translates this family once, at its edge, into its
-own error body: the admin and v1 surfaces into problem+json (:mod:`controller.problems`, one table
+own error body: the admin and v1 surfaces into problem+json (:mod:`controller.http.problems`, one table
 class -> status), the A2A surface into its ``{"error": {code, status, message, details}}``. So a
 service failure reads the same on every surface, and no service picks a status code::
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .loadouts import RuntimeOptions
+from .loadouts.service import RuntimeOptions
 
 RUNTIMES = ("qemu", "docker", "host", "container")
 #: ``container`` is runtime/v1's kind name for what the contract calls ``docker``: accepted as an
@@ -46,7 +46,7 @@ class ProvisionRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     name: InstanceName
     runtime: Runtime
     provider: Short | None = None
-    #: Provider-neutral launch intent (``LoadoutRuntimeOptions``): see :mod:`controller.launch`.
+    #: Provider-neutral launch intent (``LoadoutRuntimeOptions``): see :mod:`controller.instances.launch`.
     runtime_options: RuntimeOptions | None = None
     loadout: Short | None = None
     profile: Short | None = None

@@ -22,9 +22,9 @@ from quart import Blueprint, Response
 from agentic_sandbox.proto import messages as m
 
 from .errors import ControllerError
-from .http import json_response
+from .http.responses import json_response
+from .instances.pools import CAPABILITY as WARM_POOLS
 from .metrics import CONTENT_TYPE
-from .pools import CAPABILITY as WARM_POOLS
 from .state import app_state
 
 log = logging.getLogger(__name__)

@@ -41,7 +41,7 @@ import trio
 from agentic_sandbox.proto import bind_log_ids
 
 from .errors import ControllerError, InternalError, NotFound
-from .events import EventBus
+from .events.bus import EventBus
 from .metrics import Metrics
 from .store import TERMINAL_STATES, OperationRecord, Store, StoreClosed
 from .ulid import new_ulid

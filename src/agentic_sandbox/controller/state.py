@@ -17,28 +17,28 @@ if TYPE_CHECKING:
     import trio
     from quart import Quart
 
-    from .auth import Authenticator
-    from .checkpoints import CheckpointService
+    from .auth.credentials import InstanceCredentials
+    from .auth.tokens import Authenticator
     from .config import ControllerConfig
     from .console.assets import ConsoleAssets
-    from .credentials import InstanceCredentials
-    from .events import EventBus
+    from .events.bus import EventBus
+    from .events.logs import LogRing
     from .hostlink import HostdLink
-    from .images import ImageService
-    from .instances import InstanceService
-    from .loadouts import LoadoutService
-    from .logring import LogRing
+    from .instances.checkpoints import CheckpointService
+    from .instances.images import ImageService
+    from .instances.pools import WarmPoolService
+    from .instances.runtimes import RuntimeService
+    from .instances.service import InstanceService
+    from .instances.sessions import SessionService
+    from .instances.watch import HostdWatch
+    from .loadouts.service import LoadoutService
     from .metrics import Metrics
     from .operations import OperationService
-    from .pools import WarmPoolService
     from .pty.rooms import Rooms
     from .push import PushService
-    from .runtimes import RuntimeService
-    from .sessions import SessionService
     from .storage import StorageService
     from .store import Store
     from .tasks import TaskService
-    from .watch import HostdWatch
 
 EXTENSION_KEY = "aiwg"
 

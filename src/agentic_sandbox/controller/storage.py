@@ -60,7 +60,7 @@ import msgspec
 import trio
 
 from .errors import Forbidden, NotFound, TooLarge, Unavailable, ValidationFailed
-from .events import EventBus
+from .events.bus import EventBus
 
 Scope = Literal["global", "inbox", "outbox"]
 SCOPES: tuple[Scope, ...] = ("global", "inbox", "outbox")

@@ -28,7 +28,7 @@ from quart import Blueprint, Response, current_app, request
 from werkzeug.exceptions import NotFound
 from werkzeug.routing import BaseConverter
 
-from .problems import install_problem_handlers
+from .http.problems import install_problem_handlers
 from .state import app_state
 
 V1_PREFIX = "/api/v1"

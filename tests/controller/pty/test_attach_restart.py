@@ -14,8 +14,8 @@ import httpx
 import pytest
 import trio
 
-from agentic_sandbox.proto import messages as m
 from agentic_sandbox.proto import HostdStreamOverflow, open_hostd
+from agentic_sandbox.proto import messages as m
 
 from ..conftest import ADMIN_TOKEN, ControllerProcess, LiveHostd, controller_env, provision
 from .wsclient import WS, ConnectionClosed, attach_url, cframe

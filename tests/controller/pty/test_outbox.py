@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from agentic_sandbox.controller.pty.outbox import CONTROL_ITEMS, OUTPUT_ITEMS, Outbox
+from agentic_sandbox.controller.pty.lanes import CONTROL_ITEMS, OUTPUT_ITEMS, Outbox
 
 
 async def test_control_first_output_bounded() -> None:

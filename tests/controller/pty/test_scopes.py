@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentic_sandbox.controller.auth import Principal
+from agentic_sandbox.controller.auth.tokens import Principal
 from agentic_sandbox.controller.pty.scopes import PTY_ADMIN, PTY_CONTROL, PTY_OBSERVE, pty_scopes
 
 

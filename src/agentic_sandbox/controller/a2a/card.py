@@ -22,9 +22,9 @@ from typing import Any
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..credentials import b64url
+from ..auth.credentials import b64url
 from ..errors import InternalError
-from ..instancebase import HOSTD_RUNTIMES
+from ..instances.base import HOSTD_RUNTIMES
 from ..store import InstanceRecord
 
 RUNTIME_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/runtime/v1"

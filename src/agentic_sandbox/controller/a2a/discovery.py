@@ -13,7 +13,7 @@ from email.utils import formatdate
 import msgspec
 from quart import Response, request
 
-from ..http import base_url, json_response
+from ..http.responses import base_url, json_response
 from ..state import app_state
 from ..store import InstanceRecord
 from . import a2a, hitl, idempotency, ptyext, tenancy

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 from quart import Response, request
 
-from ..auth import ROLE_ADMIN, Principal, may_use_instance
+from ..auth.tokens import ROLE_ADMIN, Principal, may_use_instance
 from ..errors import (
     EXTENSION_REQUIRED,
     EXTENSION_UNSUPPORTED,

@@ -6,7 +6,7 @@ that activates it is refused (spec §5.2, see :func:`controller.a2a.edge.activat
 
 Every param is read from the module that implements it, so the card cannot drift from the binding:
 roles and keyframe cadence from :mod:`controller.pty.rooms`, the default terminal size from
-:mod:`controller.sessions`. The replay buffer is hostd's output ring of each session, which keeps
+:mod:`controller.instances.sessions`. The replay buffer is hostd's output ring of each session, which keeps
 the last ``AIWG_RING_FRAMES`` frames (default 1000) for as long as the session lives, with no
 age limit, so 24 h of retention holds unless the frame bound is reached first.
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..instances.sessions import DEFAULT_COLS, DEFAULT_ROWS
 from ..pty import rooms
 from ..pty.frames import PTY_EXTENSIONS_URI
-from ..sessions import DEFAULT_COLS, DEFAULT_ROWS
 
 #: hostd's default ``AIWG_RING_FRAMES`` (hostd/config.py); the controller cannot ask hostd for it.
 REPLAY_BUFFER_FRAMES = 1000

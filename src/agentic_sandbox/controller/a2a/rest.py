@@ -35,7 +35,7 @@ from ..errors import (
     UnsupportedMedia,
     ValidationFailed,
 )
-from ..http import request_body
+from ..http.responses import request_body
 from ..push.configs import ConfigRef, ListParams, PushConfigIn
 from ..tasks.model import SendMessageRequest
 from ..tasks.service import ListQuery

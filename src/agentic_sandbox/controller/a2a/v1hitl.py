@@ -19,7 +19,7 @@ import msgspec
 
 from ..decoding import decode_json
 from ..errors import TASK_NOT_FOUND, NotFound
-from ..http import request_body
+from ..http.responses import request_body
 from ..state import app_state
 from ..store import TaskRecord
 from ..tasks.model import Message, Part, SendConfiguration, SendMessageRequest

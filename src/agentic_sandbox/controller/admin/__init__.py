@@ -9,7 +9,7 @@ MCP discovery) and ``cloudhypervisor`` (upstream's CH verbs, answered 501);
 ``views`` turns the services' records into the contract's shapes. Handlers decode into a typed
 object, call one service method, and return its view.
 
-Errors: a ``controller.errors`` error answers as problem+json through ``controller.problems`` (hostd
+Errors: a ``controller.errors`` error answers as problem+json through ``controller.http.problems`` (hostd
 being away is 503 ``internal.unavailable``: fail closed); an HTTP error (413 from the body limit)
 with its status; anything else as 500 ``internal.error``, logged with its traceback. Routing 404/405
 under the prefix carry no blueprint, so the app's handler answers those in the same shape (see
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from quart import Blueprint
 
-from ..problems import install_problem_handlers
+from ..http.problems import install_problem_handlers
 
 admin = Blueprint("admin", __name__, url_prefix="/api/v2/admin")
 install_problem_handlers(admin)

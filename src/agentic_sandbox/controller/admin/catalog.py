@@ -2,7 +2,7 @@
 
 ``/container-images`` lists what hostd's podman knows; when podman cannot be asked it answers
 ``{items: [], degraded: true, reason}`` (the catalog is advisory), but a hostd that cannot be asked
-is 503 ``internal.unavailable`` like every hostd-backed route (see ``controller.images``).
+is 503 ``internal.unavailable`` like every hostd-backed route (see ``controller.instances.images``).
 ``POST /loadouts`` takes ``{name, manifest}`` as ``application/json`` or the manifest itself as
 YAML (``application/x-yaml``, ``application/yaml``, ``text/yaml``, ``text/x-yaml``; the name then
 comes from the manifest). 201 with the loadout (its manifest text included), 409
@@ -15,11 +15,11 @@ from __future__ import annotations
 import msgspec
 from quart import Response, request
 
-from ..auth import ADMIN_ONLY, READ, require_role
+from ..auth.tokens import ADMIN_ONLY, READ, require_role
 from ..decoding import decode_json
 from ..errors import UnsupportedMedia, ValidationFailed
-from ..http import request_body
-from ..loadouts import LoadoutView
+from ..http.responses import request_body
+from ..loadouts.service import LoadoutView
 from ..state import app_state
 from . import admin
 from .views import image_list

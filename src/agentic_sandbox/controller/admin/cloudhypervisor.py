@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from quart import Response
 
-from ..auth import ADMIN_ONLY, require_role
+from ..auth.tokens import ADMIN_ONLY, require_role
 from ..errors import Unimplemented
 from . import admin
 

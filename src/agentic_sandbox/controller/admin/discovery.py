@@ -27,9 +27,9 @@ from quart import Response
 
 from agentic_sandbox.proto import messages as m
 
-from ..auth import READ, require_role
-from ..http import json_response
-from ..runtimes import FAMILY, IMPLEMENTED
+from ..auth.tokens import READ, require_role
+from ..http.responses import json_response
+from ..instances.runtimes import FAMILY, IMPLEMENTED
 from ..state import app_state
 from . import admin
 

@@ -1,17 +1,17 @@
 """Admin instance routes: list, provision, detail, decommission, lifecycle verbs.
 
 Long-running work answers 202 with an ``OperationStatus`` and ``Location`` (see
-``controller.instances`` for what is checked before that and ``controller.auth`` for who may).
+``controller.instances.service`` for what is checked before that and ``controller.auth.tokens`` for who may).
 """
 
 from __future__ import annotations
 
 from quart import Response, g, request
 
-from ..auth import ADMIN_ONLY, OPERATE, READ, may_use_instance, require_role
+from ..auth.tokens import ADMIN_ONLY, OPERATE, READ, may_use_instance, require_role
 from ..decoding import decode_json
 from ..errors import Gone, ValidationFailed
-from ..http import base_url, json_response, request_body
+from ..http.responses import base_url, json_response, request_body
 from ..models import InstanceList, ProvisionRequest, ReprovisionRequest
 from ..state import app_state
 from . import admin

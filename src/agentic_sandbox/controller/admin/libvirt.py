@@ -1,8 +1,8 @@
 """Admin libvirt routes (upstream's): capture a pre-enrollment VM checkpoint, restore one, make a
 warm pool of checkpoints, hand off one of its slots as a new instance.
 
-Each answers 202 with an operation (:mod:`controller.checkpoints`, :mod:`controller.pools`,
-:mod:`controller.provisioning`); a handoff also carries the new instance's A2A token, once, as a
+Each answers 202 with an operation (:mod:`controller.instances.checkpoints`, :mod:`controller.instances.pools`,
+:mod:`controller.instances.provisioning`); a handoff also carries the new instance's A2A token, once, as a
 provision does. Every warm pool (of any runtime) is listed by ``/warm-pools`` (``warmpools.py``).
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from quart import Response
 
-from ..auth import ADMIN_ONLY, require_role
+from ..auth.tokens import ADMIN_ONLY, require_role
 from ..decoding import decode_json
-from ..http import request_body
+from ..http.responses import request_body
 from ..models import (
     LibvirtCheckpointRequest,
     LibvirtRestoreRequest,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from quart import Response
 
-from ..auth import READ, require_role
-from ..http import json_response
+from ..auth.tokens import READ, require_role
+from ..http.responses import json_response
 from ..state import app_state
 from . import admin
 from .views import operation_view

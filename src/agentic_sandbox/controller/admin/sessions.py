@@ -20,10 +20,10 @@ from quart import Response
 
 from agentic_sandbox.proto import messages as m
 
-from ..auth import OPERATE, READ, require_role
+from ..auth.tokens import OPERATE, READ, require_role
 from ..decoding import decode_json
-from ..http import base_url, json_response, request_body
-from ..sessions import DEFAULT_COLS, DEFAULT_ROWS, Cwd
+from ..http.responses import base_url, json_response, request_body
+from ..instances.sessions import DEFAULT_COLS, DEFAULT_ROWS, Cwd
 from ..state import app_state
 from . import admin
 from .views import SessionList, session_path, session_view

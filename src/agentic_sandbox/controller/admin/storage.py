@@ -35,10 +35,10 @@ import trio
 from quart import Response, request
 from werkzeug.routing import BaseConverter
 
-from ..auth import OPERATE, READ, require_role
+from ..auth.tokens import OPERATE, READ, require_role
 from ..decoding import decode_json
 from ..errors import ValidationFailed
-from ..http import request_body
+from ..http.responses import request_body
 from ..state import app_state
 from ..storage import (
     SCOPES,

@@ -20,9 +20,9 @@ tasks; both filters together must both pass); logs by ``level`` (the minimum:
 ``trace``, ``debug``, ``info``, ``warn``, ``error``) and ``target`` (a logger and its children;
 ``::`` reads as ``.``). A bad parameter is a 422 naming it. Followers are bounded per stream
 (``AIWG_MAX_STREAM_FOLLOWERS``, checked when the request arrives; 429 ``rate_limit.exceeded``
-above). Who may read what is in :mod:`controller.auth` (events: admin and operator; logs: admin).
+above). Who may read what is in :mod:`controller.auth.tokens` (events: admin and operator; logs: admin).
 
-Each follower is a cursor into the ring (:mod:`controller.ring`): no queue per follower, frames
+Each follower is a cursor into the ring (:mod:`controller.events.ring`): no queue per follower, frames
 encoded once at publish, everything new since the last wake written in one chunk.
 """
 
@@ -38,12 +38,12 @@ import msgspec
 import trio
 from quart import Response, request
 
-from ..auth import ADMIN_ONLY, READ, require_role
+from ..auth.tokens import ADMIN_ONLY, READ, require_role
 from ..errors import LimitReached, ValidationFailed
-from ..events import STREAM_LAGGED, Event
-from ..logring import LEVELS, LogEntry
+from ..events.bus import STREAM_LAGGED, Event
+from ..events.logs import LEVELS, LogEntry
+from ..events.ring import Gap, Ring, sse_frame
 from ..models import iso
-from ..ring import Gap, Ring, sse_frame
 from ..state import AppState, app_state
 from ..ulid import new_ulid
 from . import admin

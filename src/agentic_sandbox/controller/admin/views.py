@@ -12,7 +12,7 @@ from quart import Response
 
 from agentic_sandbox.proto import messages as m
 
-from ..http import json_response
+from ..http.responses import json_response
 from ..models import HostDaemon, InstanceView, OperationView, iso
 from ..store import InstanceRecord, OperationRecord
 

@@ -12,8 +12,8 @@ from quart import Response
 
 from agentic_sandbox.proto import messages as m
 
-from ..auth import READ, require_role
-from ..http import json_response
+from ..auth.tokens import READ, require_role
+from ..http.responses import json_response
 from ..models import WarmPoolList, WarmPoolView
 from ..state import app_state
 from . import admin

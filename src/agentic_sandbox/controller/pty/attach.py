@@ -31,12 +31,12 @@ from agentic_sandbox.proto import messages as m
 
 from ..errors import ControllerError, InvalidState
 from ..hostlink import hostd_failure
-from ..sessions import Launch
+from ..instances.sessions import Launch
 from ..state import AppState
 from . import frames as f
 from .asgisocket import AsgiWebSocket
+from .lanes import Close, Outbox
 from .launch import join_launch, start_failure, start_pending
-from .outbox import Close, Outbox
 from .rooms import Member, Room, RoomFull
 from .scopes import PTY_CONTROL
 

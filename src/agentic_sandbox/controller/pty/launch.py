@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 from agentic_sandbox.proto import messages as m
 
 from ..errors import ControllerError, Unavailable
-from ..sessions import Launch
+from ..instances.sessions import Launch
 from . import frames as f
 
 if TYPE_CHECKING:
-    from ..sessions import SessionService
+    from ..instances.sessions import SessionService
     from .rooms import Room
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from agentic_sandbox.proto import HostdError, HostdStreamOverflow, new_id
 from agentic_sandbox.proto import messages as m
 
 from ..errors import ControllerError, NotFound
-from ..sessions import Launch
+from ..instances.sessions import Launch
 from ..state import AppState, app_state
 from . import frames as f
 from . import pty

@@ -39,7 +39,7 @@ from agentic_sandbox.proto import messages as m
 
 from ..errors import Unavailable
 from . import frames as f
-from .outbox import Outbox
+from .lanes import Outbox
 from .screen import Screen
 
 if TYPE_CHECKING:

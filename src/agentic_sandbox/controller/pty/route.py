@@ -28,7 +28,7 @@ from quart_trio.asgi import TrioASGIWebsocketConnection
 
 from agentic_sandbox.proto import bind_log_ids
 
-from ..auth import may_use_instance
+from ..auth.tokens import may_use_instance
 from ..errors import ControllerError, NotFound
 from ..state import state_of
 from . import frames as f

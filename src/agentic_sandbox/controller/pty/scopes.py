@@ -6,7 +6,7 @@ pty-ws/v1 names three scopes:
 * ``pty:control``: observe, plus the controller role (input and resize);
 * ``pty:admin``: control, plus (in a later version of the binding) forced transfer.
 
-The tokens that exist today map as follows (the admin surface's roles, :mod:`controller.auth`):
+The tokens that exist today map as follows (the admin surface's roles, :mod:`controller.auth.tokens`):
 
 ==========  ==========================================  =============================
 principal   scopes                                      on which instances
@@ -18,14 +18,14 @@ instance    ``pty:control``, ``pty:observe``                 its own instance on
 
 Operators run lifecycle verbs and storage writes on every instance, so they may drive its shells
 too (upstream's management server maps them the same way). An instance's own bearer token (the
-A2A surface's, :mod:`controller.credentials`) drives that instance's shells and reaches no other
+A2A surface's, :mod:`controller.auth.credentials`) drives that instance's shells and reaches no other
 instance's (the attach answers 404 there, as the A2A surface does). There is no observe-only
 token yet.
 """
 
 from __future__ import annotations
 
-from ..auth import ROLE_ADMIN, Principal, may_use_instance
+from ..auth.tokens import ROLE_ADMIN, Principal, may_use_instance
 
 PTY_OBSERVE = "pty:observe"
 PTY_CONTROL = "pty:control"

@@ -17,12 +17,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .controlqueue import OutboxItem, OutboxTable
 from .credentials import CredentialTable, SigningKeyRecord
 from .database import Database, SchemaTooNew, StoreClosed
 from .idempotency import CachedResponse, IdempotencyTable
 from .instances import InstanceRecord, InstanceTable, NameTaken
 from .operations import TERMINAL_STATES, OperationRecord, OperationTable
-from .outbox import OutboxItem, OutboxTable
 from .push import PushConfigRecord, PushTable
 from .schema import STEPS
 from .tasks import Append, TaskEvent, TaskRecord, TaskSnapshot, TaskTable

@@ -55,16 +55,16 @@ from ..errors import (
     Unimplemented,
     ValidationFailed,
 )
-from ..events import TASK_CREATED, TASK_STATUS_CHANGED, EventBus
+from ..events.bus import TASK_CREATED, TASK_STATUS_CHANGED, EventBus
 from ..hostlink import HostdLink
-from ..loadouts import LoadoutService
+from ..loadouts.service import LoadoutService
 from ..store import Append, InstanceRecord, Store, StoreClosed, TaskRecord
 from ..store.tasks import INTERRUPTED, TERMINAL, rfc3339_us
 from . import prompts
 from .agentio import check_parts, message_dict, stdin_of, strip_owned
+from .handover import AgentOutbox
 from .hub import TaskHub
 from .model import SendMessageRequest
-from .outbox import AgentOutbox
 from .runner import Runner, status_change
 
 log = logging.getLogger(__name__)

@@ -18,12 +18,12 @@ from typing import Any
 from agentic_sandbox.proto import messages as m
 from agentic_sandbox.proto import new_id
 
-from .errors import InvalidState, NotFound, Unavailable, Unimplemented, ValidationFailed
-from .hostlink import HostdLink
-from .instancebase import provider_facts
-from .models import LibvirtCheckpointRequest, LibvirtRestoreRequest
-from .operations import OperationService
-from .store import InstanceRecord, OperationRecord, Store
+from ..errors import InvalidState, NotFound, Unavailable, Unimplemented, ValidationFailed
+from ..hostlink import HostdLink
+from ..models import LibvirtCheckpointRequest, LibvirtRestoreRequest
+from ..operations import OperationService
+from ..store import InstanceRecord, OperationRecord, Store
+from .base import provider_facts
 
 
 def _checkpoint_key(checkpoint_id: str) -> str:

@@ -1,5 +1,5 @@
 """Provisioning: a new instance in the catalog and on hostd, made cold, from a warm pool, by fork or
-by restore (:mod:`controller.launch` reads which from the request).
+by restore (:mod:`controller.instances.launch` reads which from the request).
 
 What is checked before the operation is accepted: the runtime and its fields (ValidationFailed,
 Unimplemented ``runtime.not_implemented``), the launch plan and its asset (the pool, checkpoint or
@@ -25,7 +25,7 @@ from typing import Any
 from agentic_sandbox.proto import current_log_ids, new_id
 from agentic_sandbox.proto import messages as m
 
-from .errors import (
+from ..errors import (
     Conflict,
     ControllerError,
     NotFound,
@@ -34,11 +34,11 @@ from .errors import (
     Unimplemented,
     ValidationFailed,
 )
-from .instancebase import HOSTD_RUNTIMES, LIFECYCLE_TIMEOUT_S, InstanceBase, instance_key, name_key
+from ..loadouts.service import LaunchStrategy, RuntimeOptions
+from ..models import RUNTIME_ALIASES, ProvisionRequest
+from ..store import InstanceRecord, NameTaken, OperationRecord
+from .base import HOSTD_RUNTIMES, LIFECYCLE_TIMEOUT_S, InstanceBase, instance_key, name_key
 from .launch import LaunchPlan, plan_launch
-from .loadouts import LaunchStrategy, RuntimeOptions
-from .models import RUNTIME_ALIASES, ProvisionRequest
-from .store import InstanceRecord, NameTaken, OperationRecord
 
 #: An OCI image reference (the same rule hostd's protocol checks): name[:tag][@sha256:<64 hex>].
 IMAGE_REF = re.compile(

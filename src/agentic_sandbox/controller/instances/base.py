@@ -4,8 +4,8 @@
 credentials, warm pools) and the catalog's few rules every part follows: a row is stored before
 its change is announced (:meth:`InstanceBase._save`), an operation in flight on an instance holds
 its key, hostd's view of an instance is asked for one way. The service is built on it in two
-parts: :mod:`controller.provisioning` (making instances: cold, from a warm pool, by fork or
-restore) and :mod:`controller.instances` (reconciliation, reads, lifecycle, decommission).
+parts: :mod:`controller.instances.provisioning` (making instances: cold, from a warm pool, by fork or
+restore) and :mod:`controller.instances.service` (reconciliation, reads, lifecycle, decommission).
 
 Each admin runtime maps onto one hostd runtime and provider (:data:`HOSTD_RUNTIMES`).
 """
@@ -21,14 +21,14 @@ import trio
 from agentic_sandbox.proto import current_log_ids
 from agentic_sandbox.proto import messages as m
 
-from .credentials import InstanceCredentials
-from .errors import NotFound, Unavailable, ValidationFailed
-from .events import EventBus
-from .hostlink import HostdLink
-from .loadouts import LoadoutService
-from .operations import OperationService
+from ..auth.credentials import InstanceCredentials
+from ..errors import NotFound, Unavailable, ValidationFailed
+from ..events.bus import EventBus
+from ..hostlink import HostdLink
+from ..loadouts.service import LoadoutService
+from ..operations import OperationService
+from ..store import InstanceRecord, Store
 from .pools import WarmPoolService
-from .store import InstanceRecord, Store
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from typing import Literal
 
 import msgspec
 
-from .errors import ValidationFailed
-from .models import ProvisionRequest
+from ..errors import ValidationFailed
+from ..models import ProvisionRequest
 
 Mode = Literal["cold", "warm_pool", "restore", "fork"]
 #: Admin runtime -> the launch modes it offers besides ``cold``.

@@ -1,6 +1,6 @@
 """A bounded ring of published records with monotonic ids, read by any number of cursors.
 
-This is what the event bus (:mod:`controller.events`) and the log ring (:mod:`controller.logring`)
+This is what the event bus (:mod:`controller.events.bus`) and the log ring (:mod:`controller.events.logs`)
 are made of. A record gets the next id (1, 2, 3, ...) when it is appended, and its SSE frame is
 encoded once then, so serving it to N followers costs N writes and no per-follower encoding.
 

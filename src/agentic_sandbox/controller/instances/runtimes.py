@@ -1,6 +1,6 @@
 """Runtime discovery: the runtime providers hostd offers right now (``ProviderList``, never cached:
 "available" must mean now). Which runtime kinds the controller itself implements is here too
-(:data:`IMPLEMENTED`, what :mod:`controller.instances` provisions); the admin surface combines the
+(:data:`IMPLEMENTED`, what :mod:`controller.instances.service` provisions); the admin surface combines the
 two into the contract's ``RuntimeProvidersResponse`` (:mod:`controller.admin.discovery`).
 
 Errors: hostd unreachable is ``Unavailable`` from the link (503, fail closed).
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from agentic_sandbox.proto import messages as m
 
-from .hostlink import HostdLink
-from .instancebase import HOSTD_RUNTIMES
+from ..hostlink import HostdLink
+from .base import HOSTD_RUNTIMES
 
 #: Admin runtime kind -> hostd runtime family.
 FAMILY = {"host": "host", "docker": "container", "qemu": "vm"}
-#: The runtime kinds the controller can provision (see controller.instances).
+#: The runtime kinds the controller can provision (see controller.instances.service).
 IMPLEMENTED = frozenset(HOSTD_RUNTIMES)
 
 

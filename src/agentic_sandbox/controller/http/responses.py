@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 from quart import Response, g, request
 
-from .state import app_state
+from ..state import app_state
 
 JSON = "application/json"
 

@@ -13,7 +13,7 @@ name) and ``exception`` when there is one.
 Never a token: the configured bearer tokens are replaced by ``[redacted]`` wherever they occur in
 a message or traceback, and so is whatever follows ``Bearer `` (the controller does not log
 credentials; this holds if a library or a future line does). Records are appended from whatever
-thread logs them; the ring never blocks the caller (see :mod:`controller.ring`).
+thread logs them; the ring never blocks the caller (see :mod:`controller.events.ring`).
 
 Resource handling: :meth:`LogRing.install` adds the handler to the root logger and
 :meth:`LogRing.uninstall` removes it; the app does both around serving.
@@ -31,7 +31,7 @@ import msgspec
 from agentic_sandbox.proto import current_log_ids
 from agentic_sandbox.proto.logformat import LOG_IDS
 
-from .models import iso
+from ..models import iso
 from .ring import Ring
 
 DEFAULT_CAPACITY = 4096

@@ -16,8 +16,8 @@ from __future__ import annotations
 from quart import Response, current_app, request
 from quart_trio import QuartTrio
 
-from .errors import Unauthenticated
-from .state import app_state
+from ..errors import Unauthenticated
+from ..state import app_state
 
 API_PREFIX = "/api/"
 _BODILESS_STATUSES = frozenset({204, 304})

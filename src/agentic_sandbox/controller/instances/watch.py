@@ -24,11 +24,11 @@ import trio
 
 from agentic_sandbox.proto import messages as m
 
-from .errors import ControllerError
-from .events import EventBus
-from .hostlink import HostdLink
-from .instances import InstanceService
-from .store import StoreClosed
+from ..errors import ControllerError
+from ..events.bus import EventBus
+from ..hostlink import HostdLink
+from ..store import StoreClosed
+from .service import InstanceService
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Handing a task's agent its control messages: follow-ups and hitl-prompt/v1 answers.
 
-What the agent is to be handed is queued in the store's agent outbox (:mod:`controller.store.outbox`)
+What the agent is to be handed is queued in the store's agent outbox (:mod:`controller.store.controlqueue`)
 in the same transaction as its task event, and removed here once hostd took it (``ExecControlSend``:
 the line is in the agent's socket) or can never take it (the agent ended, closed its channel, the
 line is too long: logged and dropped). So an acknowledged message reaches the agent after a

@@ -39,11 +39,11 @@ import msgspec
 import trio
 import yaml
 
-from .errors import Conflict, ControllerError, ValidationFailed
+from ..errors import Conflict, ControllerError, ValidationFailed
 
 log = logging.getLogger(__name__)
 
-BUILTIN_DIR = Path(__file__).with_name("loadouts")
+BUILTIN_DIR = Path(__file__).with_name("builtin")
 NAME_PATTERN = r"^[a-z][a-z0-9-]{1,62}$"
 MAX_MANIFEST_BYTES = 64 * 1024
 

@@ -30,7 +30,7 @@ import msgspec
 from quart import Response, g, has_request_context, request
 from werkzeug.exceptions import HTTPException
 
-from .errors import (
+from ..errors import (
     Conflict,
     ControllerError,
     Forbidden,

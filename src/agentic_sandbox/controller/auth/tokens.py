@@ -27,7 +27,7 @@ hashed and compared with every known digest by ``hmac.compare_digest``, without 
 No or a wrong token → 401 with ``WWW-Authenticate: Bearer``; a role that may not → 403.
 
 Instance tokens (role ``instance``): each instance has its own bearer token for the A2A surface
-(issued at provisioning, see :mod:`controller.credentials`), valid under that instance's
+(issued at provisioning, see :mod:`controller.auth.credentials`), valid under that instance's
 ``/agents/{id}/`` prefix and on the few admin routes marked ``own_instance`` (its own catalog entry
 and its PTY sessions, which its token already drives over the attach socket: what the web console
 needs to show an instance to its own token). Another instance is a 404 to it there, as on the A2A
@@ -51,10 +51,10 @@ from typing import Any
 import msgspec
 from quart import current_app, g, request
 
-from .config import ConfigError, ControllerConfig
-from .errors import Forbidden, NotFound, Unauthenticated
-from .state import app_state
-from .store import TokenRecord
+from ..config import ConfigError, ControllerConfig
+from ..errors import Forbidden, NotFound, Unauthenticated
+from ..state import app_state
+from ..store import TokenRecord
 
 ROLE_ADMIN = "admin"
 ROLE_OPERATOR = "operator"

@@ -5,7 +5,7 @@ Where the state lives: hostd keeps the pools themselves (their slots, refills, c
 of its own: ``AIWG_WARM_POOLS`` (``loadout=size,...``) names the pools, one per loadout, and
 :meth:`WarmPoolService.sync` tells hostd after every connect (``PoolSet`` with a template made from
 the loadout: its runtime, image and service; ``PoolDelete`` for a template pool no longer
-configured). A claim (:mod:`controller.provisioning`) gets a slot as an instance id the controller
+configured). A claim (:mod:`controller.instances.provisioning`) gets a slot as an instance id the controller
 chose, whose A2A token and signing key the controller made. Upstream's libvirt warm pools (pools
 of checkpoints, ``POST /libvirt/warm-pools``) are made here too, as operations.
 
@@ -23,13 +23,13 @@ from typing import Any
 
 from agentic_sandbox.proto import messages as m
 
-from .config import ConfigError
-from .errors import ControllerError, InvalidState, NotFound, Unavailable, Unimplemented
-from .hostlink import HostdLink
-from .loadouts import LoadoutService
-from .models import LibvirtWarmPoolInitRequest
-from .operations import OperationService
-from .store import OperationRecord
+from ..config import ConfigError
+from ..errors import ControllerError, InvalidState, NotFound, Unavailable, Unimplemented
+from ..hostlink import HostdLink
+from ..loadouts.service import LoadoutService
+from ..models import LibvirtWarmPoolInitRequest
+from ..operations import OperationService
+from ..store import OperationRecord
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from agentic_sandbox.proto import messages as m
 
-from .hostlink import HostdLink
+from ..hostlink import HostdLink
 
 
 class ImageService:

@@ -26,11 +26,11 @@ import msgspec
 
 from agentic_sandbox.proto import messages as m
 
-from .errors import NotFound, Unavailable
+from ..errors import NotFound, Unavailable
 
 if TYPE_CHECKING:
-    from .hostlink import HostdLink
-    from .instances import InstanceService
+    from ..hostlink import HostdLink
+    from .service import InstanceService
 
 #: hostd's ``ObjectId``: anything else cannot name a session, so it is a 404 without asking.
 _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

@@ -8,7 +8,7 @@ operation is working on it); an instance hostd holds that the catalog lacks (mad
 ``agentic-hostctl``, or a lost database) is adopted. A row with an operation in flight keeps the
 transient state that operation set (``starting``, ``stopping``, ``destroying``).
 
-Provisioning (:mod:`controller.provisioning`) and lifecycle verbs are operations
+Provisioning (:mod:`controller.instances.provisioning`) and lifecycle verbs are operations
 (:mod:`controller.operations`); this module checks what can be checked before the operation is
 accepted (NotFound, InvalidState, Unimplemented, hostd reachable) and gives the operation its work
 function. Each admin runtime maps onto one hostd runtime and provider
@@ -43,8 +43,10 @@ from typing import Any
 
 from agentic_sandbox.proto import messages as m
 
-from .errors import Conflict, ControllerError, InvalidState, NotFound, OperationFailed, Unimplemented, ValidationFailed
-from .instancebase import (
+from ..errors import Conflict, ControllerError, InvalidState, NotFound, OperationFailed, Unimplemented, ValidationFailed
+from ..models import INSTANCE_STATES, RUNTIME_ALIASES, RUNTIMES, ProvisionRequest
+from ..store import InstanceRecord, NameTaken, OperationRecord
+from .base import (
     CATALOG_RUNTIMES,
     HOSTD_RUNTIMES,
     LIFECYCLE_TIMEOUT_S,
@@ -53,9 +55,7 @@ from .instancebase import (
     not_found,
     provider_facts,
 )
-from .models import INSTANCE_STATES, RUNTIME_ALIASES, RUNTIMES, ProvisionRequest
 from .provisioning import DEFAULT_START, Provisioning
-from .store import InstanceRecord, NameTaken, OperationRecord
 
 __all__ = ["CATALOG_RUNTIMES", "DEFAULT_START", "HOSTD_RUNTIMES", "InstanceService"]
 

@@ -42,7 +42,7 @@ task.created                ``task/<id>``                   ``instance_id``, ``c
 task.status_changed         ``task/<id>``                   ``instance_id``, ``context_id``, ``state``
 ==========================  ==============================  =========================================
 
-Sessions are seen by :mod:`controller.watch`, which polls hostd (so a session made by any client,
+Sessions are seen by :mod:`controller.instances.watch`, which polls hostd (so a session made by any client,
 ``agentic-hostctl`` included, is reported once, within a poll interval); a surface that creates
 sessions need not publish ``session.created`` itself. A2A tasks are published by
 :class:`controller.tasks.service.TaskService` once each change is stored (a task's artifacts stay
@@ -57,9 +57,9 @@ from typing import Any
 
 import msgspec
 
-from .models import iso
+from ..models import iso
+from ..ulid import new_ulid
 from .ring import Ring
-from .ulid import new_ulid
 
 DEFAULT_CAPACITY = 4096
 #: Largest encoded event; past it the event's ``data`` is replaced by ``{"truncated": true}``.

@@ -24,8 +24,8 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
-from .auth import Authenticator
-from .store import SigningKeyRecord, Store
+from ..store import SigningKeyRecord, Store
+from .tokens import Authenticator
 
 TOKEN_BYTES = 32
 

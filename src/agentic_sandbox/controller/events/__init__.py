@@ -1,0 +1,3 @@
+"""What the controller tells its followers: the event bus (``bus``) and the log ring (``logs``), both
+kept in a bounded ring (``ring``) that SSE followers read from a position.
+"""
