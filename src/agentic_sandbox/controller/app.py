@@ -29,6 +29,8 @@ from werkzeug.exceptions import HTTPException
 
 from agentic_sandbox.proto import bind_log_ids
 
+from .a2a.idempotencycache import IdempotencyCache
+from .a2a.service import A2AService
 from .admin.views import operation_path
 from .auth.credentials import InstanceCredentials
 from .auth.tokens import Authenticator, config_tokens, resolve_admin_token
@@ -128,6 +130,19 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     watch = HostdWatch(link, instances, events, interval_s=config.watch_interval_s)
     tasks = TaskService(store, link, loadouts, events, retention_s=config.task_retention_s)
     push = PushService(store, tasks.hub, config, metrics.registry)
+    idempotency = IdempotencyCache(
+        store, metrics, ttl_s=config.idempotency_ttl_s, max_entries=config.idempotency_max_entries
+    )
+    a2a_service = A2AService(
+        store,
+        tasks,
+        push,
+        credentials,
+        loadouts,
+        idempotency,
+        keepalive_s=config.sse_keepalive_s,
+        push_allow_private=config.push_allow_private,
+    )
 
     app.extensions[EXTENSION_KEY] = AppState(
         config=config,
@@ -151,6 +166,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         rooms=Rooms(link),
         tasks=tasks,
         push=push,
+        a2a=a2a_service,
+        idempotency=idempotency,
         console=ConsoleAssets.load(),
     )
 

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from quart import current_app
 
 if TYPE_CHECKING:
-    import trio
     from quart import Quart
 
+    from .a2a.idempotencycache import IdempotencyCache
+    from .a2a.service import A2AService
     from .auth.credentials import InstanceCredentials
     from .auth.tokens import Authenticator
     from .config import ControllerConfig
@@ -66,13 +67,13 @@ class AppState:
     rooms: Rooms
     tasks: TaskService
     push: PushService
+    a2a: A2AService
+    idempotency: IdempotencyCache
     openapi: dict[str, Any] | None = field(default=None)
     #: The web console's built files (``controller.console``); None until ``create_app`` loads them.
     console: ConsoleAssets | None = field(default=None)
     #: Open SSE followers per stream ("events", "logs"), bounded by ``max_stream_followers``.
     followers: dict[str, int] = field(default_factory=dict)
-    #: idempotency/v1 keys (instance, scope, messageId) being served now; a duplicate waits on it.
-    idempotency_inflight: dict[tuple[str, str, str], trio.Event] = field(default_factory=dict)
 
 
 def state_of(app: Quart) -> AppState:

@@ -119,7 +119,7 @@ async def mission_stream(task_id: str) -> Any:
     from .errors import NotFound as TaskMissing
 
     authenticate()  # 401 before anything is looked up
-    rec = await app_state().store.tasks.get(task_id)
+    rec = await app_state().a2a.find_task(task_id)
     if rec is None:
         raise TaskMissing(TASK_NOT_FOUND, f"no mission {task_id[:256]!r}")
     return await rest.subscribe(rec.instance_id, task_id)

@@ -36,6 +36,7 @@ from ..errors import (
     Unauthenticated,
     ValidationFailed,
 )
+from ..http.responses import base_url
 from ..pty.frames import PTY_EXTENSIONS_URI
 from ..state import app_state
 from ..store import InstanceRecord
@@ -58,6 +59,8 @@ class Caller:
     instance: InstanceRecord
     #: Activated extension URIs, in the client's spelling (echoed back as sent).
     extensions: list[str] = field(default_factory=list)
+    #: The origin the caller reached us at (what a card it is handed names).
+    base_url: str = ""
 
     @property
     def discloses_host(self) -> bool:
@@ -135,17 +138,14 @@ def authenticate() -> Principal:
 async def instance_for(principal: Principal, instance_id: str) -> InstanceRecord:
     if not may_use_instance(principal, instance_id):
         raise instance_not_found(instance_id)
-    rec = await app_state().store.instances.get(instance_id)
-    if rec is None or rec.state == "destroyed":
-        raise instance_not_found(instance_id)
-    return rec
+    return await app_state().a2a.instance(instance_id)
 
 
 async def begin(instance_id: str, *, legacy_path: bool = False, enforce_extensions: bool = True) -> Caller:
     principal = authenticate()
     rec = await instance_for(principal, instance_id)
     check_version(legacy_path=legacy_path)
-    return Caller(principal, rec, activate_extensions(enforce=enforce_extensions))
+    return Caller(principal, rec, activate_extensions(enforce=enforce_extensions), base_url())
 
 
 def is_legacy_path() -> bool:

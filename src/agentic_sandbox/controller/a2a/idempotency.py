@@ -35,22 +35,15 @@ send: the same messageId on both is two requests).
 
 from __future__ import annotations
 
-import hashlib
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import msgspec
-import rfc8785
-import trio
 from quart import Response
 
 from ..errors import (
-    IDEMPOTENCY_KEY_REUSED,
     IDEMPOTENCY_MESSAGE_ID_MALFORMED,
-    Conflict,
     ControllerError,
     ValidationFailed,
 )
@@ -58,31 +51,13 @@ from ..state import app_state
 from ..store import CachedResponse
 from .card import IDEMPOTENCY_EXTENSION
 from .edge import A2A_JSON, Caller
+from .idempotencycache import IdempotencyCache
 from .sse import sse_response
 
 OPERATION = "SendMessage"
 STREAM_OPERATION = "SendStreamingMessage"
 REPLAYED_HEADER = "Idempotent-Replayed"
 _MESSAGE_ID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[47][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.IGNORECASE)
-
-
-def card_extension() -> dict[str, Any]:
-    config = app_state().config
-    return {
-        "uri": IDEMPOTENCY_EXTENSION,
-        "description": (
-            "Retries of SendMessage (or SendStreamingMessage) with the same messageId get the first outcome "
-            "again; activate it with A2A-Extensions (it is not enforced: requests without it are served "
-            "without deduplication)."
-        ),
-        "required": True,
-        "params": {
-            "ttl_seconds": int(config.idempotency_ttl_s),
-            "canonicalization": "jcs-rfc8785",
-            "hash_algorithm": "sha-256",
-            "max_cache_entries": config.idempotency_max_entries,
-        },
-    }
 
 
 def is_active(caller: Caller) -> bool:
@@ -104,10 +79,8 @@ def message_id_of(params: Any) -> str:
     return value
 
 
-def request_hash(params: dict[str, Any]) -> str:
-    message = {key: value for key, value in params["message"].items() if key != "messageId"}
-    digest = hashlib.sha256(rfc8785.dumps({**params, "message": message}))
-    return digest.hexdigest()
+def _cache() -> IdempotencyCache:
+    return app_state().idempotency
 
 
 def _replay(caller: Caller, cached: CachedResponse) -> Response:
@@ -115,61 +88,6 @@ def _replay(caller: Caller, cached: CachedResponse) -> Response:
     response.headers["A2A-Extensions"] = ", ".join(caller.extensions)
     response.headers[REPLAYED_HEADER] = "true"
     return response
-
-
-@asynccontextmanager
-async def _exclusive(key: tuple[str, str, str]) -> AsyncIterator[None]:
-    """One request per key at a time: a duplicate waits until the first has stored its outcome."""
-    running = app_state().idempotency_inflight
-    while (busy := running.get(key)) is not None:
-        await busy.wait()
-    done = running[key] = trio.Event()
-    try:
-        yield
-    finally:
-        del running[key]
-        done.set()
-
-
-async def _lookup(
-    caller: Caller, scope: str, params: Any, message_id: str, operation: str
-) -> tuple[str, CachedResponse | None]:
-    """(the request's hash, the live entry if any); raises on a collision."""
-    state = app_state()
-    submitted = request_hash(params)
-    cached = await state.store.idempotency.get(caller.instance.id, scope, message_id, time.time())
-    if cached is None:
-        state.metrics.idempotency_misses.labels(operation).inc()
-    elif cached.request_hash != submitted:
-        state.metrics.idempotency_collisions.labels(operation).inc()
-        raise Conflict(
-            IDEMPOTENCY_KEY_REUSED,
-            f"IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD: messageId {message_id} was first sent with a "
-            "different request; retry with the original request or use a new messageId",
-            details={
-                "message_id": message_id,
-                "original_request_hash": cached.request_hash,
-                "submitted_request_hash": submitted,
-            },
-        )
-    else:
-        state.metrics.idempotency_hits.labels(operation).inc()
-    return submitted, cached
-
-
-async def _remember(caller: Caller, scope: str, message_id: str, submitted: str, status: int, body: bytes) -> None:
-    state = app_state()
-    now = time.time()
-    entry = CachedResponse(
-        request_hash=submitted,
-        status=status,
-        body=body,
-        created_at=now,
-        expires_at=now + state.config.idempotency_ttl_s,
-    )
-    await state.store.idempotency.put(
-        caller.instance.id, scope, message_id, entry, max_entries=state.config.idempotency_max_entries
-    )
 
 
 async def _outcome(response: Response) -> bytes:
@@ -189,15 +107,18 @@ async def guarded(
     if not is_active(caller):
         return await run()
     message_id = message_id_of(params)
-    async with _exclusive((caller.instance.id, scope, message_id)):
-        submitted, cached = await _lookup(caller, scope, params, message_id, OPERATION)
+    cache = _cache()
+    async with cache.exclusive((caller.instance.id, scope, message_id)):
+        submitted, cached = await cache.lookup(caller.instance.id, scope, params, message_id, OPERATION)
         if cached is not None:
             return _replay(caller, cached)
         try:
             response = await run()
         except ControllerError as exc:
             response = on_error(exc)
-        await _remember(caller, scope, message_id, submitted, response.status_code, await _outcome(response))
+        await cache.remember(
+            caller.instance.id, scope, message_id, submitted, response.status_code, await _outcome(response)
+        )
         return response
 
 
@@ -220,8 +141,9 @@ async def guarded_stream(
         _, body = await start()
         return sse_response(caller, body)
     message_id = message_id_of(params)
-    async with _exclusive((caller.instance.id, scope, message_id)):
-        submitted, cached = await _lookup(caller, scope, params, message_id, STREAM_OPERATION)
+    cache = _cache()
+    async with cache.exclusive((caller.instance.id, scope, message_id)):
+        submitted, cached = await cache.lookup(caller.instance.id, scope, params, message_id, STREAM_OPERATION)
         if cached is not None and cached.status == STREAM_ENTRY:
             response = sse_response(caller, attach(msgspec.json.decode(cached.body)))
             response.headers[REPLAYED_HEADER] = "true"
@@ -232,7 +154,9 @@ async def guarded_stream(
             entry, body = await start()
         except ControllerError as exc:
             response = on_error(exc)
-            await _remember(caller, scope, message_id, submitted, response.status_code, await _outcome(response))
+            await cache.remember(
+                caller.instance.id, scope, message_id, submitted, response.status_code, await _outcome(response)
+            )
             return response
-        await _remember(caller, scope, message_id, submitted, STREAM_ENTRY, msgspec.json.encode(entry))
+        await cache.remember(caller.instance.id, scope, message_id, submitted, STREAM_ENTRY, msgspec.json.encode(entry))
         return sse_response(caller, body)

@@ -1,7 +1,7 @@
 """The JSON-RPC 2.0 binding at ``POST /agents/{instance_id}`` (the agent's base URL itself).
 
 The binding a2a-sdk clients pick by default. Methods (params are the v1.0 request JSON) are the
-same operations as the HTTP+JSON binding (:mod:`controller.a2a.operations`): ``SendMessage``,
+same operations as the HTTP+JSON binding (:mod:`controller.a2a.service`): ``SendMessage``,
 ``SendStreamingMessage`` and ``SubscribeToTask`` (SSE: each event a JSON-RPC response with the
 request's id and a StreamResponse result), ``GetTask``, ``ListTasks``, ``CancelTask``, the four
 push config methods (:mod:`controller.push`) and ``GetExtendedAgentCard``.
@@ -32,12 +32,14 @@ from ..errors import (
 )
 from ..http.responses import request_body
 from ..push.configs import ConfigRef, ListParams, PushConfigIn
+from ..state import app_state
 from ..tasks.model import SendMessageRequest
 from ..tasks.service import ListQuery
-from . import a2a, idempotency, operations
+from . import a2a, idempotency, service
 from .edge import A2A_JSON, ACCEPTED_BODY_TYPES, Caller, begin
 from .errors import A2AError, to_a2a
-from .sse import Framing, sse_response
+from .sse import sse_response
+from .streams import Framing
 
 JsonId = str | int | None
 #: Methods that need runtime/v1 activated (as on the HTTP+JSON binding).
@@ -103,25 +105,22 @@ async def create_push_config(caller: Caller, envelope: Envelope) -> dict[str, An
     cfg: PushConfigIn = params_of(envelope, PushConfigIn)
     if not cfg.task_id:
         raise ValidationFailed([{"field": "taskId", "message": "is required", "code": "required"}])
-    return await operations.create_push_config(caller, cfg.task_id, cfg)
+    return await app_state().a2a.create_push_config(caller, cfg.task_id, cfg)
 
 
 async def _unary(caller: Caller, envelope: Envelope) -> dict[str, Any]:
     method = envelope.method
+    ops = app_state().a2a
     calls: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
-        "SendMessage": lambda: operations.send_message(caller, params_of(envelope, SendMessageRequest)),
-        "GetTask": lambda: operations.get_task(caller, params_of(envelope, operations.GetTaskParams)),
-        "ListTasks": lambda: operations.list_tasks(caller, params_of(envelope, ListQuery)),
-        "CancelTask": lambda: operations.cancel_task(caller, params_of(envelope, operations.TaskIdParams)),
-        "GetExtendedAgentCard": lambda: operations.extended_agent_card(caller),
+        "SendMessage": lambda: ops.send_message(caller, params_of(envelope, SendMessageRequest)),
+        "GetTask": lambda: ops.get_task(caller, params_of(envelope, service.GetTaskParams)),
+        "ListTasks": lambda: ops.list_tasks(caller, params_of(envelope, ListQuery)),
+        "CancelTask": lambda: ops.cancel_task(caller, params_of(envelope, service.TaskIdParams)),
+        "GetExtendedAgentCard": lambda: ops.extended_agent_card(caller),
         "CreateTaskPushNotificationConfig": lambda: create_push_config(caller, envelope),
-        "GetTaskPushNotificationConfig": lambda: operations.get_push_config(caller, params_of(envelope, ConfigRef)),
-        "ListTaskPushNotificationConfigs": lambda: operations.list_push_configs(
-            caller, params_of(envelope, ListParams)
-        ),
-        "DeleteTaskPushNotificationConfig": lambda: operations.delete_push_config(
-            caller, params_of(envelope, ConfigRef)
-        ),
+        "GetTaskPushNotificationConfig": lambda: ops.get_push_config(caller, params_of(envelope, ConfigRef)),
+        "ListTaskPushNotificationConfigs": lambda: ops.list_push_configs(caller, params_of(envelope, ListParams)),
+        "DeleteTaskPushNotificationConfig": lambda: ops.delete_push_config(caller, params_of(envelope, ConfigRef)),
     }
     call = calls.get(method)
     if call is None:
@@ -152,8 +151,8 @@ async def jsonrpc(instance_id: str) -> Response:
             raise MalformedInput('not a JSON-RPC 2.0 request: jsonrpc must be "2.0"')
         caller = await begin(instance_id, enforce_extensions=envelope.method in GATED)
         if envelope.method == "SubscribeToTask":
-            params = params_of(envelope, operations.TaskIdParams)
-            return sse_response(caller, await operations.subscribe_to_task(caller, params, RpcFraming(call_id)))
+            params = params_of(envelope, service.TaskIdParams)
+            return sse_response(caller, await app_state().a2a.subscribe_to_task(caller, params, RpcFraming(call_id)))
         if envelope.method == "SendStreamingMessage":
             return await _send_streaming(caller, envelope, call_id)
 
@@ -185,11 +184,11 @@ async def _send_streaming(caller: Caller, envelope: Envelope, call_id: JsonId) -
 
     async def start() -> tuple[dict[str, Any], Any]:
         req = params_of(envelope, SendMessageRequest)
-        stream, body = await operations.send_streaming_message(caller, req, RpcFraming(call_id))
+        stream, body = await app_state().a2a.send_streaming_message(caller, req, RpcFraming(call_id))
         return {**stream, "id": call_id}, body
 
     def attach(stream: dict[str, Any]) -> Any:
-        return operations.attach_stream(caller, stream, RpcFraming(stream.get("id")))
+        return app_state().a2a.attach_stream(caller, stream, RpcFraming(stream.get("id")))
 
     return await idempotency.guarded_stream(
         caller, "jsonrpc:stream", envelope.params, start, attach, lambda e: failure(call_id, e)

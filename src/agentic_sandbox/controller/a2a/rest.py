@@ -16,7 +16,7 @@ GetExtendedAgentCard                   ``GET /extendedAgentCard``               
 (``{id}:cancel`` and ``{id}:subscribe`` are told apart from ``{id}`` in the handler: a task id
 never holds a colon.) Request bodies must be ``application/json`` or ``application/a2a+json``.
 SendMessage, SendStreamingMessage, CancelTask and the push operations need runtime/v1 activated
-(see :mod:`controller.a2a.edge`); reads do not. The work is in :mod:`controller.a2a.operations`.
+(see :mod:`controller.a2a.edge`); reads do not. The work is in :mod:`controller.a2a.service`.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ from ..errors import (
 )
 from ..http.responses import request_body
 from ..push.configs import ConfigRef, ListParams, PushConfigIn
+from ..state import app_state
 from ..tasks.model import SendMessageRequest
 from ..tasks.service import ListQuery
-from . import a2a, error_response, idempotency, operations
+from . import a2a, error_response, idempotency, service
 from .edge import ACCEPTED_BODY_TYPES, a2a_response, begin, is_legacy_path
 from .errors import to_a2a
 from .sse import sse_response
@@ -82,7 +83,7 @@ async def send_message(instance_id: str) -> Response:
     req: SendMessageRequest = await read_body(SendMessageRequest, body=raw)
 
     async def run() -> Response:
-        return a2a_response(await operations.send_message(caller, req), caller)
+        return a2a_response(await app_state().a2a.send_message(caller, req), caller)
 
     return await idempotency.guarded(caller, "http+json", msgspec.json.decode(raw), run, failure)
 
@@ -97,8 +98,8 @@ async def send_streaming_message(instance_id: str) -> Response:
         caller,
         "http+json:stream",
         msgspec.json.decode(raw),
-        lambda: operations.send_streaming_message(caller, req),
-        lambda stream: operations.attach_stream(caller, stream),
+        lambda: app_state().a2a.send_streaming_message(caller, req),
+        lambda stream: app_state().a2a.attach_stream(caller, stream),
         failure,
     )
 
@@ -117,8 +118,8 @@ async def get_task(instance_id: str, ref: str) -> Response:
     if verb is not None:
         raise NotFound(METHOD_NOT_FOUND, f"no A2A operation GET :{verb[:32]}")
     caller = await begin(instance_id, legacy_path=is_legacy_path(), enforce_extensions=False)
-    params = query(operations.GetTaskParams, id=task_id)
-    return a2a_response(await operations.get_task(caller, params), caller)
+    params = query(service.GetTaskParams, id=task_id)
+    return a2a_response(await app_state().a2a.get_task(caller, params), caller)
 
 
 @a2a.post(f"{P}/tasks/<ref>")
@@ -134,26 +135,26 @@ async def task_verb(instance_id: str, ref: str) -> Response:
 @a2a.post(f"{P}/v1/tasks/<task_id>/cancel")
 async def cancel(instance_id: str, task_id: str) -> Response:
     caller = await begin(instance_id, legacy_path=is_legacy_path())
-    body: operations.TaskIdParams | None = await read_body(operations.TaskIdParams, optional=True)
+    body: service.TaskIdParams | None = await read_body(service.TaskIdParams, optional=True)
     if body is not None and body.id != task_id:
         raise ValidationFailed([{"field": "id", "message": "differs from the task id in the path", "code": "mismatch"}])
-    params = body or operations.TaskIdParams(id=task_id)
-    return a2a_response(await operations.cancel_task(caller, params), caller)
+    params = body or service.TaskIdParams(id=task_id)
+    return a2a_response(await app_state().a2a.cancel_task(caller, params), caller)
 
 
 @a2a.get(f"{P}/v1/tasks/<task_id>/subscribe")
 @a2a.post(f"{P}/v1/tasks/<task_id>/subscribe")
 async def subscribe(instance_id: str, task_id: str) -> Response:
     caller = await begin(instance_id, legacy_path=is_legacy_path(), enforce_extensions=False)
-    params = operations.TaskIdParams(id=task_id)
-    return sse_response(caller, await operations.subscribe_to_task(caller, params))
+    params = service.TaskIdParams(id=task_id)
+    return sse_response(caller, await app_state().a2a.subscribe_to_task(caller, params))
 
 
 @a2a.get(f"{P}/tasks")
 @a2a.get(f"{P}/v1/tasks")
 async def list_tasks(instance_id: str) -> Response:
     caller = await begin(instance_id, legacy_path=is_legacy_path(), enforce_extensions=False)
-    return a2a_response(await operations.list_tasks(caller, query(ListQuery)), caller)
+    return a2a_response(await app_state().a2a.list_tasks(caller, query(ListQuery)), caller)
 
 
 @a2a.route(f"{P}/tasks/<task_id>/pushNotificationConfigs", methods=["GET", "POST"])
@@ -165,17 +166,17 @@ async def push_configs(instance_id: str, task_id: str, config_id: str | None = N
     if config_id is not None:
         ref = ConfigRef(task_id=task_id, id=config_id)
         if request.method == "DELETE":
-            return a2a_response(await operations.delete_push_config(caller, ref), caller)
-        return a2a_response(await operations.get_push_config(caller, ref), caller)
+            return a2a_response(await app_state().a2a.delete_push_config(caller, ref), caller)
+        return a2a_response(await app_state().a2a.get_push_config(caller, ref), caller)
     if request.method == "GET":
         params = query(ListParams, taskId=task_id)
-        return a2a_response(await operations.list_push_configs(caller, params), caller)
+        return a2a_response(await app_state().a2a.list_push_configs(caller, params), caller)
     cfg: PushConfigIn = await read_body(PushConfigIn)
-    return a2a_response(await operations.create_push_config(caller, task_id, cfg), caller)
+    return a2a_response(await app_state().a2a.create_push_config(caller, task_id, cfg), caller)
 
 
 @a2a.get(f"{P}/extendedAgentCard")
 @a2a.get(f"{P}/v1/extendedAgentCard")
 async def extended_agent_card(instance_id: str) -> Response:
     caller = await begin(instance_id, legacy_path=is_legacy_path(), enforce_extensions=False)
-    return a2a_response(await operations.extended_agent_card(caller), caller)
+    return a2a_response(await app_state().a2a.extended_agent_card(caller), caller)

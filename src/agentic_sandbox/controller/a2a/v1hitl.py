@@ -19,12 +19,11 @@ import msgspec
 
 from ..decoding import decode_json
 from ..errors import TASK_NOT_FOUND, NotFound
-from ..http.responses import request_body
+from ..http.responses import base_url, request_body
 from ..state import app_state
 from ..store import TaskRecord
 from ..tasks.model import Message, Part, SendConfiguration, SendMessageRequest
 from ..tasks.prompts import ANSWER_KEY, HITL_EXTENSION, PromptId, pending, unknown_prompt
-from . import operations
 from .card import RUNTIME_EXTENSION
 from .edge import Caller, authenticate, instance_for
 
@@ -38,14 +37,14 @@ class V1Answer(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 async def _v1_caller(task_id: str) -> tuple[Caller, TaskRecord]:
     principal = authenticate()  # 401 before anything is looked up
-    rec = await app_state().store.tasks.get(task_id)
+    rec = await app_state().a2a.find_task(task_id)
     if rec is None:
         raise NotFound(TASK_NOT_FOUND, f"no task {task_id[:256]!r}")
     try:
         instance = await instance_for(principal, rec.instance_id)
     except NotFound:
         raise NotFound(TASK_NOT_FOUND, f"no task {task_id[:256]!r}") from None  # not yours: not there
-    return Caller(principal, instance, [RUNTIME_EXTENSION, HITL_EXTENSION]), rec
+    return Caller(principal, instance, [RUNTIME_EXTENSION, HITL_EXTENSION], base_url()), rec
 
 
 async def v1_prompt(task_id: str) -> dict[str, Any]:
@@ -70,4 +69,4 @@ async def v1_answer(task_id: str) -> dict[str, Any]:
         metadata={ANSWER_KEY: {"prompt_id": prompt_id, "payload": body.payload}},
     )
     req = SendMessageRequest(message=message, configuration=SendConfiguration(return_immediately=True))
-    return await operations.send_message(caller, req)
+    return await app_state().a2a.send_message(caller, req)

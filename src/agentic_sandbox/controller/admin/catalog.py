@@ -15,10 +15,11 @@ from __future__ import annotations
 import msgspec
 from quart import Response, request
 
-from ..auth.tokens import ADMIN_ONLY, READ, require_role
+from ..auth.tokens import ADMIN_ONLY, READ
 from ..decoding import decode_json
 from ..errors import UnsupportedMedia, ValidationFailed
 from ..http.responses import request_body
+from ..http.roles import require_role
 from ..loadouts.service import LoadoutView
 from ..state import app_state
 from . import admin

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from quart import Response
 
-from ..auth.tokens import ADMIN_ONLY, require_role
+from ..auth.tokens import ADMIN_ONLY
 from ..errors import Unimplemented
+from ..http.roles import require_role
 from . import admin
 
 UNAVAILABLE = (

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from quart import Response, g, request
 
-from ..auth.tokens import ADMIN_ONLY, OPERATE, READ, may_use_instance, require_role
+from ..auth.tokens import ADMIN_ONLY, OPERATE, READ, may_use_instance
 from ..decoding import decode_json
 from ..errors import Gone, ValidationFailed
 from ..http.responses import base_url, json_response, request_body
+from ..http.roles import require_role
 from ..models import InstanceList, ProvisionRequest, ReprovisionRequest
 from ..state import app_state
 from . import admin

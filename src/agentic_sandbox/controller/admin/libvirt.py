@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from quart import Response
 
-from ..auth.tokens import ADMIN_ONLY, require_role
+from ..auth.tokens import ADMIN_ONLY
 from ..decoding import decode_json
 from ..http.responses import request_body
+from ..http.roles import require_role
 from ..models import (
     LibvirtCheckpointRequest,
     LibvirtRestoreRequest,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from quart import Response
 
-from ..auth.tokens import READ, require_role
+from ..auth.tokens import READ
 from ..http.responses import json_response
+from ..http.roles import require_role
 from ..state import app_state
 from . import admin
 from .views import operation_view

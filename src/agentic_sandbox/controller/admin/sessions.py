@@ -20,9 +20,10 @@ from quart import Response
 
 from agentic_sandbox.proto import messages as m
 
-from ..auth.tokens import OPERATE, READ, require_role
+from ..auth.tokens import OPERATE, READ
 from ..decoding import decode_json
 from ..http.responses import base_url, json_response, request_body
+from ..http.roles import require_role
 from ..instances.sessions import DEFAULT_COLS, DEFAULT_ROWS, Cwd
 from ..state import app_state
 from . import admin

@@ -35,10 +35,11 @@ import trio
 from quart import Response, request
 from werkzeug.routing import BaseConverter
 
-from ..auth.tokens import OPERATE, READ, require_role
+from ..auth.tokens import OPERATE, READ
 from ..decoding import decode_json
 from ..errors import ValidationFailed
 from ..http.responses import request_body
+from ..http.roles import require_role
 from ..state import app_state
 from ..storage import (
     SCOPES,

@@ -38,11 +38,12 @@ import msgspec
 import trio
 from quart import Response, request
 
-from ..auth.tokens import ADMIN_ONLY, READ, require_role
+from ..auth.tokens import ADMIN_ONLY, READ
 from ..errors import LimitReached, ValidationFailed
 from ..events.bus import STREAM_LAGGED, Event
 from ..events.logs import LEVELS, LogEntry
 from ..events.ring import Gap, Ring, sse_frame
+from ..http.roles import require_role
 from ..models import iso
 from ..state import AppState, app_state
 from ..ulid import new_ulid

@@ -12,8 +12,9 @@ from quart import Response
 
 from agentic_sandbox.proto import messages as m
 
-from ..auth.tokens import READ, require_role
+from ..auth.tokens import READ
 from ..http.responses import json_response
+from ..http.roles import require_role
 from ..models import WarmPoolList, WarmPoolView
 from ..state import app_state
 from . import admin

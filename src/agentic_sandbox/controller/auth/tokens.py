@@ -34,26 +34,21 @@ needs to show an instance to its own token). Another instance is a 404 to it the
 surface: it learns nothing of other instances, not even that they exist.
 :meth:`Authenticator.authenticate` is the one token check of the controller: it returns a typed
 :class:`Principal` (``admin``, ``operator``, or ``instance`` with its ``instance_id``) and every
-surface decides from that (admin routes with :func:`require_role`; the A2A and PTY surfaces with
-:func:`may_use_instance`).
+surface decides from that (admin routes with
+:func:`~agentic_sandbox.controller.http.roles.require_role`; the A2A and PTY surfaces with
+:func:`may_use_instance`). Nothing here knows HTTP.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import os
 import secrets
-from collections.abc import Callable
-from typing import Any
 
 import msgspec
-from quart import current_app, g, request
 
 from ..config import ConfigError, ControllerConfig
-from ..errors import Forbidden, NotFound, Unauthenticated
-from ..state import app_state
 from ..store import TokenRecord
 
 ROLE_ADMIN = "admin"
@@ -161,32 +156,3 @@ class Authenticator:
         if found is None and instance_id is not None and hmac.compare_digest(digest, self._digest_of[instance_id]):
             found = Principal(role=ROLE_INSTANCE, label=f"instance:{instance_id}", instance_id=instance_id)
         return found
-
-
-def require_role(*roles: str, own_instance: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Route decorator: 401 without a valid bearer token, 403 if its role is not in ``roles``.
-
-    ``own_instance``: an instance token may use the route too, on its own instance: the route's
-    ``instance_id`` must be the token's, else 404 ``instance.not_found`` (worded as for an instance
-    that does not exist). A route without an ``instance_id`` (the instance list) narrows its answer
-    to what :func:`may_use_instance` allows ``g.principal``.
-    """
-
-    def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(view)
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            principal = app_state().auth.authenticate(request.headers.get("Authorization"))
-            if principal is None:
-                raise Unauthenticated("auth.unauthorized", "a valid bearer token is required")
-            if own_instance and principal.role == ROLE_INSTANCE:
-                named = kwargs.get("instance_id")
-                if named is not None and named != principal.instance_id:
-                    raise NotFound("instance.not_found", f"no instance with id {named!r}")
-            elif principal.role not in roles:
-                raise Forbidden("auth.forbidden", f"the {principal.role} role may not {request.method} {request.path}")
-            g.principal = principal
-            return await current_app.ensure_async(view)(*args, **kwargs)
-
-        return wrapper
-
-    return decorate

@@ -251,7 +251,7 @@ class TaskService:
         without which a message answering a prompt is refused (400, naming the extension)."""
         msg = req.message
         if req.configuration is not None and req.configuration.task_push_notification_config is not None:
-            # The A2A surface makes an inline config itself (a2a.operations.send) and passes none on.
+            # The A2A surface makes an inline config itself (A2AService.send) and passes none on.
             raise Unimplemented(PUSH_NOT_SUPPORTED, "an inline push config is not taken on this path")
         if msg.role != "ROLE_USER":
             raise _field("message.role", "a client sends ROLE_USER messages", "enum")
