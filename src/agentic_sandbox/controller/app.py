@@ -171,11 +171,11 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         console=ConsoleAssets.load(),
     )
 
-    from .a2a import a2a, error_response
-    from .a2a import from_http_exception as a2a_http_error
+    from .a2a.surface import a2a, error_response
+    from .a2a.surface import from_http_exception as a2a_http_error
     from .admin import admin
     from .observability import observability
-    from .pty import pty
+    from .pty.surface import pty
     from .v1 import v1
 
     app.register_blueprint(observability)

@@ -1,71 +1,15 @@
 """Surface 2: every instance an A2A v1.0 agent under ``/agents/{instance_id}``.
 
-Modules: ``edge`` (token, instance, version and extension rules every request passes),
-``errors`` (the A2A error body and its one translation from the domain family), ``card`` (the
-AgentCard and its signature), ``discovery`` (card and JWKS routes), ``views`` (tasks as v1.0
-JSON), ``operations`` (each A2A operation, once), ``rest`` (the HTTP+JSON binding, at the standard
-and the ``/v1/`` paths), ``jsonrpc`` (the JSON-RPC 2.0 binding at the base URL), ``sse`` (streams).
+The service layer knows no HTTP: ``service`` (each A2A operation, once, built with what it uses),
+``caller`` (who a request comes from), ``streams`` (the bodies of task streams), ``views`` (tasks as
+v1.0 JSON), ``card`` (the AgentCard and its signature), ``idempotencycache`` (idempotency/v1's
+memory), ``tenancy``, ``hitl``, ``ptyext`` (the extensions' card entries and rules), ``errors`` (the
+A2A error body and its one translation from the domain family).
+
+The surface: ``surface`` (the blueprint, from ``blueprint``, with its routes registered), ``edge``
+(token, instance, version and extension rules every request passes), ``discovery`` (card and JWKS
+routes), ``rest`` (the HTTP+JSON binding, at the standard and the ``/v1/`` paths), ``jsonrpc`` (the
+JSON-RPC 2.0 binding at the base URL), ``sse`` (stream responses), ``idempotency`` (the guard around
+sends), ``v1hitl`` (the v1 hitl paths). This init imports nothing, so the services beside it do not
+pull the web framework in.
 """
-
-from __future__ import annotations
-
-import logging
-
-import msgspec
-from quart import Blueprint, Response, request
-from werkzeug.exceptions import HTTPException
-
-from ..errors import (
-    METHOD_NOT_ALLOWED,
-    METHOD_NOT_FOUND,
-    ControllerError,
-    MalformedInput,
-    NotFound,
-    TooLarge,
-    ValidationFailed,
-)
-from .errors import A2AError, internal_error, to_a2a
-
-log = logging.getLogger(__name__)
-
-a2a = Blueprint("a2a", __name__)
-
-
-def error_response(error: A2AError) -> Response:
-    response = Response(msgspec.json.encode(error.body()), status=error.http_status, content_type="application/json")
-    for name, value in error.headers().items():
-        response.headers[name] = value
-    return response
-
-
-def from_http_exception(exc: HTTPException) -> A2AError:
-    """Routing and body-limit errors in A2A form (a path or verb this surface has not)."""
-    status = exc.code or 500
-    if status == 413:
-        return to_a2a(TooLarge("request.too_large", "the request body is larger than this agent accepts"))
-    if status == 404:
-        return to_a2a(NotFound(METHOD_NOT_FOUND, f"no A2A operation at {request.path}"))
-    if status == 405:
-        return to_a2a(
-            ValidationFailed([], f"{request.method} is not allowed on {request.path}", code=METHOD_NOT_ALLOWED)
-        )
-    return to_a2a(MalformedInput(exc.description or "the request cannot be read", code="request.invalid"))
-
-
-@a2a.errorhandler(ControllerError)
-async def _domain(exc: ControllerError) -> Response:
-    return error_response(to_a2a(exc))
-
-
-@a2a.errorhandler(HTTPException)
-async def _http(exc: HTTPException) -> Response:
-    return error_response(from_http_exception(exc))
-
-
-@a2a.errorhandler(Exception)
-async def _unexpected(exc: Exception) -> Response:
-    log.error("unhandled error in %s %s", request.method, request.path, exc_info=exc)
-    return error_response(internal_error())
-
-
-from . import discovery, jsonrpc, rest  # noqa: E402,F401  (routes register on import)

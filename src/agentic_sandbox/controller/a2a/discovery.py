@@ -15,7 +15,7 @@ from quart import Response, request
 
 from ..http.responses import base_url, json_response
 from ..state import app_state
-from . import a2a
+from .blueprint import a2a
 from .edge import A2A_JSON
 
 CARD_MAX_AGE_S = 300

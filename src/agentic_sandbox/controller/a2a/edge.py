@@ -20,13 +20,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 from quart import Response, request
 
-from ..auth.tokens import ROLE_ADMIN, Principal, may_use_instance
+from ..auth.tokens import Principal, may_use_instance
 from ..errors import (
     EXTENSION_REQUIRED,
     EXTENSION_UNSUPPORTED,
@@ -40,7 +39,8 @@ from ..http.responses import base_url
 from ..pty.frames import PTY_EXTENSIONS_URI
 from ..state import app_state
 from ..store import InstanceRecord
-from ..tasks.prompts import HITL_EXTENSION, activated
+from ..tasks.prompts import HITL_EXTENSION
+from .caller import Caller
 from .card import IDEMPOTENCY_EXTENSION, MULTI_TENANT_EXTENSION, RUNTIME_EXTENSION
 
 A2A_JSON = "application/a2a+json"
@@ -51,32 +51,6 @@ REQUIRED_EXTENSIONS = (RUNTIME_EXTENSION,)
 #: Declared on the card but used on the PTY WebSocket only: activating them over HTTP is refused.
 WEBSOCKET_EXTENSIONS = frozenset({PTY_EXTENSIONS_URI.lower()})
 _VERSION_RE = re.compile(r"^(\d+)(?:\.(\d+))?$")
-
-
-@dataclass
-class Caller:
-    principal: Principal
-    instance: InstanceRecord
-    #: Activated extension URIs, in the client's spelling (echoed back as sent).
-    extensions: list[str] = field(default_factory=list)
-    #: The origin the caller reached us at (what a card it is handed names).
-    base_url: str = ""
-
-    @property
-    def discloses_host(self) -> bool:
-        """``runtime.host`` policy: operator tokens see the host name, instance tokens do not.
-
-        With multi-tenant/v1 active only the admin token does (runtime/v1 §8.2: multi-tenant
-        callers see it only with ``fleet:read-host``, a scope only the admin token holds here).
-        """
-        if any(uri.lower() == MULTI_TENANT_EXTENSION.lower() for uri in self.extensions):
-            return self.principal.role == ROLE_ADMIN
-        return self.principal.instance_id is None
-
-    @property
-    def sees_prompts(self) -> bool:
-        """hitl-prompt/v1 is active: prompt envelopes are shown, and prompts may be answered."""
-        return activated(self.extensions)
 
 
 def instance_not_found(instance_id: str) -> NotFound:

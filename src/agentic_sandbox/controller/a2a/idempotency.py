@@ -49,8 +49,9 @@ from ..errors import (
 )
 from ..state import app_state
 from ..store import CachedResponse
+from .caller import Caller
 from .card import IDEMPOTENCY_EXTENSION
-from .edge import A2A_JSON, Caller
+from .edge import A2A_JSON
 from .idempotencycache import IdempotencyCache
 from .sse import sse_response
 

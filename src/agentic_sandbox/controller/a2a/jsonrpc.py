@@ -35,8 +35,10 @@ from ..push.configs import ConfigRef, ListParams, PushConfigIn
 from ..state import app_state
 from ..tasks.model import SendMessageRequest
 from ..tasks.service import ListQuery
-from . import a2a, idempotency, service
-from .edge import A2A_JSON, ACCEPTED_BODY_TYPES, Caller, begin
+from . import idempotency, service
+from .blueprint import a2a
+from .caller import Caller
+from .edge import A2A_JSON, ACCEPTED_BODY_TYPES, begin
 from .errors import A2AError, to_a2a
 from .sse import sse_response
 from .streams import Framing

@@ -40,7 +40,8 @@ from ..push.configs import ConfigRef, ListParams, PushConfigIn
 from ..state import app_state
 from ..tasks.model import SendMessageRequest
 from ..tasks.service import ListQuery
-from . import a2a, error_response, idempotency, service
+from . import idempotency, service
+from .blueprint import a2a, error_response
 from .edge import ACCEPTED_BODY_TYPES, a2a_response, begin, is_legacy_path
 from .errors import to_a2a
 from .sse import sse_response

@@ -25,8 +25,8 @@ from ..store import InstanceRecord, SigningKeyRecord, Store, TaskRecord, TaskSna
 from ..tasks.model import Id, Metadata, SendMessageRequest
 from ..tasks.service import ListQuery, TaskService
 from . import hitl, ptyext, tenancy
+from .caller import Caller
 from .card import build_card, instance_url, sign_card
-from .edge import Caller
 from .idempotencycache import IdempotencyCache
 from .streams import Framing, TaskStreams
 from .views import read_snapshot, task_view

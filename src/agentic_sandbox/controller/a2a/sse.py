@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from quart import Response
 
-from .edge import Caller
+from .caller import Caller
 
 
 def sse_response(caller: Caller, body: AsyncIterator[bytes]) -> Response:

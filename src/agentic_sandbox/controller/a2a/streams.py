@@ -29,7 +29,7 @@ from ..store.tasks import INTERRUPTED, TERMINAL, rfc3339_us
 from ..tasks.agentio import OUTCOME_KEYS
 from ..tasks.hub import TaskHub
 from ..tasks.prompts import shown_event
-from .edge import Caller
+from .caller import Caller
 from .errors import A2AError, internal_error, to_a2a
 from .views import read_snapshot, task_view
 

@@ -24,8 +24,9 @@ from ..state import app_state
 from ..store import TaskRecord
 from ..tasks.model import Message, Part, SendConfiguration, SendMessageRequest
 from ..tasks.prompts import ANSWER_KEY, HITL_EXTENSION, PromptId, pending, unknown_prompt
+from .caller import Caller
 from .card import RUNTIME_EXTENSION
-from .edge import Caller, authenticate, instance_for
+from .edge import authenticate, instance_for
 
 
 class V1Answer(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

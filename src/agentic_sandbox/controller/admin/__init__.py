@@ -1,7 +1,7 @@
 """Surface 1, admin: ``/api/v2/admin/...`` (operator bearer tokens, ``application/problem+json`` errors).
 
-The blueprint and its error handlers live here; route modules register on it and are imported at the
-bottom: ``instances``, ``operations``, ``deprecation`` (instances and their lifecycle, operation
+The blueprint and its error handlers live in ``blueprint``; route modules register on it and are
+imported here: ``instances``, ``operations``, ``deprecation`` (instances and their lifecycle, operation
 polling, v1 counters), ``storage``, ``catalog`` (agentshare storage, container images, loadouts),
 ``libvirt`` (VM checkpoints and warm pools), ``warmpools`` (every warm pool), ``sessions`` (PTY
 sessions), ``streams`` (events and logs), ``discovery`` (runtime providers, bootstrap readiness,
@@ -18,14 +18,7 @@ under the prefix carry no blueprint, so the app's handler answers those in the s
 
 from __future__ import annotations
 
-from quart import Blueprint
-
-from ..http.problems import install_problem_handlers
-
-admin = Blueprint("admin", __name__, url_prefix="/api/v2/admin")
-install_problem_handlers(admin)
-
-from . import (  # noqa: E402,F401  (routes register on import)
+from . import (  # noqa: F401  (routes register on import)
     catalog,
     cloudhypervisor,
     deprecation,
@@ -38,3 +31,6 @@ from . import (  # noqa: E402,F401  (routes register on import)
     streams,
     warmpools,
 )
+from .blueprint import admin
+
+__all__ = ["admin"]

@@ -22,7 +22,7 @@ from ..http.responses import request_body
 from ..http.roles import require_role
 from ..loadouts.service import LoadoutView
 from ..state import app_state
-from . import admin
+from .blueprint import admin
 from .views import image_list
 
 JSON = "application/json"

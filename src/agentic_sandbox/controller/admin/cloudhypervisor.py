@@ -13,7 +13,7 @@ from quart import Response
 from ..auth.tokens import ADMIN_ONLY
 from ..errors import Unimplemented
 from ..http.roles import require_role
-from . import admin
+from .blueprint import admin
 
 UNAVAILABLE = (
     "the cloud-hypervisor provider is not available on this host: this executor offers no Cloud Hypervisor "

@@ -9,7 +9,7 @@ from ..http.responses import json_response
 from ..http.roles import require_role
 from ..state import app_state
 from ..v1 import PATH_MAP
-from . import admin
+from .blueprint import admin
 
 
 @admin.get("/deprecation/v1-counters")

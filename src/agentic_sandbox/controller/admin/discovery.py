@@ -32,7 +32,7 @@ from ..http.responses import json_response
 from ..http.roles import require_role
 from ..instances.runtimes import FAMILY, IMPLEMENTED
 from ..state import app_state
-from . import admin
+from .blueprint import admin
 
 #: What each admin runtime kind isolates (the contract's ``isolation_tier``).
 ISOLATION = {"host": "full-host-access", "docker": "shared-kernel", "qemu": "hardware-virtualized"}

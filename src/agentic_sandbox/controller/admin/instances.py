@@ -15,7 +15,7 @@ from ..http.responses import base_url, json_response, request_body
 from ..http.roles import require_role
 from ..models import InstanceList, ProvisionRequest, ReprovisionRequest
 from ..state import app_state
-from . import admin
+from .blueprint import admin
 from .views import accepted, instance_view
 
 TRUE = ("true", "1", "yes")

@@ -21,7 +21,7 @@ from ..models import (
     LibvirtWarmPoolInitRequest,
 )
 from ..state import app_state
-from . import admin
+from .blueprint import admin
 from .views import accepted
 
 

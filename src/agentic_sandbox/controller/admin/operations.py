@@ -8,7 +8,7 @@ from ..auth.tokens import READ
 from ..http.responses import json_response
 from ..http.roles import require_role
 from ..state import app_state
-from . import admin
+from .blueprint import admin
 from .views import operation_view
 
 

@@ -26,7 +26,7 @@ from ..http.responses import base_url, json_response, request_body
 from ..http.roles import require_role
 from ..instances.sessions import DEFAULT_COLS, DEFAULT_ROWS, Cwd
 from ..state import app_state
-from . import admin
+from .blueprint import admin
 from .views import SessionList, session_path, session_view
 
 Dim = Annotated[int, msgspec.Meta(ge=1, le=m.MAX_TERMINAL_DIM)]

@@ -51,7 +51,7 @@ from ..storage import (
     validate_media_type,
     validate_path,
 )
-from . import admin
+from .blueprint import admin
 
 JSON = "application/json"
 OCTET = "application/octet-stream"

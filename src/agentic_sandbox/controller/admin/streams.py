@@ -47,7 +47,7 @@ from ..http.roles import require_role
 from ..models import iso
 from ..state import AppState, app_state
 from ..ulid import new_ulid
-from . import admin
+from .blueprint import admin
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ from ..http.responses import json_response
 from ..http.roles import require_role
 from ..models import WarmPoolList, WarmPoolView
 from ..state import app_state
-from . import admin
+from .blueprint import admin
 
 
 def pool_view(pool: m.PoolInfo, configured: bool) -> WarmPoolView:

@@ -8,13 +8,11 @@ of the repository; ``scripts/build-console.py`` builds them, with xterm.js from 
 
 from __future__ import annotations
 
-from quart import Blueprint, Quart
+from quart import Quart
 
-console = Blueprint("console", __name__)
-
-from . import routes  # noqa: E402  (the routes register on import)
+from . import routes
 
 
 def install_console(app: Quart) -> None:
-    app.register_blueprint(console)
+    app.register_blueprint(routes.console)
     app.after_request(routes.secure)  # app-wide: a 405 under /console carries the policy too

@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import secrets
 
-from quart import Response, request
+from quart import Blueprint, Response, request
 
 from ..state import app_state
-from . import console
 from .assets import INDEX, ConsoleAssets
+
+console = Blueprint("console", __name__)
 
 PREFIX = "/console"
 HTML = "text/html; charset=utf-8"

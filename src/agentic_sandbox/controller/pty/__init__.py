@@ -3,14 +3,10 @@
 ``/agents/{instance_id}/sessions/{session_id}/attach`` (:mod:`.route`: the upgrade and its checks,
 served on ASGI by the app's WebSocket connection class, :mod:`.asgisocket`; :mod:`.attach`: the
 socket), who may do what (:mod:`.scopes`), the frames (:mod:`.frames`), what a socket has yet to
-send (:mod:`.outbox`), who is attached to a session (:mod:`.rooms`) and its screen for keyframes
+send (:mod:`.lanes`), who is attached to a session (:mod:`.rooms`) and its screen for keyframes
 (:mod:`.screen`). Sessions themselves are hostd's; they are made through the admin surface.
+
+:mod:`.surface` is what the app registers (the blueprint of :mod:`.blueprint` with the legacy
+socket's route); this init imports nothing, so the services beside it (rooms, screen, lanes) do
+not pull the web framework in.
 """
-
-from __future__ import annotations
-
-from quart import Blueprint
-
-pty = Blueprint("pty", __name__)
-
-from . import legacy  # noqa: E402,F401  (its route registers on import)

@@ -39,7 +39,7 @@ from ..errors import ControllerError, NotFound
 from ..instances.sessions import Launch
 from ..state import AppState, app_state
 from . import frames as f
-from . import pty
+from .blueprint import pty
 from .launch import start_pending
 from .rooms import Member, Room, RoomFull
 from .scopes import PTY_CONTROL, PTY_OBSERVE, pty_scopes
