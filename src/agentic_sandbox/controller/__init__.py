@@ -1,13 +1,21 @@
 """The controller: the only process clients talk to; it never runs a process (hostd does).
 
-General layout: ``config`` (settings), ``app`` (``create_app``: blueprints), ``state`` (the typed
-per-app state holding every service), ``main`` (``agentic-controller``). Surfaces: ``admin/``
-(``/api/v2/admin``; ``admin/views`` makes its JSON shapes), ``observability``, ``v1``
-(compatibility). Services, which know no HTTP: ``hostlink`` (the hostd connection and the one
-translation of hostd's errors), ``store/`` (SQLite), ``operations``, ``instances``, ``storage``,
-``loadouts``, ``images``; they raise only ``errors``. ``auth`` holds the tokens and the routes' role
-check. Edges: ``problems`` (the errors as problem+json), ``decoding`` (request bodies), ``models``
-(JSON shapes), ``metrics``, ``guard`` (the process guard).
+General layout, by capability (services know no HTTP; a test checks it, and that no import cycle
+exists):
+
+- At the root: ``config`` (settings), ``app`` (``create_app``: builds every service with what it
+  uses, registers the surfaces), ``state`` (the typed per-app state route handlers read their
+  services from), ``main`` (``agentic-controller``), ``guard`` (the process guard), ``errors`` (the
+  services' one error family), ``hostlink`` (the hostd connection and the one translation of hostd's
+  errors), ``operations``, ``storage``, ``models`` (the admin contract's JSON shapes), ``metrics``,
+  ``decoding``, ``ulid``.
+- Service wings: ``instances/`` (catalog, provisioning, pools, checkpoints, sessions, watch),
+  ``tasks/`` (A2A tasks run through hostd), ``push/`` (push notification delivery), ``store/``
+  (SQLite), ``events/`` (event bus, log ring), ``loadouts/``, ``auth/`` (tokens, instance
+  credentials).
+- Surfaces: ``admin/`` (``/api/v2/admin``), ``a2a/`` (``/agents/{id}``: its service layer beside its
+  bindings), ``pty/`` (the attach WebSocket), ``console/`` (``/console/``), ``observability``,
+  ``v1`` (compatibility); ``http/`` is the edge they share (responses, the role check, problem+json).
 
 ``create_app`` is imported lazily so that importing a leaf module (``controller.config``) does not
 build the whole app import graph.
