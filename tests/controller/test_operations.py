@@ -26,7 +26,7 @@ from agentic_sandbox.proto import HostdConnectionLost
 from tests.contracts import validate_problem
 
 from .conftest import LiveController, provision, wait_operation
-from .test_problems import ENVELOPE, assert_problem
+from .http.test_problems import ENVELOPE, assert_problem
 
 OP_ID = re.compile(r"^op_[0-9A-HJKMNP-TV-Z]{26}$")
 

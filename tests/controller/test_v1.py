@@ -13,7 +13,7 @@ from agentic_sandbox.controller.config import DEFAULT_V1_SUNSET, load_config
 from agentic_sandbox.controller.v1 import PATH_MAP, route_label, to_v2_path
 
 from .conftest import LiveController, LiveHostd, controller_env, serve_controller, wait_operation
-from .test_problems import assert_problem
+from .http.test_problems import assert_problem
 
 LINK = '<https://agentic-sandbox.aiwg.io/v2-migration-guide>; rel="successor-version"'
 

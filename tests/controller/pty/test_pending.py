@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from ..conftest import ADMIN_TOKEN, ControllerProcess, LiveHostd, controller_env, provision
-from ..test_problems import assert_problem
+from ..http.test_problems import assert_problem
 from .conftest import Instance
 from .wsclient import WS, ConnectionClosed, InvalidStatus, attach_url, cframe
 

@@ -18,7 +18,7 @@ import trio
 
 from agentic_sandbox.controller.config import load_config
 
-from .conftest import ControllerProcess, LiveController, controller_env, serve_controller
+from ..conftest import ControllerProcess, LiveController, controller_env, serve_controller
 
 KEEP_ALIVE_S = 0.5
 #: How long a test waits for an EOF that must come (generous for a loaded 2-core machine).

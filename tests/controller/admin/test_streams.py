@@ -16,7 +16,7 @@ from agentic_sandbox.controller.config import load_config
 from tests.contracts import component, response_schema, validate
 from tests.controller.a2a.helpers import new_agent
 
-from .conftest import (
+from ..conftest import (
     ADMIN_TOKEN,
     OPERATOR_TOKEN,
     LiveController,
@@ -26,8 +26,8 @@ from .conftest import (
     serve_controller,
     wait_operation,
 )
-from .sse import SseReader
-from .test_problems import assert_problem
+from ..http.test_problems import assert_problem
+from ..sse import SseReader
 
 EVENTS = "/api/v2/admin/events"
 LOGS = "/api/v2/admin/logs"

@@ -26,7 +26,7 @@ from agentic_sandbox.controller.app import create_app
 from agentic_sandbox.controller.config import ConfigError, load_config
 from tests.contracts import validate_runtime
 from tests.controller.conftest import ADMIN_TOKEN, LiveHostd, controller_env, serve_controller, wait_operation
-from tests.controller.test_problems import assert_problem
+from tests.controller.http.test_problems import assert_problem
 from tests.libvirt_service import fake_guest_image
 from tests.podman_service import PodmanStorage
 

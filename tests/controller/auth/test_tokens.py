@@ -12,9 +12,9 @@ import pytest
 from agentic_sandbox.controller.auth.tokens import Authenticator, config_tokens, hash_token, resolve_admin_token
 from agentic_sandbox.controller.config import ConfigError, load_config
 
-from .a2a.helpers import new_agent
-from .conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController, provision
-from .test_problems import assert_problem
+from ..a2a.helpers import new_agent
+from ..conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController, provision
+from ..http.test_problems import assert_problem
 
 
 def test_authenticator_maps_tokens_to_roles() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import trio
 
-from .conftest import LiveController, provision
-from .test_problems import assert_problem
+from ..conftest import LiveController, provision
+from ..http.test_problems import assert_problem
 
 SESSIONS = "/api/v2/admin/instances/{}/sessions"
 

@@ -12,8 +12,8 @@ import pytest
 from agentic_sandbox.controller.config import load_config
 from tests.podman_service import IMAGE_REF, podman_service
 
-from .conftest import LiveHostd, controller_env, serve_controller
-from .test_problems import assert_problem
+from ..conftest import LiveHostd, controller_env, serve_controller
+from ..http.test_problems import assert_problem
 
 PATHS = ("/api/v2/admin/container-images", "/api/v1/container-images")
 

@@ -24,7 +24,7 @@ from tests.libvirt_service import fake_guest_image
 from tests.podman_service import PodmanStorage
 from tests.shells import type_into_a_session
 
-from .conftest import (
+from ..conftest import (
     ADMIN_TOKEN,
     LiveController,
     LiveHostd,
@@ -34,7 +34,7 @@ from .conftest import (
     serve_controller,
     wait_operation,
 )
-from .test_problems import assert_problem
+from ..http.test_problems import assert_problem
 
 #: Our stricter reading of the contract's Instance schema (admin-api.openapi.yaml); bodies are
 #: validated against the contract file too.

@@ -14,7 +14,7 @@ import pytest
 from agentic_sandbox.controller.config import load_config
 from agentic_sandbox.proto.ids import new_id
 
-from .conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController, controller_env, serve_controller
+from ..conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController, controller_env, serve_controller
 from .test_problems import assert_problem
 
 API_ROUTES = {

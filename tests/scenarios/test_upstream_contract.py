@@ -23,9 +23,8 @@ import yaml
 
 from agentic_sandbox.proto import messages as m
 from agentic_sandbox.proto import open_hostd
-
-from . import schemathesis_run
-from .conftest import ROOT, LiveController, LiveHostd
+from tests.controller import schemathesis_run
+from tests.controller.conftest import ROOT, LiveController, LiveHostd
 
 DOCUMENT = ROOT / "contracts" / "upstream" / "admin-api.openapi.yaml"
 CHECKS = "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"

@@ -22,9 +22,7 @@ import trio
 
 from agentic_sandbox.proto import HostdRemoteError, new_id, open_hostd
 from agentic_sandbox.proto import messages as m
-from tests.hostd_process import ROOT
-
-from .conftest import (
+from tests.controller.conftest import (
     ADMIN_TOKEN,
     OPERATOR_TOKEN,
     ControllerProcess,
@@ -33,6 +31,7 @@ from .conftest import (
     provision,
     wait_operation,
 )
+from tests.hostd_process import ROOT
 
 JSON_DEBUG = {"AIWG_LOG_FORMAT": "json", "AIWG_LOG_LEVEL": "DEBUG"}
 WRONG_TOKEN = "wrong-token-" + "w" * 24

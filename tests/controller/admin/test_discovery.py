@@ -13,8 +13,8 @@ from agentic_sandbox.proto import messages as m
 from agentic_sandbox.proto import open_hostd
 from tests.contracts import component, validate
 
-from .conftest import LiveController, LiveHostd
-from .test_problems import assert_problem
+from ..conftest import LiveController, LiveHostd
+from ..http.test_problems import assert_problem
 
 ADMIN = "/api/v2/admin"
 

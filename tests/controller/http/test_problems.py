@@ -36,7 +36,7 @@ from agentic_sandbox.proto import (
 )
 from tests.contracts import validate_problem
 
-from .conftest import ADMIN_TOKEN, LiveController, controller_env
+from ..conftest import ADMIN_TOKEN, LiveController, controller_env
 
 #: Our stricter reading of contracts/admin-api/error-envelope.schema.json (code and trace_id
 #: patterns); every problem is also validated against the contract file itself.

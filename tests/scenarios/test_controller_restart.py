@@ -11,7 +11,14 @@ from typing import Any
 import httpx
 import trio
 
-from .conftest import ADMIN_TOKEN, ControllerProcess, LiveHostd, controller_env, provision, wait_operation
+from tests.controller.conftest import (
+    ADMIN_TOKEN,
+    ControllerProcess,
+    LiveHostd,
+    controller_env,
+    provision,
+    wait_operation,
+)
 
 
 def _client(url: str, token: str = ADMIN_TOKEN) -> httpx.AsyncClient:

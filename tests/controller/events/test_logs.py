@@ -11,7 +11,7 @@ from agentic_sandbox.controller.events.logs import REDACTED, LogRing, level_word
 from agentic_sandbox.proto import log_context
 from tests.contracts import component, validate
 
-from .conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController
+from ..conftest import ADMIN_TOKEN, OPERATOR_TOKEN, LiveController
 
 SECRET = "s3cret-token-" + "z" * 20
 

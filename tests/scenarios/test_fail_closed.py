@@ -10,9 +10,8 @@ import httpx
 import trio
 
 from agentic_sandbox.controller.config import load_config
-
-from .conftest import LiveController, LiveHostd, controller_env, provision, serve_controller
-from .test_problems import assert_problem
+from tests.controller.conftest import LiveController, LiveHostd, controller_env, provision, serve_controller
+from tests.controller.http.test_problems import assert_problem
 
 ADMIN_READS = ("/api/v2/admin/instances", "/api/v1/vms")
 

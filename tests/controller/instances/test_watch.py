@@ -16,8 +16,8 @@ from agentic_sandbox.controller.config import load_config
 from agentic_sandbox.proto import messages as m
 from agentic_sandbox.proto import open_hostd
 
-from .conftest import LiveController, LiveHostd, controller_env, provision, serve_controller
-from .sse import SseEvent, SseReader
+from ..conftest import LiveController, LiveHostd, controller_env, provision, serve_controller
+from ..sse import SseEvent, SseReader
 
 EVENTS = "/api/v2/admin/events"
 SLEEPER = 'name: sleeper\nversion: "1"\nruntime: host\ncommand: ["/bin/cat"]\nservice: ["/bin/sleep", "600"]\n'
