@@ -27,7 +27,8 @@ API for a new one when the file is missing or no longer valid) and prints the fi
 the web console's URL and where the admin token to sign in with is (the last lines a person sees).
 
 Run it with the venv's python (``.venv/bin/python scripts/devrun.py``); the children are started
-with the same interpreter (``-m hostd.main`` / ``-m controller.main``, what the entry points run).
+with the same interpreter (``-m agentic_sandbox.hostd.main`` / ``-m agentic_sandbox.controller.main``,
+what the entry points run).
 """
 
 from __future__ import annotations

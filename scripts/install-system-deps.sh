@@ -5,10 +5,10 @@ set -euo pipefail
 
 PACKAGES=(
   python3-venv python3-dev gcc  # the project's .venv, and building libvirt-python
-  podman runc            # container runtime tests (DESIGN.md §6: runc, not crun)
+  podman runc            # container runtime tests (runc: crun refuses cgroup v1/hybrid hosts)
   busybox-static         # rootfs for locally built container images (no pulls here)
   libvirt-dev pkg-config # building libvirt-python; test:///default needs no daemon
-  libvirt-daemon-system qemu-system-x86  # real VMs (libvirtd + virtlogd, QEMU; DESIGN.md §6)
+  libvirt-daemon-system qemu-system-x86  # real VMs (libvirtd + virtlogd, QEMU)
   linux-image-cloud-amd64 qemu-guest-agent  # the tiny guest image (scripts/build-guest-image.py)
   systemd                # systemd-analyze verify for the unit files
   procps util-linux      # ps, setpriv (tests run a client under another uid)

@@ -1,6 +1,6 @@
 """Upstream's own document drives schemathesis against the live controller (with a real hostd):
 no undocumented 5xx and no response that breaks upstream's schemas, except the deliberate
-differences listed below (and in the README's compatibility notes), each with its reason.
+differences listed below (and in docs/compatibility.md), each with its reason.
 
 The document is ``contracts/upstream/admin-api.openapi.yaml`` as vendored (byte for byte; its
 error envelope is resolved from the file beside it). schemathesis runs as its own process, as in

@@ -1,5 +1,5 @@
 """The agent side of a task (controller/tasks/agentio.py): what the agent command gets, and the
-control channel both ways, with an agent written against the README's protocol only."""
+control channel both ways, with an agent written against docs/writing-an-agent.md's protocol only."""
 
 from __future__ import annotations
 

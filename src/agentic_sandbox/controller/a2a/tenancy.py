@@ -6,7 +6,7 @@ the params its spec makes mandatory, ``enforcement: "declared"``. For a ``SendMe
 (absent means ``"default"``), refuses an invalid one (400 / JSON-RPC -32602, field
 ``metadata.tenant_id``) before anything is done, and echoes the value on the task's metadata and
 on the stored message. Nothing is scoped by it: every tenant sees every task of the instance, and
-no quota (429) is ever answered; the card and the README say so.
+no quota (429) is ever answered; the card and docs/a2a.md say so.
 
 While the extension is active, ``runtime.host`` (runtime/v1 §8.2: omitted for multi-tenant callers
 without ``fleet:read-host``) is disclosed to the admin token only, the one token here that holds

@@ -12,7 +12,7 @@ What it writes to **stdout** and **stderr** becomes the artifacts ``stdout`` and
 arrives (UTF-8; invalid bytes are replaced). Exit status 0 completes the task; any other fails it
 (``fail_kind: application``).
 
-The control channel (one JSON object per line, UTF-8, at most 1 MiB a line; the README lists
+The control channel (one JSON object per line, UTF-8, at most 1 MiB a line; docs/writing-an-agent.md lists
 every message with examples):
 
 * controller to agent: ``{"type": "message", "message": <A2A Message>}`` for every follow-up
