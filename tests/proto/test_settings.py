@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import logging
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -213,3 +215,30 @@ def test_the_log_rows_agree_with_configure_logging() -> None:
     fmt = configure_logging({}, stream=io.StringIO())
     assert f"`{fmt}`" == LOG_SETTINGS.default_text(LOG_SETTINGS["format"])
     assert f"`{logging.getLevelName(logging.getLogger().level)}`" == LOG_SETTINGS.default_text(LOG_SETTINGS["level"])
+
+
+def test_the_configuration_page_is_current() -> None:
+    """docs/configuration.md is what scripts/gen-config-doc.py renders from the tables and flags."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gen-config-doc.py"
+    spec = importlib.util.spec_from_file_location("gen_config_doc", script)
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    page = generator.PAGE.read_text() if generator.PAGE.exists() else ""
+    assert page == generator.render(), f"docs/configuration.md is stale: run {generator.REGENERATE}"
+
+
+def test_the_page_lists_every_setting_of_both_daemons() -> None:
+    from agentic_sandbox.controller.config import SETTINGS as CONTROLLER
+    from agentic_sandbox.controller.config import ControllerConfig
+    from agentic_sandbox.hostd.config import SETTINGS as HOSTD
+    from agentic_sandbox.hostd.config import HostdConfig
+
+    # Every field but ``dev`` (the --dev flag) is a setting with a row.
+    assert {row.field for row in HOSTD} == set(HostdConfig.__struct_fields__) - {"dev"}
+    assert {row.field for row in CONTROLLER} == set(ControllerConfig.__struct_fields__) - {"dev"}
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    for row in [*HOSTD, *CONTROLLER, *LOG_SETTINGS]:
+        assert f"`{row.env}`" in page
+    for flag in ("--dev", "--socket", "--state-dir", "--log-level", "--config FILE"):
+        assert f"`{flag}" in page

@@ -232,7 +232,7 @@ class WarmPools(Kind[dict[str, int]]):
         return f"`loadout=size,...` (TOML: a table), sizes 0-{MAX_POOL_SLOTS}"
 
     def show(self, value: dict[str, int]) -> str:
-        return ",".join(f"{name}={size}" for name, size in value.items()) or "none"
+        return ",".join(f"{name}={size}" for name, size in value.items())
 
 
 HOUR = 3600 * SECONDS
