@@ -125,10 +125,11 @@ def test_values_parse_to_the_field_types() -> None:
         ({"T_URI": "c://x"}, "T_URI='c://x' must be an a:// or b:// URI, or empty"),
         ({"T_IDS": "root"}, "T_IDS='root' must be a comma-separated list of numeric ids"),
         ({"T_KIND": "three"}, "T_KIND='three' must be one of one, two"),
-        ({"T_PATH": "relative"}, "T_PATH='relative' must be an absolute path or `off`"),
+        ({"T_PATH": "relative"}, "T_PATH='relative' must be an absolute path or 'off'"),
         ({"T_PATH": "/a/long/path/here"}, "T_PATH='/a/long/path/here' is longer than 12 characters"),
         ({"T_LISTEN": "nonsense"}, "T_LISTEN='nonsense' must be host:port"),
         ({"T_LISTEN": "h:99999"}, "T_LISTEN='h:99999' must be host:port"),
+        ({"T_LISTEN": " "}, "T_LISTEN=' ' must be host:port"),
     ],
 )
 def test_bad_values_raise_the_table_error_naming_the_variable(env: dict[str, str], message: str) -> None:
@@ -138,13 +139,16 @@ def test_bad_values_raise_the_table_error_naming_the_variable(env: dict[str, str
 
 
 def test_a_file_table_is_keyed_by_field_and_typed() -> None:
-    values = TABLE.from_mapping({"count": 3, "ratio": 1, "on": True, "ids": "5"}, "/etc/s.toml")
-    assert values == {"count": 3, "ratio": 1.0, "on": True, "ids": frozenset({5})}
+    values = TABLE.from_mapping({"count": 3, "ratio": 1, "on": True, "ids": "5", "listen": "h:1"}, "/etc/s.toml")
+    assert values == {"count": 3, "ratio": 1.0, "on": True, "ids": frozenset({5}), "listen": "h:1"}
+    # What a TOML writer may mean: an integral float for an integer, 1/0 for a flag.
+    assert TABLE.from_mapping({"count": 4.0, "on": 0}, "/etc/s.toml") == {"count": 4, "on": False}
     assert isinstance(values["ratio"], float)
     for data, message in (
         ({"cuont": 3}, "config file '/etc/s.toml': unknown key 'cuont'"),
         ({"count": True}, "count (in /etc/s.toml)=True is not an integer"),
         ({"count": 2.5}, "count (in /etc/s.toml)=2.5 is not an integer"),
+        ({"on": 1.0}, "on (in /etc/s.toml)=1.0 must be 1 or 0"),
         ({"ratio": "x"}, "ratio (in /etc/s.toml)='x' is not a number"),
         ({"ratio": [1]}, "ratio (in /etc/s.toml)=[1] is not a number"),
         ({"on": 2}, "on (in /etc/s.toml)=2 must be 1 or 0"),
@@ -154,6 +158,13 @@ def test_a_file_table_is_keyed_by_field_and_typed() -> None:
             SampleError, match="^" + message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
         ):
             TABLE.from_mapping(data, "/etc/s.toml")
+
+
+def test_an_optional_host_port_may_be_empty() -> None:
+    assert HostPort(empty_ok=True).parse("", "X") == ""
+    assert HostPort(empty_ok=True).accepts().endswith("or empty")
+    with pytest.raises(SettingError, match="X='' must be host:port"):
+        HostPort().parse("", "X")
 
 
 def test_the_default_error_is_setting_error() -> None:

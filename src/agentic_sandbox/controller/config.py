@@ -1,8 +1,9 @@
 """The controller's configuration: one frozen object from defaults, an optional TOML file and ``AIWG_*``.
 
 Precedence (lowest first): defaults, the TOML file (``--config FILE``; keys are the field names
-below, unknown keys are refused), then one environment variable per setting. ``load_config``
-validates everything and raises :class:`ConfigError` naming the offending key;
+below, unknown keys are refused), then one environment variable per setting: one row of
+:data:`SETTINGS` (proto/settings.py) each, rendered into docs/configuration.md (``make docs``).
+``load_config`` validates everything and raises :class:`ConfigError` naming the offending key;
 ``agentic-controller`` prints it and exits non-zero rather than run half-configured.
 
 Dev mode (``--dev``) keeps state under ``./.run`` and looks for hostd at ``./.run/hostd.sock``
@@ -229,7 +230,7 @@ class WarmPools(Kind[dict[str, int]]):
         return _warm_pools(raw, source)
 
     def accepts(self) -> str:
-        return f"`loadout=size,...` (TOML: a table), sizes 0-{MAX_POOL_SLOTS}"
+        return f"loadout=size,... (TOML: a table), sizes 0-{MAX_POOL_SLOTS}"
 
     def show(self, value: dict[str, int]) -> str:
         return ",".join(f"{name}={size}" for name, size in value.items())
@@ -401,8 +402,8 @@ SETTINGS = settings.SettingsTable(
         Setting(
             field="legacy_pty_listen",
             env="AIWG_LEGACY_PTY_LISTEN",
-            kind=HostPort(),
-            doc="Where to serve the legacy v1 PTY WebSocket (upstream's port 8121); unset = not served.",
+            kind=HostPort(empty_ok=True),
+            doc="Where to serve the legacy v1 PTY WebSocket (upstream's port 8121); unset or empty = not served.",
         ),
         Setting(
             field="pty_ping_interval_s",

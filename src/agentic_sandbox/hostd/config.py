@@ -1,8 +1,10 @@
 """hostd's configuration: one frozen object, built from defaults, environment and flags.
 
-Every setting has one ``AIWG_*`` variable, one flag and one default. ``from_env`` validates and
-raises :class:`ConfigError` with a message that names the setting; ``agentic-hostd`` prints it
-and exits non-zero rather than run half-configured.
+Every setting is one row of :data:`SETTINGS` (proto/settings.py): its ``AIWG_*`` variable, the
+values it accepts and one line of doc; its default is the field's. ``from_env`` reads the table,
+then checks what relates settings to each other, and raises :class:`ConfigError` with a message that
+names the variable; ``agentic-hostd`` prints it and exits non-zero rather than run half-configured.
+docs/configuration.md is rendered from the table (``make docs``).
 
 Dev mode (``--dev``) keeps state under ``./.run`` and the socket at ``./.run/hostd.sock``,
 allows the invoking user, and does not need root. Production defaults are
@@ -291,7 +293,7 @@ SETTINGS = settings.SettingsTable(
         Setting(
             field="podman_socket",
             env="AIWG_PODMAN_SOCKET",
-            kind=Text(check=podman_socket_url, rule="a Unix socket path or `unix://` URL"),
+            kind=Text(check=podman_socket_url, rule="a Unix socket path or unix:// URL"),
             needs=PODMAN,
             doc="podman API socket of the image catalog and container instances; empty = no container runtime.",
         ),
@@ -320,7 +322,7 @@ SETTINGS = settings.SettingsTable(
         Setting(
             field="podman_storage_driver",
             env="AIWG_PODMAN_STORAGE_DRIVER",
-            kind=Text(pattern=r"[^\W_]+", rule="a storage driver name (`overlay`, `vfs`, ...)"),
+            kind=Text(pattern=r"[^\W_]+", rule="a storage driver name (overlay, vfs, ...)"),
             needs=PODMAN,
             doc="Storage driver of the podman service hostd starts; empty = podman's default.",
         ),
@@ -341,7 +343,7 @@ SETTINGS = settings.SettingsTable(
         Setting(
             field="libvirt_uri",
             env="AIWG_LIBVIRT_URI",
-            kind=Text(pattern=r"(qemu|test)(\+unix)?://[^\s]*", rule="a `qemu://` or `test://` libvirt URI, or empty"),
+            kind=Text(pattern=r"(qemu|test)(\+unix)?://[^\s]*", rule="a qemu:// or test:// libvirt URI, or empty"),
             empty_is_value=True,
             needs=LIBVIRT,
             doc="libvirt connection of the VM runtime; empty = no VM runtime.",

@@ -59,7 +59,7 @@ class Kind(ABC, Generic[T]):
         """``raw`` (an env string or a TOML value) as the field's type; SettingError naming ``source``."""
 
     def accepts(self) -> str:
-        """The values accepted, for the doc ("" when any value of the type goes)."""
+        """The values accepted, in plain text (messages say it too); "" when any value of the type goes."""
         return ""
 
     def show(self, value: T) -> str:
@@ -89,6 +89,8 @@ class Int(Kind[int]):
                 raise SettingError(f"{source}={raw!r} is not an integer") from None
         elif isinstance(raw, int) and not isinstance(raw, bool):
             value = raw
+        elif isinstance(raw, float) and raw.is_integer():  # TOML's 4096.0
+            value = int(raw)
         else:
             raise SettingError(f"{source}={raw!r} is not an integer")
         if value < self.minimum or (self.maximum is not None and value > self.maximum):
@@ -101,7 +103,7 @@ class Int(Kind[int]):
         return f"between {self.show(self.minimum)} and {self.show(self.maximum)}"
 
     def show(self, value: int) -> str:
-        return f"0o{value:o}" if self.base == 8 else str(value)
+        return oct(value) if self.base == 8 else str(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,12 +133,12 @@ class Float(Kind[float]):
 
 @dataclass(frozen=True, kw_only=True)
 class Flag(Kind[bool]):
-    """On or off: ``1``/``0`` (also true/false, yes/no, on/off); a TOML boolean."""
+    """On or off: ``1``/``0`` (also true/false, yes/no, on/off); in TOML also a boolean."""
 
     def parse(self, raw: object, source: str) -> bool:
         if isinstance(raw, bool):
             return raw
-        word = raw.strip().lower() if isinstance(raw, str) else None
+        word = str(raw).strip().lower() if isinstance(raw, str | int) else None
         if word in TRUE_WORDS:
             return True
         if word in FALSE_WORDS:
@@ -192,7 +194,7 @@ class AbsPath(Kind[str]):
         return value
 
     def accepts(self) -> str:
-        words = "".join(f" or `{word}`" for word in self.also)
+        words = "".join(f" or {word!r}" for word in self.also)
         longest = f", at most {self.max_chars} characters" if self.max_chars is not None else ""
         return f"an absolute path{words}{longest}"
 
@@ -232,10 +234,14 @@ class Ids(Kind[frozenset[int]]):
 
 @dataclass(frozen=True, kw_only=True)
 class HostPort(Kind[str]):
-    """``host:port`` (an IPv6 host in brackets)."""
+    """``host:port`` (an IPv6 host in brackets); with ``empty_ok``, also "" (none)."""
+
+    empty_ok: bool = False
 
     def parse(self, raw: object, source: str) -> str:
         value = _text(raw, source)
+        if not value and self.empty_ok:
+            return value
         try:
             split_host_port(value)
         except ValueError:
@@ -243,7 +249,7 @@ class HostPort(Kind[str]):
         return value
 
     def accepts(self) -> str:
-        return "host:port (port 0-65535)"
+        return "host:port (port 0-65535)" + (", or empty" if self.empty_ok else "")
 
 
 # -- rows and tables -----------------------------------------------------------------------------
