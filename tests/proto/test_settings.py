@@ -168,7 +168,8 @@ def test_an_optional_host_port_may_be_empty() -> None:
 
 
 def test_the_default_error_is_setting_error() -> None:
-    table = SettingsTable("d", Sample, [Setting(field="count", env="T_COUNT", kind=Int(), doc="c")])
+    others = tuple(set(Sample.__struct_fields__) - {"count"})
+    table = SettingsTable("d", Sample, [Setting(field="count", env="T_COUNT", kind=Int(), doc="c")], unlisted=others)
     with pytest.raises(SettingError, match="T_COUNT"):
         table.from_env({"T_COUNT": "x"})
 
@@ -200,6 +201,10 @@ def test_defaults_come_from_the_struct() -> None:
                 Setting(field="ratio", env="T_X", kind=Int(), doc=""),
             ],
             "named by two settings",
+        ),
+        (
+            [Setting(field="count", env="T_COUNT", kind=Int(), doc="x")],
+            "no setting for the field.s. ids, kind, listen, mode, name",
         ),
     ],
 )

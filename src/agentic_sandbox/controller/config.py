@@ -481,6 +481,7 @@ SETTINGS = settings.SettingsTable(
         ),
     ],
     error=ConfigError,
+    unlisted=("dev",),
 )
 
 

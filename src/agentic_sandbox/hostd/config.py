@@ -366,6 +366,7 @@ SETTINGS = settings.SettingsTable(
         ),
     ],
     error=ConfigError,
+    unlisted=("dev",),
 )
 
 

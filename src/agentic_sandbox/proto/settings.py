@@ -282,7 +282,10 @@ class SettingsTable:
         rows: Sequence[Setting[Any]],
         *,
         error: type[Exception] = SettingError,
+        unlisted: tuple[str, ...] = (),
     ) -> None:
+        """``unlisted``: the Struct's fields that are not settings (``dev``, a flag); every other
+        field must have a row, so a new field cannot go without its variable and its doc."""
         self.daemon = daemon
         self.struct = struct
         self.error = error
@@ -302,6 +305,9 @@ class SettingsTable:
                 raise ValueError(f"{daemon}: {row.field!r} is not a field of {struct.__name__}")
             if row.field not in self._defaults and not row.default:
                 raise ValueError(f"{daemon}: {row.field!r} has no default in {struct.__name__} and none in its row")
+        missing = sorted(set(struct.__struct_fields__) - set(self._by_field) - set(unlisted))
+        if missing:
+            raise ValueError(f"{daemon}: no setting for the field(s) {', '.join(missing)} of {struct.__name__}")
 
     def __iter__(self) -> Iterator[Setting[Any]]:
         return iter(self._rows)
@@ -311,9 +317,6 @@ class SettingsTable:
 
     def __getitem__(self, field: str) -> Setting[Any]:
         return self._by_field[field]
-
-    def __contains__(self, field: object) -> bool:
-        return field in self._by_field
 
     def default_text(self, row: Setting[Any]) -> str:
         """The default as the doc shows it."""
@@ -326,6 +329,7 @@ class SettingsTable:
         return f"`{shown}`" if shown else "empty"
 
     def parse(self, row: Setting[T], raw: object, source: str) -> T:
+        """``raw`` by ``row``'s kind; the table's error class naming ``source`` if it does not do."""
         try:
             return row.kind.parse(raw, source)
         except SettingError as exc:
