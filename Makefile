@@ -8,7 +8,7 @@ CONSOLE  := src/agentic_sandbox/controller/console/build/manifest.json
 
 export AIWG_STATE_DIR ?= $(CURDIR)/.run
 
-.PHONY: run test lint typecheck bench install sysdeps venv console clean
+.PHONY: run test lint typecheck bench install sysdeps venv console clean docs
 
 $(PY):
 	bash scripts/install-system-deps.sh
@@ -46,6 +46,11 @@ lint: $(STAMP)
 # Settings in pyproject.toml ([tool.mypy]): strict for proto, checked bodies everywhere else.
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
+
+# docs/configuration.md, rendered from the settings tables and the daemons' flags (a test fails
+# while it is stale).
+docs: $(STAMP)
+	$(PY) scripts/gen-config-doc.py
 
 bench: $(STAMP)
 	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done

@@ -172,6 +172,7 @@ def test_proto_exports_are_pinned() -> None:
             "messages",
             "new_id",
             "open_hostd",
+            "settings",
             "uuid7",
         ]
     )

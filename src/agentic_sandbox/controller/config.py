@@ -1,8 +1,9 @@
 """The controller's configuration: one frozen object from defaults, an optional TOML file and ``AIWG_*``.
 
 Precedence (lowest first): defaults, the TOML file (``--config FILE``; keys are the field names
-below, unknown keys are refused), then one environment variable per setting. ``load_config``
-validates everything and raises :class:`ConfigError` naming the offending key;
+below, unknown keys are refused), then one environment variable per setting: one row of
+:data:`SETTINGS` (proto/settings.py) each, rendered into docs/configuration.md (``make docs``).
+``load_config`` validates everything and raises :class:`ConfigError` naming the offending key;
 ``agentic-controller`` prints it and exits non-zero rather than run half-configured.
 
 Dev mode (``--dev``) keeps state under ``./.run`` and looks for hostd at ``./.run/hostd.sock``
@@ -26,7 +27,18 @@ from typing import Any
 
 import msgspec
 
-from agentic_sandbox.proto import DEV_STATE_DIR, PROD_HOSTD_SOCKET, dev_hostd_socket
+from agentic_sandbox.proto import DEV_STATE_DIR, PROD_HOSTD_SOCKET, dev_hostd_socket, settings
+from agentic_sandbox.proto.settings import (
+    Flag,
+    Float,
+    HostPort,
+    Int,
+    Kind,
+    Setting,
+    SettingError,
+    Text,
+    split_host_port,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,86 +68,50 @@ class ConfigError(ValueError):
 
 
 class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Everything the controller reads at start. Units are in the names; secrets are masked in repr."""
+    """Everything the controller reads at start. Units are in the names; secrets are masked in repr.
 
-    #: host:port to serve on (one port for every surface). AIWG_LISTEN
+    Each field's variable, accepted values and doc: its row in :data:`SETTINGS` below (rendered
+    into docs/configuration.md); a TOML file's keys are the field names.
+    """
+
     listen: str = DEFAULT_LISTEN
-    #: PEM certificate and key; both or neither. AIWG_TLS_CERT, AIWG_TLS_KEY
     tls_cert: str | None = None
     tls_key: str | None = None
-    #: Controller state: SQLite database, dev admin token. AIWG_STATE_DIR
     state_dir: str
-    #: hostd's RPC socket. AIWG_HOSTD_SOCKET
     hostd_socket: str
-    #: Deadline of one hostd call; past it the HTTP request fails with 503. AIWG_HOSTD_CALL_TIMEOUT_S
     hostd_call_timeout_s: float = DEFAULT_HOSTD_CALL_TIMEOUT_S
-    #: Deadline of connect + Hello. AIWG_HOSTD_CONNECT_TIMEOUT_S
     hostd_connect_timeout_s: float = DEFAULT_HOSTD_CONNECT_TIMEOUT_S
-    #: How often the link pings hostd to notice a hung peer. AIWG_HOSTD_PING_INTERVAL_S
     hostd_ping_interval_s: float = DEFAULT_HOSTD_PING_INTERVAL_S
-    #: Cap of the reconnect backoff. AIWG_HOSTD_RECONNECT_MAX_S
     hostd_reconnect_max_s: float = DEFAULT_HOSTD_RECONNECT_MAX_S
-    #: Admin bearer token (AIWG_ADMIN_TOKEN); else read from admin_token_file (AIWG_ADMIN_TOKEN_FILE,
-    #: default <state_dir>/admin-token, written with a fresh token in dev mode).
     admin_token: str | None = None
     admin_token_file: str
-    #: Optional operator-role bearer token. AIWG_OPERATOR_TOKEN
     operator_token: str | None = None
-    #: IMF-fixdate for the Sunset header of /api/v1/ responses. AIWG_V1_SUNSET_DATE
     v1_sunset: str = DEFAULT_V1_SUNSET
-    #: Largest request body accepted (413 above). AIWG_MAX_REQUEST_BYTES
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    #: An idle keep-alive HTTP connection is closed after this long. AIWG_KEEP_ALIVE_TIMEOUT_S
     keep_alive_timeout_s: float = DEFAULT_KEEP_ALIVE_TIMEOUT_S
-    #: How long ended operations stay readable. AIWG_OPERATION_RETENTION_S
     operation_retention_s: float = DEFAULT_OPERATION_RETENTION_S
-    #: Root of the agentshare tree (global/, inbox/, outbox/). AIWG_STORAGE_DIR
     storage_dir: str
-    #: Operator-added loadout manifests. AIWG_LOADOUTS_DIR
     loadouts_dir: str
-    #: Events held for /events (snapshot and resume). AIWG_EVENT_RING_SIZE
     event_ring_size: int = DEFAULT_EVENT_RING_SIZE
-    #: Log records held for /logs. AIWG_LOG_RING_SIZE
     log_ring_size: int = DEFAULT_LOG_RING_SIZE
-    #: How often hostd is polled for instance exits and sessions. AIWG_WATCH_INTERVAL_S
     watch_interval_s: float = DEFAULT_WATCH_INTERVAL_S
-    #: Keep-alive comment interval of the SSE streams. AIWG_SSE_KEEPALIVE_S
     sse_keepalive_s: float = DEFAULT_SSE_KEEPALIVE_S
-    #: Concurrent followers of /events and of /logs, each (429 above). AIWG_MAX_STREAM_FOLLOWERS
     max_stream_followers: int = DEFAULT_MAX_STREAM_FOLLOWERS
-    #: Base URL clients reach the controller at (AgentCard URLs); None = the request's host. AIWG_PUBLIC_URL
     public_url: str | None = None
-    #: host:port of the legacy v1 PTY WebSocket (upstream's 8121); None = not served. AIWG_LEGACY_PTY_LISTEN
     legacy_pty_listen: str | None = None
-    #: A PTY attach socket is sent an app-level ``ping`` this often. AIWG_PTY_PING_INTERVAL_S
     pty_ping_interval_s: float = 30.0
-    #: A PTY attach socket silent this long (no frame, no ``pong``) is closed (1011) and its role
-    #: freed. AIWG_PTY_PING_TIMEOUT_S
     pty_ping_timeout_s: float = 90.0
-    #: A2A conformance mode (upstream's): required-extension enforcement off and the instance
-    #: CONFORMANCE_INSTANCE_ID on the echo loadout registered at start. AIWG_CONFORMANCE_MODE
     conformance_mode: bool = False
-    #: How long ended A2A tasks (with their events and artifacts) stay. AIWG_TASK_RETENTION_S
     task_retention_s: float = 7 * 24 * 3600.0
-    #: How long an idempotency/v1 entry replays its first response. AIWG_IDEMPOTENCY_TTL
     idempotency_ttl_s: float = 86400.0
-    #: Most idempotency/v1 entries kept (the oldest go first). AIWG_IDEMPOTENCY_MAX_ENTRIES
     idempotency_max_entries: int = 100_000
-    #: Push webhooks may be on loopback, private, link-local or reserved addresses (local
-    #: receivers, conformance runs). AIWG_PUSH_ALLOW_PRIVATE
     push_allow_private: bool = False
-    #: One push delivery attempt (connect, send, answer) takes at most this. AIWG_PUSH_TIMEOUT_S
     push_timeout_s: float = 10.0
-    #: A push event is retried (exponential backoff with jitter) for at most this long, then
-    #: dropped. AIWG_PUSH_RETRY_S
     push_retry_s: float = 300.0
-    #: The first retry waits about this long; each next one twice as long (up to 30 s). AIWG_PUSH_BACKOFF_S
     push_backoff_s: float = 0.5
-    #: Undelivered events a push config holds; older ones are dropped beyond it. AIWG_PUSH_MAX_QUEUE
     push_max_queue: int = 1024
-    #: Warm pools: loadout name -> slots hostd keeps ready (``busybox=2,tiny-vm=1``; TOML: a table).
-    #: AIWG_WARM_POOLS
     warm_pools: dict[str, int] = {}
+    #: ``--dev`` (or ``dev = true`` in the file): see the module's doc.
     dev: bool = False
 
     def __repr__(self) -> str:
@@ -196,90 +172,22 @@ def parse_imf_fixdate(value: str) -> datetime:
 
 # -- loading -------------------------------------------------------------------------------------
 
-_ENV = {
-    "listen": "AIWG_LISTEN",
-    "tls_cert": "AIWG_TLS_CERT",
-    "tls_key": "AIWG_TLS_KEY",
-    "state_dir": "AIWG_STATE_DIR",
-    "hostd_socket": "AIWG_HOSTD_SOCKET",
-    "hostd_call_timeout_s": "AIWG_HOSTD_CALL_TIMEOUT_S",
-    "hostd_connect_timeout_s": "AIWG_HOSTD_CONNECT_TIMEOUT_S",
-    "hostd_ping_interval_s": "AIWG_HOSTD_PING_INTERVAL_S",
-    "hostd_reconnect_max_s": "AIWG_HOSTD_RECONNECT_MAX_S",
-    "admin_token": "AIWG_ADMIN_TOKEN",
-    "admin_token_file": "AIWG_ADMIN_TOKEN_FILE",
-    "operator_token": "AIWG_OPERATOR_TOKEN",
-    "v1_sunset": "AIWG_V1_SUNSET_DATE",
-    "max_request_bytes": "AIWG_MAX_REQUEST_BYTES",
-    "operation_retention_s": "AIWG_OPERATION_RETENTION_S",
-    "keep_alive_timeout_s": "AIWG_KEEP_ALIVE_TIMEOUT_S",
-    "storage_dir": "AIWG_STORAGE_DIR",
-    "loadouts_dir": "AIWG_LOADOUTS_DIR",
-    "public_url": "AIWG_PUBLIC_URL",
-    "event_ring_size": "AIWG_EVENT_RING_SIZE",
-    "log_ring_size": "AIWG_LOG_RING_SIZE",
-    "watch_interval_s": "AIWG_WATCH_INTERVAL_S",
-    "sse_keepalive_s": "AIWG_SSE_KEEPALIVE_S",
-    "max_stream_followers": "AIWG_MAX_STREAM_FOLLOWERS",
-    "legacy_pty_listen": "AIWG_LEGACY_PTY_LISTEN",
-    "pty_ping_interval_s": "AIWG_PTY_PING_INTERVAL_S",
-    "pty_ping_timeout_s": "AIWG_PTY_PING_TIMEOUT_S",
-    "conformance_mode": "AIWG_CONFORMANCE_MODE",
-    "task_retention_s": "AIWG_TASK_RETENTION_S",
-    "idempotency_ttl_s": "AIWG_IDEMPOTENCY_TTL",
-    "idempotency_max_entries": "AIWG_IDEMPOTENCY_MAX_ENTRIES",
-    "push_allow_private": "AIWG_PUSH_ALLOW_PRIVATE",
-    "push_timeout_s": "AIWG_PUSH_TIMEOUT_S",
-    "push_retry_s": "AIWG_PUSH_RETRY_S",
-    "push_backoff_s": "AIWG_PUSH_BACKOFF_S",
-    "push_max_queue": "AIWG_PUSH_MAX_QUEUE",
-    "warm_pools": "AIWG_WARM_POOLS",
-}
-_FLOATS = {
-    "hostd_call_timeout_s": (0.01, 3600.0),
-    "hostd_connect_timeout_s": (0.01, 3600.0),
-    "hostd_ping_interval_s": (0.01, 3600.0),
-    "hostd_reconnect_max_s": (0.01, 3600.0),
-    "operation_retention_s": (0.0, 365 * 24 * 3600.0),
-    "keep_alive_timeout_s": (0.05, 3600.0),
-    "task_retention_s": (0.0, 10 * 365 * 24 * 3600.0),
-    "pty_ping_interval_s": (0.05, 3600.0),
-    "pty_ping_timeout_s": (0.1, 3600.0),
-    "watch_interval_s": (0.05, 3600.0),
-    "sse_keepalive_s": (0.05, 3600.0),
-    "idempotency_ttl_s": (1.0, 365 * 24 * 3600.0),
-    "push_timeout_s": (0.05, 300.0),
-    "push_retry_s": (0.0, 7 * 24 * 3600.0),
-    "push_backoff_s": (0.01, 3600.0),
-}
-_INTS = {
-    "event_ring_size": (16, 1_000_000),
-    "log_ring_size": (16, 1_000_000),
-    "max_stream_followers": (1, 10_000),
-    "idempotency_max_entries": (1, 10_000_000),
-    "push_max_queue": (1, 1_000_000),
-}
-
 
 def _split_listen(value: str, key: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{key}={value!r} must be host:port (port 0-65535)")
-    return host.strip("[]"), int(port)
+    try:
+        return split_host_port(value)
+    except ValueError:
+        raise ConfigError(f"{key}={value!r} must be host:port (port 0-65535)") from None
 
 
 def _read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+            return tomllib.load(fh)
     except OSError as exc:
         raise ConfigError(f"config file {os.fspath(path)!r}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {os.fspath(path)!r} is not valid TOML: {exc}") from None
-    unknown = sorted(set(data) - set(ControllerConfig.__struct_fields__) - {"dev"})
-    if unknown:
-        raise ConfigError(f"config file {os.fspath(path)!r}: unknown key {unknown[0]!r}")
-    return data
 
 
 #: Most slots one warm pool keeps ready (hostd's bound).
@@ -293,69 +201,288 @@ def _warm_pools(raw: Any, source: str) -> dict[str, int]:
         for item in filter(None, (part.strip() for part in raw.split(","))):
             name, sep, size = item.partition("=")
             if not sep:
-                raise ConfigError(f"{source}: {item!r} is not loadout=size")
+                raise SettingError(f"{source}: {item!r} is not loadout=size")
             pairs.append((name.strip(), size.strip()))
     elif isinstance(raw, dict):
         pairs = list(raw.items())
     else:
-        raise ConfigError(f"{source} must be loadout=size,... or a table")
+        raise SettingError(f"{source} must be loadout=size,... or a table")
     pools: dict[str, int] = {}
     for name, size in pairs:
         if not re.match(r"^[a-z][a-z0-9-]{1,62}$", str(name)):
-            raise ConfigError(f"{source}: {name!r} is not a loadout name")
+            raise SettingError(f"{source}: {name!r} is not a loadout name")
         try:
             count = int(size)
         except (TypeError, ValueError):
-            raise ConfigError(f"{source}: the size of {name!r} is not an integer") from None
+            raise SettingError(f"{source}: the size of {name!r} is not an integer") from None
         if not 0 <= count <= MAX_POOL_SLOTS or isinstance(size, bool):
-            raise ConfigError(f"{source}: the size of {name!r} must be between 0 and {MAX_POOL_SLOTS}")
+            raise SettingError(f"{source}: the size of {name!r} must be between 0 and {MAX_POOL_SLOTS}")
         if name in pools:
-            raise ConfigError(f"{source}: {name!r} is named twice")
+            raise SettingError(f"{source}: {name!r} is named twice")
         pools[str(name)] = count
     return pools
 
 
-def _coerce(key: str, raw: Any, source: str) -> Any:
-    """Turn a TOML value or an env string into the field's type, naming ``source`` on error."""
-    if key == "warm_pools":
+class WarmPools(Kind[dict[str, int]]):
+    """``loadout=size,...`` (env) or a table of sizes (TOML)."""
+
+    def parse(self, raw: object, source: str) -> dict[str, int]:
         return _warm_pools(raw, source)
-    if key in _FLOATS:
-        low, high = _FLOATS[key]
-        try:
-            value = float(raw)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{source}={raw!r} is not a number") from None
-        if not low <= value <= high:
-            raise ConfigError(f"{source}={value} must be between {low} and {high}")
-        return value
-    if key in _INTS:
-        low_i, high_i = _INTS[key]
-        try:
-            number = int(raw)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{source}={raw!r} is not an integer") from None
-        if not low_i <= number <= high_i:
-            raise ConfigError(f"{source}={number} must be between {low_i} and {high_i}")
-        return number
-    if key in ("conformance_mode", "push_allow_private"):
-        if isinstance(raw, bool):
-            return raw
-        if str(raw).lower() in ("1", "true", "yes", "on"):
-            return True
-        if str(raw).lower() in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{source}={raw!r} must be 1 or 0")
-    if key == "max_request_bytes":
-        try:
-            value = int(raw)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{source}={raw!r} is not an integer") from None
-        if value < 1024:
-            raise ConfigError(f"{source}={value} must be at least 1024")
-        return value
-    if not isinstance(raw, str):
-        raise ConfigError(f"{source}={raw!r} must be a string")
-    return raw
+
+    def accepts(self) -> str:
+        return f"loadout=size,... (TOML: a table), sizes 0-{MAX_POOL_SLOTS}"
+
+    def show(self, value: dict[str, int]) -> str:
+        return ",".join(f"{name}={size}" for name, size in value.items())
+
+
+HOUR = 3600 * SECONDS
+DAY = 24 * HOUR
+#: The bounds of a hostd link's timers.
+LINK_S = Float(minimum=0.01, maximum=HOUR)
+#: The bounds of a timer that paces a stream or a socket.
+PACE_S = Float(minimum=0.05, maximum=HOUR)
+
+#: One row per setting of :class:`ControllerConfig`, in the order docs/configuration.md lists them.
+SETTINGS = settings.SettingsTable(
+    "agentic-controller",
+    ControllerConfig,
+    [
+        Setting(
+            field="listen",
+            env="AIWG_LISTEN",
+            kind=HostPort(),
+            doc="Where to serve (one port for every surface: API, console, A2A).",
+        ),
+        Setting(
+            field="tls_cert",
+            env="AIWG_TLS_CERT",
+            kind=Text(),
+            doc="PEM certificate to serve HTTPS with; needs `AIWG_TLS_KEY` (both or neither). Unset = HTTP.",
+        ),
+        Setting(
+            field="tls_key",
+            env="AIWG_TLS_KEY",
+            kind=Text(),
+            doc="PEM private key of `AIWG_TLS_CERT`.",
+        ),
+        Setting(
+            field="state_dir",
+            env="AIWG_STATE_DIR",
+            kind=Text(),
+            default=f"`{PROD_STATE_DIR}` (`--dev`: `./{DEV_STATE_DIR}`)",
+            doc="Controller state: the SQLite database, the admin token file.",
+        ),
+        Setting(
+            field="hostd_socket",
+            env="AIWG_HOSTD_SOCKET",
+            kind=Text(),
+            default=f"`{PROD_HOSTD_SOCKET}` (`--dev`: `<state dir>/hostd.sock`)",
+            doc="hostd's RPC socket (at most 107 bytes as an absolute path).",
+        ),
+        Setting(
+            field="hostd_call_timeout_s",
+            env="AIWG_HOSTD_CALL_TIMEOUT_S",
+            kind=LINK_S,
+            doc="Deadline of one hostd call; past it the HTTP request fails with 503.",
+        ),
+        Setting(
+            field="hostd_connect_timeout_s",
+            env="AIWG_HOSTD_CONNECT_TIMEOUT_S",
+            kind=LINK_S,
+            doc="Deadline of connecting to hostd and saying Hello.",
+        ),
+        Setting(
+            field="hostd_ping_interval_s",
+            env="AIWG_HOSTD_PING_INTERVAL_S",
+            kind=LINK_S,
+            doc="How often the link pings hostd to notice a hung peer.",
+        ),
+        Setting(
+            field="hostd_reconnect_max_s",
+            env="AIWG_HOSTD_RECONNECT_MAX_S",
+            kind=LINK_S,
+            doc="Cap of the backoff between reconnects to hostd.",
+        ),
+        Setting(
+            field="admin_token",
+            env="AIWG_ADMIN_TOKEN",
+            kind=Text(),
+            doc="Admin bearer token (at least 16 characters); unset = read from `AIWG_ADMIN_TOKEN_FILE`.",
+        ),
+        Setting(
+            field="admin_token_file",
+            env="AIWG_ADMIN_TOKEN_FILE",
+            kind=Text(),
+            default="`<state dir>/admin-token`",
+            doc="File holding the admin token when `AIWG_ADMIN_TOKEN` is unset (`--dev` writes a fresh one).",
+        ),
+        Setting(
+            field="operator_token",
+            env="AIWG_OPERATOR_TOKEN",
+            kind=Text(),
+            doc="Operator-role bearer token (at least 16 characters, not the admin token); unset = no operator role.",
+        ),
+        Setting(
+            field="v1_sunset",
+            env="AIWG_V1_SUNSET_DATE",
+            kind=Text(),
+            doc="IMF-fixdate of the `Sunset` header of /api/v1/ responses; an invalid one is logged and "
+            "the default kept.",
+        ),
+        Setting(
+            field="max_request_bytes",
+            env="AIWG_MAX_REQUEST_BYTES",
+            kind=Int(minimum=1024),
+            doc="Largest request body accepted (413 above).",
+        ),
+        Setting(
+            field="keep_alive_timeout_s",
+            env="AIWG_KEEP_ALIVE_TIMEOUT_S",
+            kind=PACE_S,
+            doc="An idle keep-alive HTTP connection is closed after this long.",
+        ),
+        Setting(
+            field="operation_retention_s",
+            env="AIWG_OPERATION_RETENTION_S",
+            kind=Float(minimum=0, maximum=365 * DAY),
+            doc="How long ended operations stay readable.",
+        ),
+        Setting(
+            field="storage_dir",
+            env="AIWG_STORAGE_DIR",
+            kind=Text(),
+            default="`<state dir>/storage`",
+            doc="Root of the agentshare tree (global/, inbox/, outbox/).",
+        ),
+        Setting(
+            field="loadouts_dir",
+            env="AIWG_LOADOUTS_DIR",
+            kind=Text(),
+            default="`<state dir>/loadouts`",
+            doc="Operator-added loadout manifests.",
+        ),
+        Setting(
+            field="event_ring_size",
+            env="AIWG_EVENT_RING_SIZE",
+            kind=Int(minimum=16, maximum=1_000_000),
+            doc="Events held for /events (snapshot and resume).",
+        ),
+        Setting(
+            field="log_ring_size",
+            env="AIWG_LOG_RING_SIZE",
+            kind=Int(minimum=16, maximum=1_000_000),
+            doc="Log records held for /logs.",
+        ),
+        Setting(
+            field="watch_interval_s",
+            env="AIWG_WATCH_INTERVAL_S",
+            kind=PACE_S,
+            doc="How often hostd is polled for instance exits and sessions.",
+        ),
+        Setting(
+            field="sse_keepalive_s",
+            env="AIWG_SSE_KEEPALIVE_S",
+            kind=PACE_S,
+            doc="Keep-alive comment interval of the server-sent event streams.",
+        ),
+        Setting(
+            field="max_stream_followers",
+            env="AIWG_MAX_STREAM_FOLLOWERS",
+            kind=Int(minimum=1, maximum=10_000),
+            doc="Concurrent followers of /events and of /logs, each (429 above).",
+        ),
+        Setting(
+            field="public_url",
+            env="AIWG_PUBLIC_URL",
+            kind=Text(),
+            doc="Base URL clients reach the controller at, an http(s) origin (AgentCard URLs); "
+            "unset = the request's host.",
+        ),
+        Setting(
+            field="legacy_pty_listen",
+            env="AIWG_LEGACY_PTY_LISTEN",
+            kind=HostPort(empty_ok=True),
+            doc="Where to serve the legacy v1 PTY WebSocket (upstream's port 8121); unset or empty = not served.",
+        ),
+        Setting(
+            field="pty_ping_interval_s",
+            env="AIWG_PTY_PING_INTERVAL_S",
+            kind=PACE_S,
+            doc="A PTY attach socket is sent an app-level `ping` this often.",
+        ),
+        Setting(
+            field="pty_ping_timeout_s",
+            env="AIWG_PTY_PING_TIMEOUT_S",
+            kind=Float(minimum=0.1, maximum=HOUR),
+            doc="A PTY attach socket silent this long (no frame, no `pong`) is closed (1011) and its role freed.",
+        ),
+        Setting(
+            field="conformance_mode",
+            env="AIWG_CONFORMANCE_MODE",
+            kind=Flag(),
+            doc="A2A conformance mode: required-extension enforcement off, and the conformance instance "
+            "on the echo loadout registered at start.",
+        ),
+        Setting(
+            field="task_retention_s",
+            env="AIWG_TASK_RETENTION_S",
+            kind=Float(minimum=0, maximum=10 * 365 * DAY),
+            doc="How long ended A2A tasks (with their events and artifacts) stay.",
+        ),
+        Setting(
+            field="idempotency_ttl_s",
+            env="AIWG_IDEMPOTENCY_TTL",
+            kind=Float(minimum=1, maximum=365 * DAY),
+            doc="How long an `Idempotency-Key` entry replays its first response.",
+        ),
+        Setting(
+            field="idempotency_max_entries",
+            env="AIWG_IDEMPOTENCY_MAX_ENTRIES",
+            kind=Int(minimum=1, maximum=10_000_000),
+            doc="Most idempotency entries kept (the oldest go first).",
+        ),
+        Setting(
+            field="push_allow_private",
+            env="AIWG_PUSH_ALLOW_PRIVATE",
+            kind=Flag(),
+            doc="Push webhooks may be on loopback, private, link-local or reserved addresses "
+            "(local receivers, conformance runs).",
+        ),
+        Setting(
+            field="push_timeout_s",
+            env="AIWG_PUSH_TIMEOUT_S",
+            kind=Float(minimum=0.05, maximum=300),
+            doc="One push delivery attempt (connect, send, answer) takes at most this.",
+        ),
+        Setting(
+            field="push_retry_s",
+            env="AIWG_PUSH_RETRY_S",
+            kind=Float(minimum=0, maximum=7 * DAY),
+            doc="A push event is retried (exponential backoff with jitter) for at most this long, then dropped.",
+        ),
+        Setting(
+            field="push_backoff_s",
+            env="AIWG_PUSH_BACKOFF_S",
+            kind=Float(minimum=0.01, maximum=HOUR),
+            doc="The first push retry waits about this long; each next one twice as long (up to 30 s).",
+        ),
+        Setting(
+            field="push_max_queue",
+            env="AIWG_PUSH_MAX_QUEUE",
+            kind=Int(minimum=1, maximum=1_000_000),
+            doc="Undelivered events a push config holds; older ones are dropped beyond it.",
+        ),
+        Setting(
+            field="warm_pools",
+            env="AIWG_WARM_POOLS",
+            kind=WarmPools(),
+            doc="Warm pools: loadout name -> slots hostd keeps ready (`busybox=2,tiny-vm=1`).",
+        ),
+    ],
+    error=ConfigError,
+    unlisted=("dev",),
+)
 
 
 def load_config(
@@ -365,15 +492,10 @@ def load_config(
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     if path is not None:
-        for key, raw in _read_file(path).items():
-            if key == "dev":
-                dev = dev or bool(raw)
-                continue
-            values[key] = _coerce(key, raw, f"{key} (in {os.fspath(path)})")
-    for key, var in _ENV.items():
-        raw = env.get(var)
-        if raw is not None and raw != "":
-            values[key] = _coerce(key, raw, var)
+        data = _read_file(path)
+        dev = dev or bool(data.pop("dev", False))
+        values.update(SETTINGS.from_mapping(data, os.fspath(path)))
+    values.update(SETTINGS.from_env(env))
 
     state_dir = os.path.abspath(values.get("state_dir") or (DEV_STATE_DIR if dev else PROD_STATE_DIR))
     values["state_dir"] = state_dir
@@ -385,9 +507,6 @@ def load_config(
     values.setdefault("storage_dir", os.path.join(state_dir, "storage"))
     values.setdefault("loadouts_dir", os.path.join(state_dir, "loadouts"))
 
-    _split_listen(values.get("listen", DEFAULT_LISTEN), "AIWG_LISTEN")
-    if values.get("legacy_pty_listen"):
-        _split_listen(values["legacy_pty_listen"], "AIWG_LEGACY_PTY_LISTEN")
     tls_cert, tls_key = values.get("tls_cert"), values.get("tls_key")
     if bool(tls_cert) != bool(tls_key):
         raise ConfigError("AIWG_TLS_CERT and AIWG_TLS_KEY must be given together")
@@ -397,7 +516,7 @@ def load_config(
     for name in ("admin_token", "operator_token"):
         token = values.get(name)
         if token is not None and len(token) < 16:
-            raise ConfigError(f"{_ENV[name]} must be at least 16 characters")
+            raise ConfigError(f"{SETTINGS[name].env} must be at least 16 characters")
     if values.get("admin_token") and values.get("admin_token") == values.get("operator_token"):
         raise ConfigError("AIWG_OPERATOR_TOKEN must differ from AIWG_ADMIN_TOKEN")
     public_url = values.get("public_url")

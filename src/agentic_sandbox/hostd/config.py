@@ -1,8 +1,10 @@
 """hostd's configuration: one frozen object, built from defaults, environment and flags.
 
-Every setting has one ``AIWG_*`` variable, one flag and one default. ``from_env`` validates and
-raises :class:`ConfigError` with a message that names the setting; ``agentic-hostd`` prints it
-and exits non-zero rather than run half-configured.
+Every setting is one row of :data:`SETTINGS` (proto/settings.py): its ``AIWG_*`` variable, the
+values it accepts and one line of doc; its default is the field's. ``from_env`` reads the table,
+then checks what relates settings to each other, and raises :class:`ConfigError` with a message that
+names the variable; ``agentic-hostd`` prints it and exits non-zero rather than run half-configured.
+docs/configuration.md is rendered from the table (``make docs``).
 
 Dev mode (``--dev``) keeps state under ``./.run`` and the socket at ``./.run/hostd.sock``,
 allows the invoking user, and does not need root. Production defaults are
@@ -14,13 +16,13 @@ from __future__ import annotations
 import grp
 import hashlib
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
 import msgspec
 
-from agentic_sandbox.proto import DEFAULT_MAX_FRAME_BYTES, DEV_STATE_DIR, PROD_HOSTD_SOCKET, dev_hostd_socket
+from agentic_sandbox.proto import DEFAULT_MAX_FRAME_BYTES, DEV_STATE_DIR, PROD_HOSTD_SOCKET, dev_hostd_socket, settings
+from agentic_sandbox.proto.settings import AbsPath, Choice, Flag, Float, Ids, Int, Setting, Text
 
 SECONDS = 1.0
 MIB = 1024 * 1024
@@ -57,63 +59,41 @@ class ConfigError(ValueError):
 
 
 class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Everything hostd reads from its environment. Units are in the names."""
+    """Everything hostd reads from its environment. Units are in the names.
 
-    #: Root of hostd's state: instances/, state file. AIWG_STATE_DIR
+    Each field's variable, accepted values and doc: its row in :data:`SETTINGS` below (rendered
+    into docs/configuration.md).
+    """
+
     state_dir: str
-    #: The RPC socket. AIWG_HOSTD_SOCKET
     socket_path: str
-    #: Mode of the socket file. AIWG_HOSTD_SOCKET_MODE (octal)
     socket_mode: int = DEFAULT_SOCKET_MODE
-    #: Group that owns the socket file; its members are allowed as peers. AIWG_HOSTD_SOCKET_GROUP
     socket_group: str = ""
-    #: Peer uids allowed on the socket (root is always allowed). AIWG_HOSTD_ALLOW_UIDS
     allow_uids: frozenset[int] = frozenset()
-    #: Peer gids allowed on the socket. AIWG_HOSTD_ALLOW_GIDS
     allow_gids: frozenset[int] = frozenset()
-    #: Output ring bounds per session/exec. AIWG_RING_FRAMES, AIWG_RING_BYTES
     ring_frames: int = DEFAULT_RING_FRAMES
     ring_bytes: int = DEFAULT_RING_BYTES
-    #: In-memory output of all sessions together; each keeps its share (this / max_sessions) and
-    #: more while the total allows. AIWG_RING_MEMORY_BYTES
     ring_memory_bytes: int = DEFAULT_RING_MEMORY_BYTES
-    #: Session output older than what memory holds, on disk under ``<state_dir>/spool``, per
-    #: session and in total (0 = no spool: memory only). AIWG_SPOOL_SESSION_BYTES, AIWG_SPOOL_TOTAL_BYTES
     spool_session_bytes: int = DEFAULT_SPOOL_SESSION_BYTES
     spool_total_bytes: int = DEFAULT_SPOOL_TOTAL_BYTES
-    #: Largest frame accepted or sent. AIWG_HOSTD_MAX_FRAME_BYTES
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    #: SIGTERM → SIGKILL grace for stop/kill. AIWG_STOP_GRACE_S
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
-    #: Sessions that may run at once. AIWG_MAX_SESSIONS
     max_sessions: int = DEFAULT_MAX_SESSIONS
-    #: Execs that may run at once. AIWG_MAX_EXECS
     max_execs: int = DEFAULT_MAX_EXECS
-    #: Concurrent RPC connections. AIWG_MAX_CONNECTIONS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
-    #: Parent cgroup v2 directory for instances; "" = auto-detect, "off" = never. AIWG_CGROUP_ROOT
     cgroup_root: str = ""
-    #: Default working directory for instances without one ("" = the instance dir). AIWG_WORKSPACE_ROOT
     workspace_root: str = ""
-    #: podman API socket (``unix://`` URL) for the image catalog; "" = none. AIWG_PODMAN_SOCKET
     podman_socket: str = ""
-    #: Start ``podman system service`` on ``podman_socket`` when nothing answers there (and stop
-    #: it on exit). AIWG_PODMAN_SERVICE (``1``/``0``)
     podman_service: bool = False
-    #: Storage of the podman service hostd starts ("" = podman's defaults): graph root, run root
-    #: (at most 50 characters) and storage driver. AIWG_PODMAN_ROOT, AIWG_PODMAN_RUNROOT, AIWG_PODMAN_STORAGE_DRIVER
     podman_root: str = ""
     podman_runroot: str = ""
     podman_storage_driver: str = ""
-    #: nofile / nproc rlimits of every container (soft = hard). AIWG_CONTAINER_NOFILE, AIWG_CONTAINER_NPROC
     container_nofile: int = DEFAULT_CONTAINER_NOFILE
     container_nproc: int = DEFAULT_CONTAINER_NPROC
-    #: libvirt connection of the VM runtime ("" = no VM runtime). AIWG_LIBVIRT_URI
     libvirt_uri: str = DEFAULT_LIBVIRT_URI
-    #: libvirt domain type of VMs: ``kvm``, or ``qemu`` (software emulation). AIWG_VM_DOMAIN_TYPE
     vm_domain_type: str = "kvm"
-    #: Default direct-boot guest image (scripts/build-guest-image.py). AIWG_VM_IMAGE_DIR
     vm_image_dir: str = DEFAULT_VM_IMAGE_DIR
+    #: ``--dev``: see the module's doc.
     dev: bool = False
 
     @property
@@ -192,67 +172,219 @@ def podman_socket_url(socket: str) -> str:
     return "unix://" + socket
 
 
-def _int(env: Mapping[str, str], name: str, default: int, *, base: int = 10, minimum: int = 0) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw, base)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer") from None
-    if value < minimum:
-        raise ConfigError(f"{name}={value} must be at least {minimum}")
-    return value
+PODMAN = "podman"
+LIBVIRT = "libvirt (`kvm`: /dev/kvm)"
 
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number") from None
-    if not 0 <= value <= 3600:
-        raise ConfigError(f"{name}={value} must be between 0 and 3600")
-    return value
-
-
-def _bool(env: Mapping[str, str], name: str) -> bool:
-    raw = env.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"{name}={env.get(name)!r} must be 1 or 0")
-
-
-def _ids(env: Mapping[str, str], name: str) -> frozenset[int]:
-    raw = env.get(name, "").replace(",", " ").split()
-    try:
-        return frozenset(int(x) for x in raw)
-    except ValueError:
-        raise ConfigError(f"{name}={env.get(name)!r} must be a comma-separated list of numeric ids") from None
+#: One row per setting of :class:`HostdConfig`, in the order docs/configuration.md lists them.
+SETTINGS = settings.SettingsTable(
+    "agentic-hostd",
+    HostdConfig,
+    [
+        Setting(
+            field="state_dir",
+            env="AIWG_STATE_DIR",
+            kind=Text(),
+            default=f"`{PROD_STATE_DIR}` (`--dev`: `./{DEV_STATE_DIR}`)",
+            doc="Root of hostd's state: instances/, spool/, checkpoints/, the state file. Flag: `--state-dir`.",
+        ),
+        Setting(
+            field="socket_path",
+            env="AIWG_HOSTD_SOCKET",
+            kind=Text(),
+            default=f"`{PROD_SOCKET}` (`--dev`: `<state dir>/hostd.sock`)",
+            doc="The RPC socket (at most 107 bytes as an absolute path). Flag: `--socket`.",
+        ),
+        Setting(
+            field="socket_mode",
+            env="AIWG_HOSTD_SOCKET_MODE",
+            kind=Int(maximum=0o777, base=8),
+            doc="Mode of the socket file, in octal; never open to other users (no bits of 0o007).",
+        ),
+        Setting(
+            field="socket_group",
+            env="AIWG_HOSTD_SOCKET_GROUP",
+            kind=Text(),
+            doc="Group that owns the socket file; its members are allowed as peers. Must exist on the host.",
+        ),
+        Setting(
+            field="allow_uids",
+            env="AIWG_HOSTD_ALLOW_UIDS",
+            kind=Ids(),
+            default="none (root is always allowed; `--dev`: the invoking user)",
+            doc="Peer uids allowed on the socket.",
+        ),
+        Setting(field="allow_gids", env="AIWG_HOSTD_ALLOW_GIDS", kind=Ids(), doc="Peer gids allowed on the socket."),
+        Setting(
+            field="ring_frames",
+            env="AIWG_RING_FRAMES",
+            kind=Int(minimum=16),
+            doc="Output frames kept in memory per session and per exec.",
+        ),
+        Setting(
+            field="ring_bytes",
+            env="AIWG_RING_BYTES",
+            kind=Int(minimum=64 * 1024),
+            doc="Output bytes kept in memory per session and per exec.",
+        ),
+        Setting(
+            field="ring_memory_bytes",
+            env="AIWG_RING_MEMORY_BYTES",
+            kind=Int(minimum=MIB),
+            doc="In-memory output of all sessions together; each keeps its share (this / max sessions) "
+            "and more while the total allows.",
+        ),
+        Setting(
+            field="spool_session_bytes",
+            env="AIWG_SPOOL_SESSION_BYTES",
+            kind=Int(),
+            doc="Session output older than what memory holds, on disk under `<state dir>/spool`, per "
+            "session (0 = no spool: memory only).",
+        ),
+        Setting(
+            field="spool_total_bytes",
+            env="AIWG_SPOOL_TOTAL_BYTES",
+            kind=Int(),
+            doc="The spool of all sessions together (0 = no spool).",
+        ),
+        Setting(
+            field="max_frame_bytes",
+            env="AIWG_HOSTD_MAX_FRAME_BYTES",
+            kind=Int(minimum=2 * MIB),
+            doc="Largest RPC frame accepted or sent.",
+        ),
+        Setting(
+            field="stop_grace_s",
+            env="AIWG_STOP_GRACE_S",
+            kind=Float(minimum=0, maximum=3600),
+            doc="Seconds between SIGTERM and SIGKILL when an instance, session or exec is stopped.",
+        ),
+        Setting(
+            field="max_sessions",
+            env="AIWG_MAX_SESSIONS",
+            kind=Int(minimum=1),
+            doc=f"Sessions that may run at once ({RETAINED_PER_LIVE} times as many exited ones are kept).",
+        ),
+        Setting(
+            field="max_execs",
+            env="AIWG_MAX_EXECS",
+            kind=Int(minimum=1),
+            doc=f"Execs that may run at once ({RETAINED_PER_LIVE} times as many exited ones are kept).",
+        ),
+        Setting(
+            field="max_connections",
+            env="AIWG_MAX_CONNECTIONS",
+            kind=Int(minimum=1),
+            doc="Concurrent RPC connections.",
+        ),
+        Setting(
+            field="cgroup_root",
+            env="AIWG_CGROUP_ROOT",
+            kind=AbsPath(also=("off",)),
+            needs="cgroup v2, root",
+            doc="Parent cgroup v2 directory of instances; empty = auto-detect, `off` = no cgroups.",
+        ),
+        Setting(
+            field="workspace_root",
+            env="AIWG_WORKSPACE_ROOT",
+            kind=Text(),
+            doc="Default working directory of instances without one (an existing directory); "
+            "empty = the instance's own directory.",
+        ),
+        Setting(
+            field="podman_socket",
+            env="AIWG_PODMAN_SOCKET",
+            kind=Text(check=podman_socket_url, rule="a Unix socket path or unix:// URL"),
+            needs=PODMAN,
+            doc="podman API socket of the image catalog and container instances; empty = no container runtime.",
+        ),
+        Setting(
+            field="podman_service",
+            env="AIWG_PODMAN_SERVICE",
+            kind=Flag(),
+            needs=PODMAN,
+            doc="Start `podman system service` on the podman socket when nothing answers there "
+            "(and stop it on exit); needs `AIWG_PODMAN_SOCKET`.",
+        ),
+        Setting(
+            field="podman_root",
+            env="AIWG_PODMAN_ROOT",
+            kind=AbsPath(),
+            needs=PODMAN,
+            doc="Graph root of the podman service hostd starts; empty = podman's default.",
+        ),
+        Setting(
+            field="podman_runroot",
+            env="AIWG_PODMAN_RUNROOT",
+            kind=AbsPath(max_chars=MAX_PODMAN_RUNROOT_CHARS),
+            needs=PODMAN,
+            doc="Run root of the podman service hostd starts; empty = podman's default.",
+        ),
+        Setting(
+            field="podman_storage_driver",
+            env="AIWG_PODMAN_STORAGE_DRIVER",
+            kind=Text(pattern=r"[^\W_]+", rule="a storage driver name (overlay, vfs, ...)"),
+            needs=PODMAN,
+            doc="Storage driver of the podman service hostd starts; empty = podman's default.",
+        ),
+        Setting(
+            field="container_nofile",
+            env="AIWG_CONTAINER_NOFILE",
+            kind=Int(minimum=64),
+            needs=PODMAN,
+            doc="`nofile` rlimit of every container (soft = hard).",
+        ),
+        Setting(
+            field="container_nproc",
+            env="AIWG_CONTAINER_NPROC",
+            kind=Int(minimum=16),
+            needs=PODMAN,
+            doc="`nproc` rlimit of every container (soft = hard).",
+        ),
+        Setting(
+            field="libvirt_uri",
+            env="AIWG_LIBVIRT_URI",
+            kind=Text(pattern=r"(qemu|test)(\+unix)?://[^\s]*", rule="a qemu:// or test:// libvirt URI, or empty"),
+            empty_is_value=True,
+            needs=LIBVIRT,
+            doc="libvirt connection of the VM runtime; empty = no VM runtime.",
+        ),
+        Setting(
+            field="vm_domain_type",
+            env="AIWG_VM_DOMAIN_TYPE",
+            kind=Choice(choices=VM_DOMAIN_TYPES),
+            default="`kvm` (`--dev`: `qemu`)",
+            needs=LIBVIRT,
+            doc="libvirt domain type of VMs: `kvm`, or `qemu` (software emulation, slow).",
+        ),
+        Setting(
+            field="vm_image_dir",
+            env="AIWG_VM_IMAGE_DIR",
+            kind=AbsPath(),
+            needs=LIBVIRT,
+            doc="Default direct-boot guest image (scripts/build-guest-image.py); outside the state dir, "
+            "which QEMU's user cannot reach.",
+        ),
+    ],
+    error=ConfigError,
+    unlisted=("dev",),
+)
 
 
 def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> HostdConfig:
     """Build and validate the configuration from ``env`` (default: ``os.environ``)."""
     env = os.environ if env is None else env
-    if dev:
-        state_dir = env.get("AIWG_STATE_DIR") or os.path.abspath(DEV_STATE_DIR)
-        socket_path = env.get("AIWG_HOSTD_SOCKET") or dev_hostd_socket(state_dir)
-    else:
-        state_dir = env.get("AIWG_STATE_DIR") or PROD_STATE_DIR
-        socket_path = env.get("AIWG_HOSTD_SOCKET") or PROD_SOCKET
-    state_dir = os.path.abspath(state_dir)
-    socket_path = os.path.abspath(socket_path)
+    values = SETTINGS.from_env(env)
+    default_state_dir = os.path.abspath(DEV_STATE_DIR) if dev else PROD_STATE_DIR
+    state_dir = os.path.abspath(values.get("state_dir") or default_state_dir)
+    socket_path = os.path.abspath(values.get("socket_path") or (dev_hostd_socket(state_dir) if dev else PROD_SOCKET))
     # sun_path holds 108 bytes including the terminating NUL.
     if len(os.fsencode(socket_path)) > 107:
         raise ConfigError(f"AIWG_HOSTD_SOCKET={socket_path!r} is longer than a Unix socket path may be (107 bytes)")
+    values.update(state_dir=state_dir, socket_path=socket_path)
 
-    allow_uids = _ids(env, "AIWG_HOSTD_ALLOW_UIDS")
-    allow_gids = _ids(env, "AIWG_HOSTD_ALLOW_GIDS")
-    socket_group = env.get("AIWG_HOSTD_SOCKET_GROUP", "")
+    allow_uids: frozenset[int] = values.get("allow_uids", frozenset())
+    allow_gids: frozenset[int] = values.get("allow_gids", frozenset())
+    socket_group = values.get("socket_group", "")
     if socket_group:
         # The group that may open the socket file is the group we let through SO_PEERCRED:
         # one setting, so the two can never disagree.
@@ -263,79 +395,18 @@ def from_env(env: Mapping[str, str] | None = None, *, dev: bool = False) -> Host
     if dev:
         # Dev mode serves the user who started it without further configuration.
         allow_uids |= {os.getuid()}
+    values.update(allow_uids=allow_uids, allow_gids=allow_gids)
 
-    ring_frames = _int(env, "AIWG_RING_FRAMES", DEFAULT_RING_FRAMES, minimum=16)
-    ring_bytes = _int(env, "AIWG_RING_BYTES", DEFAULT_RING_BYTES, minimum=64 * 1024)
-    max_frame = _int(env, "AIWG_HOSTD_MAX_FRAME_BYTES", DEFAULT_MAX_FRAME_BYTES, minimum=2 * MIB)
-    mode = _int(env, "AIWG_HOSTD_SOCKET_MODE", DEFAULT_SOCKET_MODE, base=8)
-    if mode & ~0o777:
-        raise ConfigError(f"AIWG_HOSTD_SOCKET_MODE={oct(mode)} is not a permission mode")
+    mode = values.get("socket_mode", DEFAULT_SOCKET_MODE)
     if mode & 0o007:
         raise ConfigError(f"AIWG_HOSTD_SOCKET_MODE={oct(mode)} would let any local user drive hostd")
-    cgroup_root = env.get("AIWG_CGROUP_ROOT", "")
-    if cgroup_root not in ("", "off") and not os.path.isabs(cgroup_root):
-        raise ConfigError(f"AIWG_CGROUP_ROOT={cgroup_root!r} must be an absolute path, empty or 'off'")
-    workspace_root = env.get("AIWG_WORKSPACE_ROOT", "")
-    if workspace_root and not os.path.isdir(workspace_root):
-        raise ConfigError(f"AIWG_WORKSPACE_ROOT={workspace_root!r} is not a directory")
-    podman_socket = env.get("AIWG_PODMAN_SOCKET", "")
-    if podman_socket:
-        try:
-            podman_socket = podman_socket_url(podman_socket)
-        except ValueError as exc:
-            raise ConfigError(f"AIWG_PODMAN_SOCKET={podman_socket!r}: {exc}") from None
-    podman_service = _bool(env, "AIWG_PODMAN_SERVICE")
-    if podman_service and not podman_socket:
+    workspace_root = values.get("workspace_root", "")
+    if workspace_root:
+        if not os.path.isdir(workspace_root):
+            raise ConfigError(f"AIWG_WORKSPACE_ROOT={workspace_root!r} is not a directory")
+        values["workspace_root"] = os.path.abspath(workspace_root)
+    if values.get("podman_service") and not values.get("podman_socket"):
         raise ConfigError("AIWG_PODMAN_SERVICE=1 needs AIWG_PODMAN_SOCKET (where the service listens)")
-    podman_root, podman_runroot = env.get("AIWG_PODMAN_ROOT", ""), env.get("AIWG_PODMAN_RUNROOT", "")
-    for name, value in (("AIWG_PODMAN_ROOT", podman_root), ("AIWG_PODMAN_RUNROOT", podman_runroot)):
-        if value and not os.path.isabs(value):
-            raise ConfigError(f"{name}={value!r} must be an absolute path")
-    if len(podman_runroot) > MAX_PODMAN_RUNROOT_CHARS:
-        raise ConfigError(f"AIWG_PODMAN_RUNROOT={podman_runroot!r} is longer than podman allows (50 characters)")
-    storage_driver = env.get("AIWG_PODMAN_STORAGE_DRIVER", "")
-    if storage_driver and not storage_driver.isalnum():
-        raise ConfigError(f"AIWG_PODMAN_STORAGE_DRIVER={storage_driver!r} is not a storage driver name")
-
-    libvirt_uri = env.get("AIWG_LIBVIRT_URI", DEFAULT_LIBVIRT_URI)
-    if libvirt_uri and not re.fullmatch(r"(qemu|test)(\+unix)?://[^\s]*", libvirt_uri):
-        raise ConfigError(f"AIWG_LIBVIRT_URI={libvirt_uri!r} must be a qemu:// or test:// libvirt URI, or empty")
     # KVM in production; dev mode (and the tests, which run it) emulate: KVM guests hang on some hosts.
-    vm_domain_type = env.get("AIWG_VM_DOMAIN_TYPE") or ("qemu" if dev else "kvm")
-    if vm_domain_type not in VM_DOMAIN_TYPES:
-        raise ConfigError(f"AIWG_VM_DOMAIN_TYPE={vm_domain_type!r} must be one of {', '.join(VM_DOMAIN_TYPES)}")
-    vm_image_dir = env.get("AIWG_VM_IMAGE_DIR") or DEFAULT_VM_IMAGE_DIR
-    if not os.path.isabs(vm_image_dir):
-        raise ConfigError(f"AIWG_VM_IMAGE_DIR={vm_image_dir!r} must be an absolute path")
-
-    return HostdConfig(
-        state_dir=state_dir,
-        socket_path=socket_path,
-        socket_mode=mode,
-        socket_group=socket_group,
-        allow_uids=allow_uids,
-        allow_gids=allow_gids,
-        ring_frames=ring_frames,
-        ring_bytes=ring_bytes,
-        ring_memory_bytes=_int(env, "AIWG_RING_MEMORY_BYTES", DEFAULT_RING_MEMORY_BYTES, minimum=MIB),
-        spool_session_bytes=_int(env, "AIWG_SPOOL_SESSION_BYTES", DEFAULT_SPOOL_SESSION_BYTES),
-        spool_total_bytes=_int(env, "AIWG_SPOOL_TOTAL_BYTES", DEFAULT_SPOOL_TOTAL_BYTES),
-        max_frame_bytes=max_frame,
-        stop_grace_s=_float(env, "AIWG_STOP_GRACE_S", DEFAULT_STOP_GRACE_S),
-        max_sessions=_int(env, "AIWG_MAX_SESSIONS", DEFAULT_MAX_SESSIONS, minimum=1),
-        max_execs=_int(env, "AIWG_MAX_EXECS", DEFAULT_MAX_EXECS, minimum=1),
-        max_connections=_int(env, "AIWG_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, minimum=1),
-        cgroup_root=cgroup_root,
-        workspace_root=os.path.abspath(workspace_root) if workspace_root else "",
-        podman_socket=podman_socket,
-        podman_service=podman_service,
-        podman_root=podman_root,
-        podman_runroot=podman_runroot,
-        podman_storage_driver=storage_driver,
-        container_nofile=_int(env, "AIWG_CONTAINER_NOFILE", DEFAULT_CONTAINER_NOFILE, minimum=64),
-        container_nproc=_int(env, "AIWG_CONTAINER_NPROC", DEFAULT_CONTAINER_NPROC, minimum=16),
-        libvirt_uri=libvirt_uri,
-        vm_domain_type=vm_domain_type,
-        vm_image_dir=vm_image_dir,
-        dev=dev,
-    )
+    values.setdefault("vm_domain_type", "qemu" if dev else "kvm")
+    return HostdConfig(**values, dev=dev)

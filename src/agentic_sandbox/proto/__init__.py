@@ -3,11 +3,12 @@
 General layout: ``messages`` is the whole API (Structs and unions), ``framing`` the frame
 codec, ``errors`` the error codes and the client's exception family, ``client`` the trio
 client, ``ids`` identifiers, ``paths`` where hostd's socket is, ``logformat`` the log output
-both daemons share (text or JSON lines, with the ids a line concerns). This module re-exports what
-other packages may use; a test pins the list.
+both daemons share (text or JSON lines, with the ids a line concerns), ``settings`` how both
+load their ``AIWG_*`` settings (a table each, which docs/configuration.md is rendered from). This
+module re-exports what other packages may use; a test pins the list.
 """
 
-from . import messages
+from . import messages, settings
 from .client import EventStream, HostdClient, HostdStreamOverflow, open_hostd
 from .errors import (
     ErrorCode,
@@ -67,5 +68,6 @@ __all__ = [
     "messages",
     "new_id",
     "open_hostd",
+    "settings",
     "uuid7",
 ]
