@@ -121,11 +121,16 @@ async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
             nursery.start_soon(_dev_instance, state, base)
 
 
-def main(argv: list[str] | None = None) -> int:
+def arg_parser() -> argparse.ArgumentParser:
+    """``agentic-controller``'s flags (docs/configuration.md lists them from here)."""
     parser = argparse.ArgumentParser(prog="agentic-controller", description=__doc__.splitlines()[0])
     parser.add_argument("--dev", action="store_true", help="development defaults (state in ./.run, dev instance)")
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file (AIWG_* variables override it)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arg_parser().parse_args(argv)
     try:
         configure_logging()  # first: loading the configuration may log
         config = load_config(args.config, dev=args.dev)

@@ -131,7 +131,8 @@ async def run_hostd(config: HostdConfig, *, task_status: trio.TaskStatus[None] =
     log.info("hostd stopped")
 
 
-def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+def arg_parser() -> argparse.ArgumentParser:
+    """``agentic-hostd``'s flags (docs/configuration.md lists them from here)."""
     parser = argparse.ArgumentParser(
         prog="agentic-hostd",
         description="Host supervisor daemon: owns every process tree and PTY session on this host.",
@@ -144,7 +145,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--socket", help="RPC socket path (overrides AIWG_HOSTD_SOCKET)")
     parser.add_argument("--state-dir", help="state directory (overrides AIWG_STATE_DIR)")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default AIWG_LOG_LEVEL, else INFO)")
-    return parser.parse_args(argv)
+    return parser
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return arg_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
