@@ -23,8 +23,9 @@ from agentic_sandbox.proto import messages as m
 from ..auth.tokens import OPERATE, READ, require_role
 from ..decoding import decode_json
 from ..http.responses import base_url, json_response, request_body
-from ..instances.sessions import DEFAULT_COLS, DEFAULT_ROWS, Cwd
+from ..instances.sessions import DEFAULT_COLS, DEFAULT_ROWS
 from ..state import app_state
+from ..values import Cwd
 from . import admin
 from .views import SessionList, session_path, session_view
 

@@ -26,7 +26,7 @@ import msgspec
 from agentic_sandbox.proto import messages as m
 from agentic_sandbox.proto import new_id
 
-from ..instances.sessions import Cwd
+from ..values import Cwd
 
 BINDING_URI = "https://agentic-sandbox.aiwg.io/bindings/pty-ws/v1"
 BINDING_VERSION = "1.0.0"
