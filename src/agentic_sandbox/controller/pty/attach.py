@@ -20,17 +20,16 @@ going away closes the socket with 1011 after a ``binding_goodbye``; the client r
 from __future__ import annotations
 
 import logging
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from functools import partial
 from typing import Any
 
 import trio
 
-from agentic_sandbox.proto import HostdError, HostdStreamOverflow, bind_log_ids, new_id
+from agentic_sandbox.proto import bind_log_ids, new_id
 from agentic_sandbox.proto import messages as m
 
 from ..errors import ControllerError, InvalidState
-from ..hostlink import hostd_failure
 from ..instances.sessions import Launch
 from ..state import AppState
 from . import frames as f
@@ -100,7 +99,7 @@ class AttachSocket:
             await pump()
             if queues_close:
                 return
-        except (ControllerError, HostdError) as exc:
+        except ControllerError as exc:
             log.info("attach socket on session %s ended: %s", self.session_id, exc)
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
@@ -180,12 +179,9 @@ class AttachSocket:
             await self._write_answered.wait()
         request = m.SessionWriteRequest(session_id=self.session_id, data=data)
         try:
-            await self.state.link.client().post(request, self._write_failed, self._write_done)
+            await self.state.link.post(request, self._write_failed, self._write_done)
         except ControllerError as exc:
             self._pty_error("PTY_WRITE_FAILED", exc.message)
-            return
-        except HostdError as exc:
-            self._pty_error("PTY_WRITE_FAILED", hostd_failure(exc).message)
             return
         # Counted after the post: an answer that came while it sent has already taken one off.
         self._posted += 1
@@ -194,9 +190,8 @@ class AttachSocket:
         self._posted -= 1
         self._write_answered.set()
 
-    def _write_failed(self, exc: HostdError) -> None:
+    def _write_failed(self, failure: ControllerError) -> None:
         self._write_done()
-        failure = hostd_failure(exc)
         if isinstance(failure, InvalidState):
             self._pty_error("PTY_WRITE_FAILED", f"the session has exited: {failure.message}")
         else:
@@ -364,41 +359,33 @@ class AttachSocket:
             else:
                 keyframe_at = current
         encode = f.output_binary if self.binary else f.output_json
-        while True:
-            try:
-                client = link.client()
-                request = m.SessionSubscribeRequest(session_id=self.session_id, from_seq=start)
-                async with client.stream(request) as events:
-                    async for event in events:
-                        if isinstance(event, m.SessionOutput):
-                            room.offer(event.seq, event.data)
-                            await self._output(encode(event.seq, event.data))
-                            start = event.seq + 1
-                            if keyframe_at is not None and event.seq >= keyframe_at:
-                                keyframe_at = None
-                                await self.outbox.put_output(f.session_frame(await room.keyframe()))
-                        elif isinstance(event, m.SessionLagged):
-                            start = event.resume_seq
-                            lagged = f"output {event.missed_from}..{event.resume_seq - 1} was dropped unsent"
-                            await self.outbox.put_output(
-                                f.session_frame(f.PtyError(code="PTY_OUTPUT_LAGGED", message=lagged))
-                            )
+        events = link.session_output(self.session_id, start)  # Unavailable: the link is down, the socket ends
+        try:
+            async with aclosing(events):
+                async for event in events:
+                    if isinstance(event, m.SessionOutput):
+                        room.offer(event.seq, event.data)
+                        await self._output(encode(event.seq, event.data))
+                        if keyframe_at is not None and event.seq >= keyframe_at:
+                            keyframe_at = None
                             await self.outbox.put_output(f.session_frame(await room.keyframe()))
-                        elif isinstance(event, m.SessionExited):
-                            await self.outbox.put_output(f.session_frame(f.closed(event)))
-                            await self.outbox.put_output(f.goodbye("session_closed"))
-                            await self.outbox.put_output(Close(f.CLOSE_NORMAL, "session closed"))
-                            return
-                # Ended without an exit: the session was deleted, or hostd is shutting down.
-                await self.outbox.put_output(f.session_frame(f.Closed(reason="killed", detail="session deleted")))
-                await self.outbox.put_output(f.goodbye("session_closed"))
-                await self.outbox.put_output(Close(f.CLOSE_NORMAL, "session closed"))
-                return
-            except HostdStreamOverflow:
-                continue  # this socket's reader fell behind the hostd client's buffer: resume at ``start``
-            except HostdError as exc:
-                failure = hostd_failure(exc)
-                log.info("attach socket on session %s: hostd stream failed: %s", self.session_id, failure)
-                await self.outbox.put_output(f.goodbye("other", "the controller lost hostd; reconnect, replay_from"))
-                await self.outbox.put_output(Close(f.CLOSE_SERVER_ERROR, "hostd unavailable"))
-                return
+                    elif isinstance(event, m.SessionLagged):
+                        lagged = f"output {event.missed_from}..{event.resume_seq - 1} was dropped unsent"
+                        await self.outbox.put_output(
+                            f.session_frame(f.PtyError(code="PTY_OUTPUT_LAGGED", message=lagged))
+                        )
+                        await self.outbox.put_output(f.session_frame(await room.keyframe()))
+                    elif isinstance(event, m.SessionExited):
+                        await self.outbox.put_output(f.session_frame(f.closed(event)))
+                        await self.outbox.put_output(f.goodbye("session_closed"))
+                        await self.outbox.put_output(Close(f.CLOSE_NORMAL, "session closed"))
+                        return
+        except ControllerError as exc:
+            log.info("attach socket on session %s: hostd stream failed: %s", self.session_id, exc)
+            await self.outbox.put_output(f.goodbye("other", "the controller lost hostd; reconnect, replay_from"))
+            await self.outbox.put_output(Close(f.CLOSE_SERVER_ERROR, "hostd unavailable"))
+            return
+        # Ended without an exit: the session was deleted, or hostd is shutting down.
+        await self.outbox.put_output(f.session_frame(f.Closed(reason="killed", detail="session deleted")))
+        await self.outbox.put_output(f.goodbye("session_closed"))
+        await self.outbox.put_output(Close(f.CLOSE_NORMAL, "session closed"))

@@ -25,15 +25,15 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from typing import Any
 
 import msgspec
 import trio
 from quart import Response, websocket
 
-from agentic_sandbox.proto import HostdError, HostdStreamOverflow, new_id
 from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import new_id
 
 from ..errors import ControllerError, NotFound
 from ..instances.sessions import Launch
@@ -218,24 +218,15 @@ class LegacySocket:
             start = keyframe.anchor_sequence + 1
         else:
             start = replay_from + 1
-        while True:
-            try:
-                request = m.SessionSubscribeRequest(session_id=self.sid, from_seq=start)
-                async with self.state.link.client().stream(request) as events:
-                    async for event in events:
-                        if isinstance(event, m.SessionOutput):
-                            room.offer(event.seq, event.data)
-                            data = base64.b64encode(event.data).decode()
-                            await self.frame("Output", seq=event.seq, stream="stdout", data=data)
-                            start = event.seq + 1
-                        elif isinstance(event, m.SessionLagged):
-                            start = event.resume_seq
-                        elif isinstance(event, m.SessionExited):
-                            await self.frame("Closed", exit_code=event.exit_code)
-                return
-            except HostdStreamOverflow:
-                continue
-            except (HostdError, ControllerError) as exc:
-                await self.send({"type": "error", "message": f"hostd: {exc}"})
-                await websocket.close(f.CLOSE_SERVER_ERROR)
-                return
+        try:
+            async with aclosing(self.state.link.session_output(self.sid, start)) as events:
+                async for event in events:
+                    if isinstance(event, m.SessionOutput):
+                        room.offer(event.seq, event.data)
+                        data = base64.b64encode(event.data).decode()
+                        await self.frame("Output", seq=event.seq, stream="stdout", data=data)
+                    elif isinstance(event, m.SessionExited):
+                        await self.frame("Closed", exit_code=event.exit_code)
+        except ControllerError as exc:
+            await self.send({"type": "error", "message": f"hostd: {exc}"})
+            await websocket.close(f.CLOSE_SERVER_ERROR)
