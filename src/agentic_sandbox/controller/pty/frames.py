@@ -317,6 +317,11 @@ def error_frame(code: ErrorCode, message: str, request_id: str | None = None, *,
     return encode("Error", ErrorPayload(code=code, message=message, retryable=retryable), request_id=request_id)
 
 
+def pty_error(code: str, message: str) -> str:
+    """A ``pty.session_frame`` error (``PTY_WRITE_FAILED``, ...), its message cut to 1024 characters."""
+    return session_frame(PtyError(code=code, message=message[:1024]))
+
+
 def output_json(seq: int, data: bytes) -> str:
     return session_frame(Output(data=data, stream="stdout"), sequence=seq)
 
