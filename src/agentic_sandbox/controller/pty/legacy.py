@@ -26,7 +26,7 @@ import base64
 import binascii
 import logging
 from contextlib import AsyncExitStack, aclosing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -37,12 +37,17 @@ from agentic_sandbox.proto import new_id
 
 from ..errors import ControllerError, NotFound
 from ..instances.sessions import Launch
-from ..state import AppState, app_state
+from ..state import app_state
 from . import frames as f
 from . import pty
 from .launch import start_pending
 from .rooms import Member, Room, RoomFull
 from .scopes import PTY_CONTROL, PTY_OBSERVE, pty_scopes
+
+if TYPE_CHECKING:
+    from ..hostlink import HostdLink
+    from ..instances.sessions import SessionService
+    from .rooms import Rooms
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +106,18 @@ async def legacy_attach(session_id: str) -> Response | None:
     if PTY_OBSERVE not in scopes:
         return _refuse(403, "the token lacks pty:observe")
     await websocket.accept()
-    await LegacySocket(state, info, scopes).run()
+    await LegacySocket(info, scopes, link=state.link, rooms=state.rooms, sessions=state.sessions).run()
     return None
 
 
 class LegacySocket:
-    def __init__(self, state: AppState, info: m.SessionInfo, scopes: frozenset[str]) -> None:
-        self.state, self.info, self.scopes = state, info, scopes
+    """One accepted legacy socket on one session; what it uses is handed in when it is built."""
+
+    def __init__(
+        self, info: m.SessionInfo, scopes: frozenset[str], *, link: HostdLink, rooms: Rooms, sessions: SessionService
+    ) -> None:
+        self.info, self.scopes = info, scopes
+        self.link, self.rooms, self.sessions = link, rooms, sessions
         self.sid = info.session_id
         self.lock = trio.Lock()
         self.member: Member | None = None
@@ -153,11 +163,11 @@ class LegacySocket:
             except msgspec.ValidationError as exc:
                 await self.send({"type": "error", "message": f"join_session: {exc}"})
                 return True
-            room = await stack.enter_async_context(self.state.rooms.enter(self.info))
+            room = await stack.enter_async_context(self.rooms.enter(self.info))
             member = Member(client_id=new_id(), label="v1", role="observer", may_control=PTY_CONTROL in self.scopes)
             if join.role == "controller" and member.may_control:
                 try:
-                    await start_pending(self.state.sessions, room, self.info, Launch())
+                    await start_pending(self.sessions, room, self.info, Launch())
                 except ControllerError as exc:
                     await self.send({"type": "error", "message": f"cannot start the session: {exc.message}"})
                     return True
@@ -168,7 +178,7 @@ class LegacySocket:
                 return True
             self.room, self.member = room, member
             room.broadcast(room.membership())
-            current = (await self.state.link.call(m.SessionGetRequest(session_id=self.sid))).session.next_seq - 1
+            current = (await self.link.call(m.SessionGetRequest(session_id=self.sid))).session.next_seq - 1
             await self.send(
                 {"type": "session_joined", "session_id": self.sid, "role": assigned.role, "current_seq": current}
             )
@@ -203,7 +213,7 @@ class LegacySocket:
 
     async def _call(self, request: m.Request) -> bool:
         try:
-            await self.state.link.call(request)
+            await self.link.call(request)
             return True
         except ControllerError as exc:
             await self.send({"type": "error", "message": exc.message})
@@ -219,7 +229,7 @@ class LegacySocket:
         else:
             start = replay_from + 1
         try:
-            async with aclosing(self.state.link.session_output(self.sid, start)) as events:
+            async with aclosing(self.link.session_output(self.sid, start)) as events:
                 async for event in events:
                     if isinstance(event, m.SessionOutput):
                         room.offer(event.seq, event.data)
