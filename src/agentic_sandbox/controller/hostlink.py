@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from agentic_sandbox.proto import (
     HostdError,
     HostdNotRunning,
     HostdRemoteError,
+    HostdStreamOverflow,
     HostdTimeout,
     current_log_ids,
     open_hostd,
@@ -144,6 +145,44 @@ class LinkStream:
         return self._events.buffered
 
 
+async def follow_session(
+    client: HostdClient, session_id: str, from_seq: int, *, lost_as_lag: bool = False
+) -> AsyncGenerator[m.Event, None]:
+    """A session's events (output, lags, its exit) from ``from_seq`` on, until hostd ends the
+    stream; every proto failure raises a ``ControllerError`` as :meth:`HostdLink.call` does.
+
+    A stream that overflowed (its consumer fell behind the client's buffer) is opened again where it
+    stopped, so the consumer sees one gap-free run. With ``lost_as_lag`` a start older than hostd
+    still holds is a ``SessionLagged`` up to the first sequence it holds, as output lost while
+    subscribed is; else it is hostd's ``stream.seq_out_of_range``. Close it with ``aclosing``.
+    """
+    start = from_seq
+    while True:
+        request = m.SessionSubscribeRequest(session_id=session_id, from_seq=start)
+        request.trace_id = current_log_ids().get("request_id")
+        try:
+            async with client.stream(request) as events:
+                async for event in events:
+                    if isinstance(event, m.SessionOutput):
+                        start = event.seq + 1
+                    elif isinstance(event, m.SessionLagged):
+                        start = event.resume_seq
+                    yield event
+            return
+        except HostdStreamOverflow:
+            continue
+        except HostdRemoteError as exc:
+            first = exc.details.get("first_seq")
+            lost = exc.error_code is ErrorCode.SEQ_OUT_OF_RANGE and isinstance(first, int) and first > start
+            if not (lost_as_lag and lost):
+                raise hostd_failure(exc) from exc
+            assert isinstance(first, int)
+            yield m.SessionLagged(missed_from=start, resume_seq=first)
+            start = first
+        except HostdError as exc:
+            raise hostd_failure(exc) from exc
+
+
 def _method(request: m.Request) -> str:
     name = type(request).__name__
     return name[: -len("Request")] if name.endswith("Request") else name
@@ -235,6 +274,29 @@ class HostdLink:
                 yield LinkStream(events)
         except HostdError as exc:
             raise hostd_failure(exc) from exc
+
+    async def post(
+        self,
+        request: m.Request,
+        on_error: Callable[[ControllerError], None],
+        on_success: Callable[[], None] | None = None,
+    ) -> None:
+        """Send one request without waiting for its answer (:meth:`HostdClient.post`: the keystroke
+        path, where an echo must not wait for the write's reply). An error answered later, or met
+        while sending, reaches ``on_error`` translated; a post that cannot be sent at all (the link
+        down, too many posts unanswered) raises a ``ControllerError`` and calls neither callback."""
+        client = self.client()
+        try:
+            await client.post(request, lambda exc: on_error(hostd_failure(exc)), on_success)
+        except HostdError as exc:
+            raise hostd_failure(exc) from exc
+
+    def session_output(
+        self, session_id: str, from_seq: int, *, lost_as_lag: bool = False
+    ) -> AsyncGenerator[m.Event, None]:
+        """:func:`follow_session` over the link's connection; ``Unavailable`` at once (not at the
+        first event) when the link is down."""
+        return follow_session(self.client(), session_id, from_seq, lost_as_lag=lost_as_lag)
 
     async def _call(self, request: m.Request, *, timeout: float | None = None) -> Any:
         """The call with proto errors (the link's own ping tells a timeout from the rest)."""

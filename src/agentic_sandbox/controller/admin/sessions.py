@@ -24,8 +24,9 @@ from ..auth.tokens import OPERATE, READ
 from ..decoding import decode_json
 from ..http.responses import base_url, json_response, request_body
 from ..http.roles import require_role
-from ..instances.sessions import DEFAULT_COLS, DEFAULT_ROWS, Cwd
+from ..instances.sessions import DEFAULT_COLS, DEFAULT_ROWS
 from ..state import app_state
+from ..values import Cwd
 from .blueprint import admin
 from .views import SessionList, session_path, session_view
 

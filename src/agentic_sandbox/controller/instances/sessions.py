@@ -20,7 +20,7 @@ from __future__ import annotations
 import builtins
 import logging
 import re
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -37,8 +37,6 @@ _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_ARGV = ("/bin/bash", "-l")
 DEFAULT_COLS = 120
 DEFAULT_ROWS = 30
-#: A working directory as callers give it (absolute, or relative to the instance's working dir).
-Cwd = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
 
 log = logging.getLogger(__name__)
 

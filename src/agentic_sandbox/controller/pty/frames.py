@@ -26,7 +26,7 @@ import msgspec
 from agentic_sandbox.proto import messages as m
 from agentic_sandbox.proto import new_id
 
-from ..instances.sessions import Cwd
+from ..values import Cwd
 
 BINDING_URI = "https://agentic-sandbox.aiwg.io/bindings/pty-ws/v1"
 BINDING_VERSION = "1.0.0"
@@ -315,6 +315,11 @@ def session_frame(frame: SessionFrame, *, sequence: int | None = None) -> str:
 
 def error_frame(code: ErrorCode, message: str, request_id: str | None = None, *, retryable: bool = False) -> str:
     return encode("Error", ErrorPayload(code=code, message=message, retryable=retryable), request_id=request_id)
+
+
+def pty_error(code: str, message: str) -> str:
+    """A ``pty.session_frame`` error (``PTY_WRITE_FAILED``, ...), its message cut to 1024 characters."""
+    return session_frame(PtyError(code=code, message=message[:1024]))
 
 
 def output_json(seq: int, data: bytes) -> str:

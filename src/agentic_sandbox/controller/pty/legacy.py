@@ -25,24 +25,29 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from contextlib import AsyncExitStack
-from typing import Any
+from contextlib import AsyncExitStack, aclosing
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
 from quart import Response, websocket
 
-from agentic_sandbox.proto import HostdError, HostdStreamOverflow, new_id
 from agentic_sandbox.proto import messages as m
+from agentic_sandbox.proto import new_id
 
 from ..errors import ControllerError, NotFound
 from ..instances.sessions import Launch
-from ..state import AppState, app_state
+from ..state import app_state
 from . import frames as f
 from .blueprint import pty
 from .launch import start_pending
 from .rooms import Member, Room, RoomFull
 from .scopes import PTY_CONTROL, PTY_OBSERVE, pty_scopes
+
+if TYPE_CHECKING:
+    from ..hostlink import HostdLink
+    from ..instances.sessions import SessionService
+    from .rooms import Rooms
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +106,18 @@ async def legacy_attach(session_id: str) -> Response | None:
     if PTY_OBSERVE not in scopes:
         return _refuse(403, "the token lacks pty:observe")
     await websocket.accept()
-    await LegacySocket(state, info, scopes).run()
+    await LegacySocket(info, scopes, link=state.link, rooms=state.rooms, sessions=state.sessions).run()
     return None
 
 
 class LegacySocket:
-    def __init__(self, state: AppState, info: m.SessionInfo, scopes: frozenset[str]) -> None:
-        self.state, self.info, self.scopes = state, info, scopes
+    """One accepted legacy socket on one session; what it uses is handed in when it is built."""
+
+    def __init__(
+        self, info: m.SessionInfo, scopes: frozenset[str], *, link: HostdLink, rooms: Rooms, sessions: SessionService
+    ) -> None:
+        self.info, self.scopes = info, scopes
+        self.link, self.rooms, self.sessions = link, rooms, sessions
         self.sid = info.session_id
         self.lock = trio.Lock()
         self.member: Member | None = None
@@ -153,11 +163,11 @@ class LegacySocket:
             except msgspec.ValidationError as exc:
                 await self.send({"type": "error", "message": f"join_session: {exc}"})
                 return True
-            room = await stack.enter_async_context(self.state.rooms.enter(self.info))
+            room = await stack.enter_async_context(self.rooms.enter(self.info))
             member = Member(client_id=new_id(), label="v1", role="observer", may_control=PTY_CONTROL in self.scopes)
             if join.role == "controller" and member.may_control:
                 try:
-                    await start_pending(self.state.sessions, room, self.info, Launch())
+                    await start_pending(self.sessions, room, self.info, Launch())
                 except ControllerError as exc:
                     await self.send({"type": "error", "message": f"cannot start the session: {exc.message}"})
                     return True
@@ -168,7 +178,7 @@ class LegacySocket:
                 return True
             self.room, self.member = room, member
             room.broadcast(room.membership())
-            current = (await self.state.link.call(m.SessionGetRequest(session_id=self.sid))).session.next_seq - 1
+            current = (await self.link.call(m.SessionGetRequest(session_id=self.sid))).session.next_seq - 1
             await self.send(
                 {"type": "session_joined", "session_id": self.sid, "role": assigned.role, "current_seq": current}
             )
@@ -203,7 +213,7 @@ class LegacySocket:
 
     async def _call(self, request: m.Request) -> bool:
         try:
-            await self.state.link.call(request)
+            await self.link.call(request)
             return True
         except ControllerError as exc:
             await self.send({"type": "error", "message": exc.message})
@@ -218,24 +228,15 @@ class LegacySocket:
             start = keyframe.anchor_sequence + 1
         else:
             start = replay_from + 1
-        while True:
-            try:
-                request = m.SessionSubscribeRequest(session_id=self.sid, from_seq=start)
-                async with self.state.link.client().stream(request) as events:
-                    async for event in events:
-                        if isinstance(event, m.SessionOutput):
-                            room.offer(event.seq, event.data)
-                            data = base64.b64encode(event.data).decode()
-                            await self.frame("Output", seq=event.seq, stream="stdout", data=data)
-                            start = event.seq + 1
-                        elif isinstance(event, m.SessionLagged):
-                            start = event.resume_seq
-                        elif isinstance(event, m.SessionExited):
-                            await self.frame("Closed", exit_code=event.exit_code)
-                return
-            except HostdStreamOverflow:
-                continue
-            except (HostdError, ControllerError) as exc:
-                await self.send({"type": "error", "message": f"hostd: {exc}"})
-                await websocket.close(f.CLOSE_SERVER_ERROR)
-                return
+        try:
+            async with aclosing(self.link.session_output(self.sid, start)) as events:
+                async for event in events:
+                    if isinstance(event, m.SessionOutput):
+                        room.offer(event.seq, event.data)
+                        data = base64.b64encode(event.data).decode()
+                        await self.frame("Output", seq=event.seq, stream="stdout", data=data)
+                    elif isinstance(event, m.SessionExited):
+                        await self.frame("Closed", exit_code=event.exit_code)
+        except ControllerError as exc:
+            await self.send({"type": "error", "message": f"hostd: {exc}"})
+            await websocket.close(f.CLOSE_SERVER_ERROR)

@@ -28,22 +28,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import trio
 
-from agentic_sandbox.proto import ErrorCode, HostdClient, HostdError, HostdRemoteError, HostdStreamOverflow
+from agentic_sandbox.proto import HostdClient
 from agentic_sandbox.proto import messages as m
 
-from ..errors import Unavailable
+from ..errors import ControllerError, Unavailable
+from ..hostlink import HostdLink, follow_session
 from . import frames as f
 from .lanes import Outbox
 from .screen import Screen
-
-if TYPE_CHECKING:
-    from ..hostlink import HostdLink
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +53,6 @@ KEYFRAME_MIN_GAP_S = 2.0
 SCREEN_BOOT_FRAMES = 200
 #: How long a keyframe waits for the screen to catch up with the session.
 CATCH_UP_S = 2.0
-SEQ_OUT_OF_RANGE = ErrorCode.SEQ_OUT_OF_RANGE.value
 
 
 @dataclass(eq=False)
@@ -200,35 +196,25 @@ class Room:
 
     async def catch_up(self, client: HostdClient, start: int, target: int) -> None:
         """Read the session from ``start`` into the screen until it has ``target`` and the newest
-        sequence a member has seen (or the session's output ended); then members feed it again."""
+        sequence a member has seen (or the session's output ended); then members feed it again.
+        Raises a ``ControllerError`` (:func:`controller.hostlink.follow_session`)."""
         if start > self.screen.anchor + 1:
             self.screen.lost(start)
         try:
-            while True:
-                request = m.SessionSubscribeRequest(session_id=self.session_id, from_seq=start)
-                try:
-                    async with client.stream(request) as events:
-                        if start > max(target, self._latest):
+            if start > max(target, self._latest):
+                return
+            # Output hostd no longer holds is a lag: what the screen lacks is gone from hostd too.
+            async with aclosing(follow_session(client, self.session_id, start, lost_as_lag=True)) as events:
+                async for event in events:
+                    if isinstance(event, m.SessionOutput):
+                        if event.seq == self.screen.anchor + 1:
+                            self.screen.add(event.seq, event.data)
+                        if event.seq >= max(target, self._latest):
                             return
-                        async for event in events:
-                            if isinstance(event, m.SessionOutput):
-                                if event.seq == self.screen.anchor + 1:
-                                    self.screen.add(event.seq, event.data)
-                                start = event.seq + 1
-                                if event.seq >= max(target, self._latest):
-                                    return
-                            elif isinstance(event, m.SessionLagged):
-                                self.screen.lost(event.resume_seq)
-                                start = event.resume_seq
-                    return
-                except HostdStreamOverflow:
-                    continue  # fell behind the client's buffer: pick up where it was
-                except HostdRemoteError as exc:
-                    first = exc.details.get("first_seq")
-                    if exc.code != SEQ_OUT_OF_RANGE or not isinstance(first, int) or first <= start:
-                        raise
-                    self.screen.lost(first)  # what the screen lacks is gone from hostd too
-                    start = first
+                    elif isinstance(event, m.SessionLagged):
+                        self.screen.lost(event.resume_seq)
+                        if event.resume_seq > max(target, self._latest):
+                            return
         finally:
             self._catching_up = False
             self.caught_up.set()
@@ -294,7 +280,7 @@ class Rooms:
         async def catch_up(start: int) -> None:
             try:
                 await room.catch_up(link.client(), start, target)
-            except (HostdError, Unavailable) as exc:
+            except ControllerError as exc:
                 # Keyframes then show what the screen had; the sockets report hostd themselves.
                 log.info("screen of session %s stopped catching up: %s", room.session_id, exc)
 

@@ -116,5 +116,16 @@ async def attach(app: Quart, ws: AsgiWebSocket, instance_id: str, session_id: st
     await ws.accept(chosen)
     if ws.closed:
         return
-    sock = AttachSocket(state, ws, info, scopes, binary=chosen == f.BINARY_SUBPROTOCOL, replay_from=replay_from)
+    sock = AttachSocket(
+        ws,
+        info,
+        scopes,
+        binary=chosen == f.BINARY_SUBPROTOCOL,
+        replay_from=replay_from,
+        link=state.link,
+        rooms=state.rooms,
+        sessions=state.sessions,
+        ping_interval_s=state.config.pty_ping_interval_s,
+        ping_timeout_s=state.config.pty_ping_timeout_s,
+    )
     await sock.run()
