@@ -200,6 +200,7 @@ async def test_v1_paths_answer_through_the_same_handlers(admin: httpx.AsyncClien
         assert (await client.get(f"/v1/tasks/{tid}")).json()["id"] == tid
         assert tid in [t["id"] for t in (await client.get("/v1/tasks")).json()["tasks"]]
         canceled = await client.post(f"/v1/tasks/{tid}/cancel")
+        assert canceled.status_code == 200, canceled.text
         assert canceled.json()["status"]["state"] == "TASK_STATE_CANCELED"
         # The standard paths still want the version header.
         assert error_reason(await client.get(f"/tasks/{tid}")) == "VERSION_NOT_SUPPORTED"
