@@ -67,47 +67,55 @@ BROKEN_POLL_S = 0.05
 UNAVAILABLE = "internal.unavailable"
 
 
+RemoteFailure = Callable[[HostdRemoteError, dict[str, str]], ControllerError]
+
+
+def _as(
+    cls: type[NotFound | Conflict | InvalidState | OperationFailed | Unavailable | Unimplemented], code: str
+) -> RemoteFailure:
+    return lambda exc, details: cls(code, exc.message, details=details)
+
+
+def _invalid(field: str | None) -> RemoteFailure:
+    """A request hostd refused as invalid: naming the field it concerns, where there is one."""
+
+    def make(exc: HostdRemoteError, details: dict[str, str]) -> ControllerError:
+        fields = [{"field": field, "message": exc.message, "code": exc.code}] if field else []
+        return ValidationFailed(fields, exc.message, details=details)
+
+    return make
+
+
+#: hostd's explicit answers and the domain error each becomes: caller mistakes keep their meaning;
+#: a code not here (hostd at a limit, shutting down, an internal error) fails closed as unavailable.
+REMOTE_FAILURES: dict[ErrorCode, RemoteFailure] = {
+    ErrorCode.INSTANCE_NOT_FOUND: _as(NotFound, "instance.not_found"),
+    ErrorCode.INSTANCE_EXISTS: _as(Conflict, "instance.already_exists"),
+    ErrorCode.INSTANCE_INVALID_STATE: _as(InvalidState, "instance.invalid_state"),
+    ErrorCode.WORKING_DIR_NOT_FOUND: _invalid("working_dir"),
+    ErrorCode.REQUEST_INVALID: _invalid(None),
+    ErrorCode.SPAWN_FAILED: _as(OperationFailed, "instance.spawn_failed"),
+    # The runtime's provider (podman, libvirt) cannot serve: never another runtime instead.
+    ErrorCode.PROVIDER_UNAVAILABLE: _as(Unavailable, "runtime.unavailable"),
+    ErrorCode.IMAGE_NOT_FOUND: _invalid("image"),
+    ErrorCode.PROVIDER_FAILED: _as(OperationFailed, "runtime.provider_failed"),
+    ErrorCode.CHECKPOINT_NOT_FOUND: _as(NotFound, "checkpoint.not_found"),
+    ErrorCode.POOL_NOT_FOUND: _as(NotFound, "warm_pool.not_found"),
+    ErrorCode.POOL_EMPTY: _as(Conflict, "warm_pool.empty"),
+    ErrorCode.UNSUPPORTED: _as(Unimplemented, "capability.unsupported"),
+    ErrorCode.SESSION_NOT_FOUND: _as(NotFound, "session.not_found"),
+    ErrorCode.SESSION_EXITED: _as(InvalidState, "session.exited"),
+    ErrorCode.SESSION_PENDING: _as(InvalidState, "session.pending"),
+}
+
+
 def _remote_failure(exc: HostdRemoteError) -> ControllerError:
-    """An explicit hostd answer: caller mistakes keep their meaning, the rest fails closed."""
+    """An explicit hostd answer, through :data:`REMOTE_FAILURES`."""
     details = {"hostd_code": exc.code}
-    match exc.error_code:
-        case ErrorCode.INSTANCE_NOT_FOUND:
-            return NotFound("instance.not_found", exc.message, details=details)
-        case ErrorCode.INSTANCE_EXISTS:
-            return Conflict("instance.already_exists", exc.message, details=details)
-        case ErrorCode.INSTANCE_INVALID_STATE:
-            return InvalidState("instance.invalid_state", exc.message, details=details)
-        case ErrorCode.WORKING_DIR_NOT_FOUND:
-            field = {"field": "working_dir", "message": exc.message, "code": exc.code}
-            return ValidationFailed([field], exc.message, details=details)
-        case ErrorCode.REQUEST_INVALID:
-            return ValidationFailed([], exc.message, details=details)
-        case ErrorCode.SPAWN_FAILED:
-            return OperationFailed("instance.spawn_failed", exc.message, details=details)
-        case ErrorCode.PROVIDER_UNAVAILABLE:
-            # The runtime's provider (podman, libvirt) cannot serve: never another runtime instead.
-            return Unavailable("runtime.unavailable", exc.message, details=details)
-        case ErrorCode.IMAGE_NOT_FOUND:
-            field = {"field": "image", "message": exc.message, "code": exc.code}
-            return ValidationFailed([field], exc.message, details=details)
-        case ErrorCode.PROVIDER_FAILED:
-            return OperationFailed("runtime.provider_failed", exc.message, details=details)
-        case ErrorCode.CHECKPOINT_NOT_FOUND:
-            return NotFound("checkpoint.not_found", exc.message, details=details)
-        case ErrorCode.POOL_NOT_FOUND:
-            return NotFound("warm_pool.not_found", exc.message, details=details)
-        case ErrorCode.POOL_EMPTY:
-            return Conflict("warm_pool.empty", exc.message, details=details)
-        case ErrorCode.UNSUPPORTED:
-            return Unimplemented("capability.unsupported", exc.message, details=details)
-        case ErrorCode.SESSION_NOT_FOUND:
-            return NotFound("session.not_found", exc.message, details=details)
-        case ErrorCode.SESSION_EXITED:
-            return InvalidState("session.exited", exc.message, details=details)
-        case ErrorCode.SESSION_PENDING:
-            return InvalidState("session.pending", exc.message, details=details)
-        case _:
-            return Unavailable(UNAVAILABLE, f"hostd refused the call: {exc.code}: {exc.message}", details=details)
+    make = REMOTE_FAILURES.get(exc.error_code) if exc.error_code is not None else None
+    if make is None:
+        return Unavailable(UNAVAILABLE, f"hostd refused the call: {exc.code}: {exc.message}", details=details)
+    return make(exc, details)
 
 
 def hostd_failure(exc: HostdError) -> ControllerError:
@@ -237,6 +245,12 @@ class HostdLink:
     def _pulse(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
+
+    def require_ready(self) -> None:
+        """``Unavailable`` at once when the link is down: a check before work is accepted (an
+        operation), so that it is refused rather than failed later."""
+        if not self.ready:
+            raise Unavailable("internal.unavailable", f"hostd is not reachable: {self.reason}")
 
     async def wait_ready(self) -> None:
         """Return once the link is connected (callers bound this with their own deadline)."""

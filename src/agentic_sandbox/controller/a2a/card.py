@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..auth.credentials import b64url
 from ..errors import InternalError
-from ..instances.base import HOSTD_RUNTIMES
+from ..instances.catalog import HOSTD_RUNTIMES
 from ..store import InstanceRecord
 
 RUNTIME_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/runtime/v1"

@@ -18,12 +18,12 @@ from typing import Any
 from agentic_sandbox.proto import messages as m
 from agentic_sandbox.proto import new_id
 
-from ..errors import InvalidState, NotFound, Unavailable, Unimplemented, ValidationFailed
+from ..errors import InvalidState, NotFound, Unimplemented, ValidationFailed
 from ..hostlink import HostdLink
 from ..models import LibvirtCheckpointRequest, LibvirtRestoreRequest
 from ..operations import OperationService
 from ..store import InstanceRecord, OperationRecord, Store
-from .base import provider_facts
+from .catalog import provider_facts
 
 
 def _checkpoint_key(checkpoint_id: str) -> str:
@@ -35,10 +35,6 @@ class CheckpointService:
         self.store = store
         self.link = link
         self.operations = operations
-
-    def _require_hostd(self) -> None:
-        if not self.link.ready:
-            raise Unavailable("internal.unavailable", f"hostd is not reachable: {self.link.reason}")
 
     async def _require_capability(self, capability: str) -> None:
         """hostd's VM provider must publish it: checkpoints exist only where they work, and an older
@@ -61,7 +57,7 @@ class CheckpointService:
         for held in (key, _checkpoint_key(req.checkpoint_id)):
             if self.operations.in_flight(held) is not None:
                 raise InvalidState("instance.invalid_state", f"an operation on {held} is in progress")
-        self._require_hostd()
+        self.link.require_ready()
         await self._require_capability("instance.snapshot")
 
         async def work(op: OperationRecord) -> dict[str, Any]:
@@ -85,7 +81,7 @@ class CheckpointService:
     async def restore(self, checkpoint_id: str, req: LibvirtRestoreRequest) -> OperationRecord:
         if self.operations.in_flight(_checkpoint_key(checkpoint_id)) is not None:
             raise InvalidState("instance.invalid_state", f"an operation on checkpoint {checkpoint_id!r} is in progress")
-        self._require_hostd()
+        self.link.require_ready()
         await self._require_capability("instance.restore")
         listed = (await self.link.call(m.CheckpointListRequest())).checkpoints
         saved = next((c for c in listed if c.checkpoint_id == checkpoint_id), None)

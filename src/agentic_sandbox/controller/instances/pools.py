@@ -24,7 +24,7 @@ from typing import Any
 from agentic_sandbox.proto import messages as m
 
 from ..config import ConfigError
-from ..errors import ControllerError, InvalidState, NotFound, Unavailable, Unimplemented
+from ..errors import ControllerError, InvalidState, NotFound, Unimplemented
 from ..hostlink import HostdLink
 from ..loadouts.service import LoadoutService
 from ..models import LibvirtWarmPoolInitRequest
@@ -90,8 +90,7 @@ class WarmPoolService:
 
     async def require(self) -> None:
         """Unimplemented unless this hostd manages warm pools."""
-        if not self.link.ready:
-            raise Unavailable("internal.unavailable", f"hostd is not reachable: {self.link.reason}")
+        self.link.require_ready()
         if not await self._supported():
             raise Unimplemented("capability.unsupported", "hostd's runtimes do not offer warm pools")
 

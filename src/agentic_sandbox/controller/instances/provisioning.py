@@ -22,9 +22,12 @@ import re
 import time
 from typing import Any
 
+import trio
+
 from agentic_sandbox.proto import current_log_ids, new_id
 from agentic_sandbox.proto import messages as m
 
+from ..auth.credentials import InstanceCredentials
 from ..errors import (
     Conflict,
     ControllerError,
@@ -37,8 +40,9 @@ from ..errors import (
 from ..loadouts.service import LaunchStrategy, RuntimeOptions
 from ..models import RUNTIME_ALIASES, ProvisionRequest
 from ..store import InstanceRecord, NameTaken, OperationRecord
-from .base import HOSTD_RUNTIMES, LIFECYCLE_TIMEOUT_S, InstanceBase, instance_key, name_key
+from .catalog import HOSTD_RUNTIMES, LIFECYCLE_TIMEOUT_S, Catalog, instance_key, name_key
 from .launch import LaunchPlan, plan_launch
+from .pools import WarmPoolService
 
 #: An OCI image reference (the same rule hostd's protocol checks): name[:tag][@sha256:<64 hex>].
 IMAGE_REF = re.compile(
@@ -62,8 +66,25 @@ def pool_instance_name(pool: str, instance_id: str) -> str:
     return f"{slug}-{instance_id.replace('-', '')[-8:]}"
 
 
-class Provisioning(InstanceBase):
-    """See the module docstring; part of :class:`controller.instances.InstanceService`."""
+class Provisioner:
+    """See the module docstring; held by :class:`~agentic_sandbox.controller.instances.service.InstanceService`."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        *,
+        credentials: InstanceCredentials,
+        pools: WarmPoolService,
+    ) -> None:
+        self.catalog = catalog
+        self.store = catalog.store
+        self.link = catalog.link
+        self.operations = catalog.operations
+        self.loadouts = catalog.loadouts
+        self.events = catalog.events
+        self.credentials = credentials
+        self.pools = pools
+        self._provision_lock = trio.Lock()
 
     def _check_runtime(self, req: ProvisionRequest) -> tuple[str, str | None]:
         """The request's runtime as stored (aliases resolved) and the container image it runs
@@ -91,7 +112,7 @@ class Provisioning(InstanceBase):
             return runtime, None
         loadout = self.loadouts.get(req.loadout) if req.loadout else None
         if req.loadout and loadout is None:
-            self._loadout_service(req.loadout)  # raises: unknown loadout
+            self.catalog.loadout_service(req.loadout)  # raises: unknown loadout
         if loadout is not None and loadout.runtime != "docker":
             message = f"loadout {loadout.name!r} is for runtime {loadout.runtime!r}"
             raise ValidationFailed([{"field": "loadout", "message": message, "code": "runtime_mismatch"}])
@@ -181,11 +202,11 @@ class Provisioning(InstanceBase):
                         "instance.already_exists",
                         f"the name {req.name!r} is held by operation {op.id} ({op.kind}); retry once it has ended",
                     )
-            self._require_hostd()
+            self.link.require_ready()
             loadout, source = req.loadout, None
             if plan.mode != "cold":
                 loadout, source = await self._check_asset(plan, runtime)
-            service = self._loadout_service(loadout) if loadout else None
+            service = self.catalog.loadout_service(loadout) if loadout else None
             now = time.time()
             rec = InstanceRecord(
                 id=instance_id or new_id(),  # fixed before any work starts; reported in the operation's result
@@ -293,7 +314,7 @@ class Provisioning(InstanceBase):
         except OutcomeUnknown as exc:
             # hostd went away mid-call: keep the row; reconciliation settles it.
             rec.state, rec.note, rec.updated_at = "failed", f"provisioning outcome unknown: {exc.message}", time.time()
-            await self._save(rec, "provisioning")
+            await self.catalog.save(rec, "provisioning")
             raise
         except ControllerError:
             # hostd refused (or was never asked): nothing was made, so the name is free again.
@@ -303,8 +324,8 @@ class Provisioning(InstanceBase):
                 rec.id, name=rec.name, operation_id=current_log_ids().get("operation_id"), reason="provision_refused"
             )
             raise
-        self._take_facts(rec, info)
-        await self._save(rec, "provisioning")
+        self.catalog.take_facts(rec, info)
+        await self.catalog.save(rec, "provisioning")
         if info.state == "failed":
             raise OperationFailed("instance.start_failed", info.note or "the agent command failed")
         if info.launched_from is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from agentic_sandbox.proto import messages as m
 
 from ..hostlink import HostdLink
-from .base import HOSTD_RUNTIMES
+from .catalog import HOSTD_RUNTIMES
 
 #: Admin runtime kind -> hostd runtime family.
 FAMILY = {"host": "host", "docker": "container", "qemu": "vm"}

@@ -12,7 +12,7 @@ Provisioning (:mod:`controller.instances.provisioning`) and lifecycle verbs are 
 (:mod:`controller.operations`); this module checks what can be checked before the operation is
 accepted (NotFound, InvalidState, Unimplemented, hostd reachable) and gives the operation its work
 function. Each admin runtime maps onto one hostd runtime and provider
-(:data:`controller.instancebase.HOSTD_RUNTIMES`: ``host`` → host/hostd, ``docker`` (also accepted
+(:data:`controller.instances.catalog.HOSTD_RUNTIMES`: ``host`` → host/hostd, ``docker`` (also accepted
 as ``container``) → container/podman, ``qemu`` → vm/libvirt). Nothing falls back to another
 runtime: a provider hostd cannot use now (podman or libvirt down) fails the operation with hostd's
 reason. A row also keeps hostd's provider facts of its instance (capabilities, the image as
@@ -41,21 +41,30 @@ import logging
 import time
 from typing import Any
 
+import trio
+
 from agentic_sandbox.proto import messages as m
 
+from ..auth.credentials import InstanceCredentials
 from ..errors import Conflict, ControllerError, InvalidState, NotFound, OperationFailed, Unimplemented, ValidationFailed
+from ..events.bus import EventBus
+from ..hostlink import HostdLink
+from ..loadouts.service import LoadoutService
 from ..models import INSTANCE_STATES, RUNTIME_ALIASES, RUNTIMES, ProvisionRequest
-from ..store import InstanceRecord, NameTaken, OperationRecord
-from .base import (
+from ..operations import OperationService
+from ..store import InstanceRecord, NameTaken, OperationRecord, Store
+from .catalog import (
     CATALOG_RUNTIMES,
     HOSTD_RUNTIMES,
     LIFECYCLE_TIMEOUT_S,
+    Catalog,
     instance_key,
     name_key,
     not_found,
     provider_facts,
 )
-from .provisioning import DEFAULT_START, Provisioning
+from .pools import WarmPoolService
+from .provisioning import DEFAULT_START, Provisioner
 
 __all__ = ["CATALOG_RUNTIMES", "DEFAULT_START", "HOSTD_RUNTIMES", "InstanceService"]
 
@@ -66,16 +75,52 @@ TRANSIENT = {"start": "starting", "stop": "stopping", "restart": "stopping", "de
 LIVE_STATES = ("provisioning", "starting", "running", "stopping")
 
 
-class InstanceService(Provisioning):
+class InstanceService:
     """See the module docstring. Returns catalog records; the surfaces make their own views.
-    Built on :class:`~controller.instancebase.InstanceBase` and
-    :class:`~controller.provisioning.Provisioning`."""
+
+    It builds the :class:`~agentic_sandbox.controller.instances.catalog.Catalog` (the rows and
+    their rules) and the :class:`~agentic_sandbox.controller.instances.provisioning.Provisioner`
+    it hands the catalog to, and holds both."""
+
+    def __init__(
+        self,
+        store: Store,
+        link: HostdLink,
+        operations: OperationService,
+        *,
+        loadouts: LoadoutService,
+        events: EventBus,
+        credentials: InstanceCredentials,
+        pools: WarmPoolService,
+    ) -> None:
+        self.catalog = Catalog(store, link, operations, loadouts=loadouts, events=events)
+        self.provisioner = Provisioner(self.catalog, credentials=credentials, pools=pools)
+        self.store = store
+        self.link = link
+        self.operations = operations
+        self.events = events
+        self.credentials = credentials
+        self._fold_lock = trio.Lock()
+
+    async def provision(
+        self, req: ProvisionRequest, *, instance_id: str | None = None, kind: str = "instance.provision"
+    ) -> tuple[OperationRecord, str | None]:
+        """A new instance (see :meth:`Provisioner.provision`)."""
+        return await self.provisioner.provision(req, instance_id=instance_id, kind=kind)
+
+    async def handoff(self, pool: str) -> tuple[OperationRecord, str | None]:
+        """A ready slot of ``pool`` handed off as a new instance (see :meth:`Provisioner.handoff`)."""
+        return await self.provisioner.handoff(pool)
+
+    async def record(self, instance_id: str) -> InstanceRecord:
+        """The catalog's row, without asking hostd; NotFound if the catalog has none."""
+        return await self.catalog.record(instance_id)
 
     # -- reconciliation -----------------------------------------------------------------------
 
     async def _fold(self, rec: InstanceRecord, info: m.InstanceInfo | None) -> InstanceRecord:
         """Apply hostd's view of one instance to its catalog row (and persist a change)."""
-        if rec.runtime not in HOSTD_RUNTIMES or self._busy(rec.id):
+        if rec.runtime not in HOSTD_RUNTIMES or self.catalog.busy(rec.id):
             return rec
         state, note, working_dir = rec.state, rec.note, rec.working_dir
         capabilities, image_ref = rec.capabilities, rec.image_ref
@@ -89,7 +134,7 @@ class InstanceService(Provisioning):
             before = rec.state
             rec.state, rec.note, rec.working_dir, rec.capabilities, rec.image_ref = now
             rec.updated_at = time.time()
-            await self._save(rec, before)
+            await self.catalog.save(rec, before)
         return rec
 
     async def _adopt(self, info: m.InstanceInfo) -> InstanceRecord:
@@ -120,7 +165,7 @@ class InstanceService(Provisioning):
                     return existing
                 continue
             log.info("adopted hostd instance %s (%s) into the catalog", rec.id, rec.name)
-            self._announce(rec, None)
+            self.catalog.announce(rec, None)
             return rec
         raise Conflict(
             "instance.already_exists",
@@ -149,7 +194,7 @@ class InstanceService(Provisioning):
         rec = await self.store.instances.get(instance_id)
         if rec is not None and rec.runtime not in HOSTD_RUNTIMES:
             return rec, None
-        info = await self._hostd_get(instance_id)
+        info = await self.catalog.hostd_get(instance_id)
         async with self._fold_lock:
             rec = await self.store.instances.get(instance_id)
             if rec is None:
@@ -208,13 +253,13 @@ class InstanceService(Provisioning):
             raise not_found(instance_id)
         if rec.runtime not in HOSTD_RUNTIMES:
             raise Unimplemented("runtime.not_implemented", f"runtime {rec.runtime!r} is not implemented yet")
-        busy = self._busy(instance_id)
+        busy = self.catalog.busy(instance_id)
         if busy is not None:
             op = await self.operations.get(busy)
             if op is not None and op.kind == kind:
                 return rec, op  # the same verb is already under way: answer with it
             raise InvalidState("instance.invalid_state", f"operation {busy} is in progress on this instance")
-        self._require_hostd()
+        self.link.require_ready()
         return rec, None
 
     async def lifecycle(self, instance_id: str, verb: str) -> OperationRecord:
@@ -236,13 +281,13 @@ class InstanceService(Provisioning):
     async def _lifecycle_work(self, rec: InstanceRecord, verb: str) -> dict[str, Any]:
         timeout = LIFECYCLE_TIMEOUT_S.get(rec.runtime)
         try:
-            info = await self._hostd_get(rec.id)
+            info = await self.catalog.hostd_get(rec.id)
             if info is None:
                 if verb == "destroy":
-                    await self._set_state(rec, "destroyed", "hostd no longer knew the instance")
+                    await self.catalog.set_state(rec, "destroyed", "hostd no longer knew the instance")
                     return {"instance_id": rec.id, "state": "destroyed"}
                 raise NotFound("instance.not_found", "hostd does not know this instance")
-            await self._set_state(rec, TRANSIENT[verb], rec.note)
+            await self.catalog.set_state(rec, TRANSIENT[verb], rec.note)
             if verb in ("stop", "restart") and info.state in ("running", "starting"):
                 info = (await self.link.call(m.InstanceStopRequest(instance_id=rec.id), timeout=timeout)).instance
             if verb in ("start", "restart") and info.state != "running":
@@ -251,9 +296,9 @@ class InstanceService(Provisioning):
                 info = (await self.link.call(m.InstanceDestroyRequest(instance_id=rec.id), timeout=timeout)).instance
         except Exception:
             # (On cancellation the row keeps its transient state: the next reconcile fixes it.)
-            await self._restore_state(rec)
+            await self.catalog.restore_state(rec)
             raise
-        await self._set_state(rec, info.state, info.note)
+        await self.catalog.set_state(rec, info.state, info.note)
         if verb in ("start", "restart") and info.state != "running":
             raise OperationFailed("instance.start_failed", info.note or f"state {info.state}")
         return {"instance_id": rec.id, "state": info.state}
@@ -271,7 +316,7 @@ class InstanceService(Provisioning):
         if rec.state == "destroyed":
             raise InvalidState("instance.invalid_state", "the instance was destroyed")
         chosen = loadout if loadout is not None else rec.loadout
-        service = self._loadout_service(chosen) if chosen else None
+        service = self.catalog.loadout_service(chosen) if chosen else None
 
         async def work(op: OperationRecord) -> dict[str, Any]:
             return await self._reprovision_work(rec, chosen, service)
@@ -281,19 +326,19 @@ class InstanceService(Provisioning):
     async def _reprovision_work(
         self, rec: InstanceRecord, loadout: str | None, service: builtins.list[str] | None
     ) -> dict[str, Any]:
-        info = await self._hostd_get(rec.id)
+        info = await self.catalog.hostd_get(rec.id)
         if info is None:
             raise NotFound("instance.not_found", "hostd does not know this instance")
         own_dir = info.instance_dir.rstrip("/") + "/"
         working_dir = None if (info.working_dir + "/").startswith(own_dir) else info.working_dir
         was_running = info.state in ("running", "starting")
-        await self._set_state(rec, "provisioning", "reprovisioning")
+        await self.catalog.set_state(rec, "provisioning", "reprovisioning")
         try:
             await self.link.call(m.InstanceDestroyRequest(instance_id=rec.id))
         except NotFound:
             pass  # already gone on hostd: provisioning it again is all that is left
         except Exception:
-            await self._restore_state(rec)
+            await self.catalog.restore_state(rec)
             raise
         call = m.InstanceProvisionRequest(
             instance_id=rec.id,
@@ -308,10 +353,12 @@ class InstanceService(Provisioning):
             info = (await self.link.call(call)).instance
         except Exception as exc:
             message = exc.message if isinstance(exc, ControllerError) else "unexpected error"
-            await self._set_state(rec, "failed", f"reprovision failed after the old instance was destroyed: {message}")
+            await self.catalog.set_state(
+                rec, "failed", f"reprovision failed after the old instance was destroyed: {message}"
+            )
             raise
         rec.loadout, rec.working_dir = loadout, info.working_dir
-        await self._set_state(rec, info.state, info.note)
+        await self.catalog.set_state(rec, info.state, info.note)
         if info.state == "failed":
             raise OperationFailed("instance.start_failed", info.note or "the agent command failed")
         return {"instance_id": rec.id, "state": info.state, "loadout": loadout}
@@ -332,7 +379,7 @@ class InstanceService(Provisioning):
             )
 
         async def work(op: OperationRecord) -> dict[str, Any]:
-            await self._set_state(rec, "destroying", rec.note)
+            await self.catalog.set_state(rec, "destroying", rec.note)
             try:
                 await self.link.call(
                     m.InstanceDestroyRequest(instance_id=rec.id, grace_s=0.0 if force else None),
@@ -341,7 +388,7 @@ class InstanceService(Provisioning):
             except NotFound:
                 pass  # hostd no longer has it: forgetting it is all that is left
             except Exception:
-                await self._restore_state(rec)
+                await self.catalog.restore_state(rec)
                 raise
             await self.store.instances.delete(rec.id)
             await self.credentials.forget(rec.id)

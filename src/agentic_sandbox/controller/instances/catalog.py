@@ -1,11 +1,13 @@
-"""What every part of the instance service shares: the catalog's services, its writes and events.
+"""The instance catalog's rows and the few rules everything that changes them follows.
 
-:class:`InstanceBase` holds the services (store, hostd link, operations, loadouts, events,
-credentials, warm pools) and the catalog's few rules every part follows: a row is stored before
-its change is announced (:meth:`InstanceBase._save`), an operation in flight on an instance holds
-its key, hostd's view of an instance is asked for one way. The service is built on it in two
-parts: :mod:`controller.instances.provisioning` (making instances: cold, from a warm pool, by fork or
-restore) and :mod:`controller.instances.service` (reconciliation, reads, lifecycle, decommission).
+:class:`Catalog` holds what those rules need (the store, the hostd link, operations, loadouts,
+events): a row is stored before its change is announced (:meth:`Catalog.save`), an operation in
+flight on an instance holds its key, hostd's view of an instance is asked for one way. It is
+built once and handed to the two objects that change rows: the
+:class:`~agentic_sandbox.controller.instances.provisioning.Provisioner` (making instances: cold,
+from a warm pool, by fork or restore) and the
+:class:`~agentic_sandbox.controller.instances.service.InstanceService` (reconciliation, reads,
+lifecycle, decommission), which holds the provisioner too.
 
 Each admin runtime maps onto one hostd runtime and provider (:data:`HOSTD_RUNTIMES`).
 """
@@ -21,14 +23,12 @@ import trio
 from agentic_sandbox.proto import current_log_ids
 from agentic_sandbox.proto import messages as m
 
-from ..auth.credentials import InstanceCredentials
-from ..errors import NotFound, Unavailable, ValidationFailed
+from ..errors import NotFound, ValidationFailed
 from ..events.bus import EventBus
 from ..hostlink import HostdLink
 from ..loadouts.service import LoadoutService
 from ..operations import OperationService
 from ..store import InstanceRecord, Store
-from .pools import WarmPoolService
 
 log = logging.getLogger(__name__)
 
@@ -60,41 +60,29 @@ def provider_facts(info: m.InstanceInfo) -> tuple[builtins.list[str], str | None
     return list(info.capabilities), detail.image_ref if detail is not None else None
 
 
-class InstanceBase:
-    """See the module docstring; part of :class:`controller.instances.InstanceService`."""
+class Catalog:
+    """See the module docstring."""
 
     def __init__(
-        self,
-        store: Store,
-        link: HostdLink,
-        operations: OperationService,
-        *,
-        loadouts: LoadoutService,
-        events: EventBus,
-        credentials: InstanceCredentials,
-        pools: WarmPoolService,
+        self, store: Store, link: HostdLink, operations: OperationService, *, loadouts: LoadoutService, events: EventBus
     ) -> None:
         self.store = store
-        self.events = events
         self.link = link
         self.operations = operations
         self.loadouts = loadouts
-        self.credentials = credentials
-        self.pools = pools
-        self._provision_lock = trio.Lock()
-        self._fold_lock = trio.Lock()
+        self.events = events
 
-    def _busy(self, instance_id: str) -> str | None:
+    def busy(self, instance_id: str) -> str | None:
         return self.operations.in_flight(instance_key(instance_id))
 
-    async def _save(self, rec: InstanceRecord, before: str | None) -> None:
+    async def save(self, rec: InstanceRecord, before: str | None) -> None:
         """Store the row, then say on the event bus if its state changed (after the store, so an
         event never names a state a GET could not show). The cause is the operation whose work
         this is, else reconciliation with hostd (an exit hostd saw, a restart, an adoption)."""
         await self.store.instances.update(rec)
-        self._announce(rec, before)
+        self.announce(rec, before)
 
-    def _announce(self, rec: InstanceRecord, before: str | None) -> None:
+    def announce(self, rec: InstanceRecord, before: str | None) -> None:
         if before == rec.state:
             return
         op_id = current_log_ids().get("operation_id")
@@ -107,24 +95,20 @@ class InstanceBase:
             note=rec.note,
         )
 
-    def _take_facts(self, rec: InstanceRecord, info: m.InstanceInfo) -> None:
+    def take_facts(self, rec: InstanceRecord, info: m.InstanceInfo) -> None:
         """hostd's word on the instance, into its row (state, note, working dir, provider facts)."""
         rec.state, rec.note, rec.working_dir = info.state, info.note, info.working_dir
         rec.capabilities, rec.image_ref = provider_facts(info)
         rec.updated_at = time.time()
 
-    async def _hostd_get(self, instance_id: str) -> m.InstanceInfo | None:
+    async def hostd_get(self, instance_id: str) -> m.InstanceInfo | None:
         """hostd's view of one instance; None if hostd does not know it (or the id cannot be one)."""
         try:
             return (await self.link.call(m.InstanceGetRequest(instance_id=instance_id))).instance
         except (NotFound, ValidationFailed):
             return None
 
-    def _require_hostd(self) -> None:
-        if not self.link.ready:
-            raise Unavailable("internal.unavailable", f"hostd is not reachable: {self.link.reason}")
-
-    def _loadout_service(self, name: str) -> builtins.list[str] | None:
+    def loadout_service(self, name: str) -> builtins.list[str] | None:
         """Refuse an unknown loadout up front; return its ``service`` (the instance's main
         process), if it has one. Its ``command`` is what tasks run, one exec per A2A task, so
         it is not handed to hostd here."""
@@ -140,16 +124,16 @@ class InstanceBase:
             raise not_found(instance_id)
         return rec
 
-    async def _set_state(self, rec: InstanceRecord, state: str, note: str | None = None) -> None:
+    async def set_state(self, rec: InstanceRecord, state: str, note: str | None = None) -> None:
         before = rec.state
         rec.state, rec.note, rec.updated_at = state, note, time.time()
-        await self._save(rec, before)
+        await self.save(rec, before)
 
-    async def _restore_state(self, rec: InstanceRecord) -> None:
+    async def restore_state(self, rec: InstanceRecord) -> None:
         """After a failed verb, show hostd's state again instead of the transient one."""
         try:
             with trio.move_on_after(self.link.call_timeout_s):
-                info = await self._hostd_get(rec.id)
-                await self._set_state(rec, info.state if info else "failed", info.note if info else rec.note)
+                info = await self.hostd_get(rec.id)
+                await self.set_state(rec, info.state if info else "failed", info.note if info else rec.note)
         except Exception as exc:  # best effort; the next reconcile fixes the row
             log.info("could not re-read instance %s after a failed verb: %s", rec.id, exc)
