@@ -8,9 +8,6 @@ test_service.py); these cases look at what one runner stores for each kind of ex
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +15,11 @@ import pytest
 import trio
 
 from agentic_sandbox.controller.errors import ControllerError
-from agentic_sandbox.controller.hostlink import HostdLink
-from agentic_sandbox.controller.store import Append, Store, TaskEvent, TaskRecord
+from agentic_sandbox.controller.store import Append
 from agentic_sandbox.controller.tasks.prompts import HITL_EXTENSION
-from agentic_sandbox.controller.tasks.runner import Runner, exit_outcome, status_change
+from agentic_sandbox.controller.tasks.runner import exit_outcome, status_change
 from agentic_sandbox.proto import messages as m
-from agentic_sandbox.proto import new_id
-from tests.controller.conftest import LiveHostd, hostd, short_dir  # noqa: F401  (fixtures)
+from tests.controller.tasks.rig import Rig, working_task
 
 # -- in memory -------------------------------------------------------------------------------------
 
@@ -54,7 +49,7 @@ def test_exit_outcome(exited: m.ExecExited, canceled: bool, outcome: tuple[str, 
 
 
 def test_a_status_change_carries_an_agent_message_only_with_text() -> None:
-    task = _task("t1", exec_id="x")
+    task = working_task("t1", exec_id="x")
     bare = status_change(task, "TASK_STATE_COMPLETED", None, unless_terminal=True)
     assert bare.body == {"taskId": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_COMPLETED"}}
     assert bare.status is bare.body["status"] and bare.unless_terminal and bare.metadata is None
@@ -67,78 +62,6 @@ def test_a_status_change_carries_an_agent_message_only_with_text() -> None:
 
 
 # -- a real hostd ----------------------------------------------------------------------------------
-
-
-def _task(task_id: str, *, exec_id: str | None) -> TaskRecord:
-    status = {"state": "TASK_STATE_WORKING"}
-    return TaskRecord(
-        id=task_id, instance_id="i1", context_id="c1", state=status["state"], status=status, metadata={"k": "v"},
-        exec_id=exec_id, last_at=1.0, created_at=1.0, status_at=1.0,
-    )  # fmt: skip
-
-
-@dataclass
-class Rig:
-    link: HostdLink
-    store: Store
-    instance_id: str
-
-    async def start(self, script: str) -> TaskRecord:
-        """An exec of ``script`` (bash, with a control channel) and its task, stored."""
-        exec_id = f"x-{new_id()}"
-        await self.link.call(
-            m.ExecStartRequest(instance_id=self.instance_id, argv=["bash", "-c", script], control=True, exec_id=exec_id)
-        )
-        task = _task(f"t-{new_id()}", exec_id=exec_id)
-        first = Append(kind="message", body={"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]})
-        await self.store.tasks.create(task, first)
-        return task
-
-    def runner(
-        self,
-        task: TaskRecord,
-        *,
-        canceled: bool = False,
-        max_output_bytes: int = 1 << 20,
-        started: set[str] = frozenset(),
-    ) -> Runner:
-        async def record_many(task_id: str, changes: list[Append]) -> TaskRecord | None:
-            return (await self.store.tasks.append_many(task_id, changes, time.time()))[1]
-
-        async def deliver(task_id: str) -> None:
-            pass
-
-        return Runner(
-            task, link=self.link, record_many=record_many, canceled=lambda _: canceled, deliver=deliver,
-            max_output_bytes=max_output_bytes, started=set(started),
-        )  # fmt: skip
-
-    async def run(self, script: str, **kw: Any) -> tuple[TaskRecord, list[TaskEvent]]:
-        task = await self.start(script)
-        with trio.fail_after(20):
-            await self.runner(task, **kw).run()
-        rec = await self.store.tasks.get(task.id)
-        assert rec is not None
-        return rec, await self.store.tasks.events_after(task.id, 1)
-
-
-@pytest.fixture
-async def rig(hostd: LiveHostd, tmp_path: Path) -> AsyncIterator[Rig]:  # noqa: F811
-    link = HostdLink(hostd.socket_path, call_timeout_s=10, connect_timeout_s=5, ping_interval_s=5, reconnect_max_s=0.5)
-    store = Store.open(tmp_path / "controller.db")
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(link.run)
-            with trio.fail_after(10):
-                await link.wait_ready()
-            instance_id = f"i-{new_id()}"
-            work = tmp_path / "work"
-            work.mkdir()
-            await link.call(m.InstanceProvisionRequest(instance_id=instance_id, name="runner", working_dir=str(work)))
-            yield Rig(link, store, instance_id)
-            nursery.cancel_scope.cancel()
-    finally:
-        store.close()
 
 
 def _text(artifacts: list[dict[str, Any]], artifact_id: str) -> str:
@@ -244,7 +167,7 @@ async def test_a_runner_resumes_after_what_was_stored(rig: Rig, tmp_path: Path) 
 
 
 async def test_an_exec_hostd_does_not_know_fails_the_task_as_infrastructure(rig: Rig) -> None:
-    task = _task("t-lost", exec_id="x-gone")
+    task = working_task("t-lost", exec_id="x-gone")
     await rig.store.tasks.create(task, Append(kind="message", body={"messageId": "m", "parts": [{"text": "x"}]}))
     with trio.fail_after(20):
         await rig.runner(task).run()
