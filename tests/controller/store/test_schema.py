@@ -1,0 +1,118 @@
+"""The schema steps on a real file: a new database is at the last step, and a database made before
+versioning (user_version 0) is read as version 1 and brought up to date, its rows intact."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+from agentic_sandbox.controller.store import OperationRecord, Store, TokenRecord
+from agentic_sandbox.controller.store.schema import STEPS
+from tests.controller.store.records import instance
+
+#: The schema exactly as controllers created it before versioning (user_version stayed 0): the
+#: fixture of the upgrade test, copied here on purpose so a change to step 1 cannot hide from it.
+PRE_VERSIONING_SCHEMA = """
+CREATE TABLE IF NOT EXISTS operations (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    state TEXT NOT NULL,
+    instance_id TEXT,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    completed_at REAL,
+    result TEXT,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS operations_completed ON operations (completed_at);
+CREATE TABLE IF NOT EXISTS instances (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    runtime TEXT NOT NULL,
+    provider TEXT,
+    state TEXT NOT NULL,
+    loadout TEXT,
+    working_dir TEXT,
+    labels TEXT NOT NULL DEFAULT '{}',
+    source TEXT,
+    note TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    hash TEXT PRIMARY KEY,
+    role TEXT NOT NULL,
+    label TEXT NOT NULL,
+    source TEXT NOT NULL
+);
+"""
+
+
+def _version(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def test_a_new_database_is_at_the_latest_version(store: Store) -> None:
+    assert _version(store.path) == len(STEPS) >= 1
+
+
+def test_each_step_runs_on_the_database_the_steps_before_it_made(tmp_path: Path) -> None:
+    """Every prefix of the steps makes a database that the full list brings up to date."""
+    for n in range(len(STEPS)):
+        path = tmp_path / f"v{n}.db"
+        with sqlite3.connect(path, isolation_level=None) as db:
+            for script in STEPS[:n]:
+                db.executescript(script)
+            db.execute(f"PRAGMA user_version = {n}")
+        Store.open(path).close()
+        assert _version(path) == len(STEPS), n
+
+
+async def test_a_database_from_before_versioning_is_read_as_version_1(tmp_path: Path) -> None:
+    path = tmp_path / "controller.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(PRE_VERSIONING_SCHEMA)
+        db.execute(
+            "INSERT INTO operations VALUES (?,?,?,?,?,?,?,?,?)",
+            ("op_OLD", "instance.stop", "failed", "id-a", 1.0, 2.0, 3.0, None, '{"code": "x.y", "status": 503}'),
+        )
+        db.execute(
+            "INSERT INTO instances VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            ("id-a", "alpha", "host", None, "running", "echo", "/w", '{"team": "x"}', "admin-v2", None, 1.0, 2.0),
+        )
+        db.execute("INSERT INTO tokens VALUES (?,?,?,?)", ("aa", "admin", "admin", "config"))
+    assert _version(path) == 0
+
+    store = Store.open(path)
+    try:
+        assert _version(path) == len(STEPS)
+        op = await store.operations.get("op_OLD")
+        assert op == OperationRecord(
+            id="op_OLD",
+            kind="instance.stop",
+            state="failed",
+            instance_id="id-a",
+            created_at=1.0,
+            started_at=2.0,
+            completed_at=3.0,
+            error={"code": "x.y", "status": 503},
+        )
+        rec = await store.instances.get_by_name("alpha")
+        assert rec is not None
+        assert (rec.id, rec.loadout, rec.working_dir, rec.labels, rec.source) == (
+            "id-a",
+            "echo",
+            "/w",
+            {"team": "x"},
+            "admin-v2",
+        )
+        assert store.tokens.list() == [TokenRecord(hash="aa", role="admin", label="admin", source="config")]
+        # ... and writable as before.
+        await store.instances.insert(instance("id-b", "beta"))
+        assert [r.name for r in await store.instances.list()] == ["alpha", "beta"]
+    finally:
+        store.close()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600  # made private on open, like a new one
