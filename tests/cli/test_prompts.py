@@ -68,11 +68,11 @@ def test_validation_lines_of_any_error_body() -> None:
         assert validation_lines(other) == []
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError, reason="bug: an `error` that is not an object raises")
 def test_validation_lines_of_an_error_that_is_not_an_object() -> None:
-    """The docstring promises any error body; ApiError only carries bodies whose error is an
-    object today, so no command meets this yet."""
+    """The docstring promises any error body (ApiError only carries bodies whose error is an
+    object today, so no command met this yet)."""
     assert validation_lines({"error": "x"}) == []
+    assert validation_lines({"error": {"details": "not a list"}}) == []
 
 
 def test_plain_fields_only_for_an_object_of_simple_fields() -> None:

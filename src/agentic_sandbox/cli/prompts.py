@@ -54,8 +54,9 @@ def describe(envelope: dict[str, Any]) -> str:
 
 def validation_lines(error_body: Any) -> list[str]:
     """``path: message`` for each validation error a 422 lists (any error body is accepted)."""
-    details = ((error_body or {}).get("error") or {}).get("details") or [] if isinstance(error_body, dict) else []
-    for detail in details:
+    error = error_body.get("error") if isinstance(error_body, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    for detail in details if isinstance(details, list) else []:
         if isinstance(detail, dict) and "validation_errors" in detail:
             return [f"  {e.get('path') or '/'}: {e.get('message', '')}" for e in detail["validation_errors"]]
     return []

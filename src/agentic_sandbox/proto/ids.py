@@ -25,4 +25,5 @@ def new_id() -> str:
 
 
 def is_uuid(value: str) -> bool:
-    return bool(UUID_RE.match(value))
+    # fullmatch: ``$`` alone would also match before a final newline.
+    return UUID_RE.fullmatch(value) is not None
