@@ -132,7 +132,7 @@ def test_only_hostd_talks_to_libvirt() -> None:
         for path in package_dir(package).rglob("*.py")
         if imports_of(path) & {"libvirt", "libvirt_qemu"}
     )
-    assert "hostd/providers/libvirtconn.py" in importers, importers
+    assert "hostd/providers/libvirt/connection.py" in importers, importers
     assert all(name.startswith("hostd/") for name in importers), importers
 
 

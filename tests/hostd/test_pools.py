@@ -21,7 +21,7 @@ from agentic_sandbox.hostd.errors import RpcError
 from agentic_sandbox.hostd.instances import InstanceRegistry
 from agentic_sandbox.hostd.pools import WarmPools
 from agentic_sandbox.hostd.proctree import Cgroups
-from agentic_sandbox.hostd.providers import domainxml
+from agentic_sandbox.hostd.providers.libvirt import domain
 from agentic_sandbox.proto import ErrorCode
 from agentic_sandbox.proto import messages as m
 from tests.hostd.registries import make_config, open_registry
@@ -100,7 +100,7 @@ def domains(conn: Any, config: HostdConfig) -> dict[str, Any]:
     out = {}
     for dom in conn.listAllDomains():
         try:
-            mark = domainxml.parse_mark(dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domainxml.METADATA_NS))
+            mark = domain.parse_mark(dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domain.METADATA_NS))
         except libvirt.libvirtError:
             continue
         if mark is not None and mark.namespace == config.namespace:
@@ -135,8 +135,8 @@ async def test_pool_fills_with_saved_slots_and_a_claim_restores_one_as_the_new_i
     assert claimed.vm is not None and claimed.vm.uuid == oldest.uuid  # the oldest slot, under its own UUID
     dom = conn.lookupByUUIDString(claimed.vm.uuid)
     assert dom.isActive()
-    mark = domainxml.parse_mark(dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domainxml.METADATA_NS))
-    assert mark == domainxml.DomainMark("tenant-1", config.namespace)  # relabelled for its new instance
+    mark = domain.parse_mark(dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domain.METADATA_NS))
+    assert mark == domain.DomainMark("tenant-1", config.namespace)  # relabelled for its new instance
     assert [i.instance_id for i in hostd.registry.list()] == ["tenant-1"]
     # The pool refills in the background.
     info = await hostd.until("vms", 2)

@@ -23,7 +23,7 @@ from agentic_sandbox.hostd import procspawn
 from agentic_sandbox.hostd.config import RETAINED_PER_LIVE
 from agentic_sandbox.hostd.errors import RpcError
 from agentic_sandbox.hostd.proctree import Cgroups
-from agentic_sandbox.hostd.session import parse_signal
+from agentic_sandbox.hostd.ptysession import parse_signal
 from agentic_sandbox.hostd.sessions import SessionRegistry
 from agentic_sandbox.proto import ErrorCode
 from agentic_sandbox.proto import messages as m

@@ -18,10 +18,10 @@ from agentic_sandbox.proto import messages as m
 from .config import HostdConfig
 from .errors import RpcError
 from .execs import ExecRegistry
-from .images import ImageCatalog
 from .instances import InstanceRegistry
 from .pools import WarmPools
 from .proctree import Cgroups
+from .providers.podman.images import ImageCatalog
 from .sessions import SessionRegistry
 
 HOSTD_VERSION = "0.1.0"

@@ -25,12 +25,12 @@ from . import procspawn, sdnotify, statefile
 from .config import ConfigError, HostdConfig, from_env
 from .execs import ExecRegistry
 from .handlers import HOSTD_VERSION, Handlers
-from .images import ImageCatalog
 from .instances import InstanceRegistry
 from .listener import SocketInUse, bind_unix
 from .pools import WarmPools
 from .proctree import Cgroups
 from .providers import make_providers
+from .providers.podman.images import ImageCatalog
 from .server import RpcServer
 from .sessions import SessionRegistry
 from .statefile import NewerStateFile

@@ -51,9 +51,9 @@ from agentic_sandbox.hostd.proctree import (
     terminate_tree,
 )
 from agentic_sandbox.hostd.providers.base import SpawnSpec
+from agentic_sandbox.hostd.ptysession import READ_CHUNK, Session, parse_signal
 from agentic_sandbox.hostd.ptyspawn import PtyChild, spawn_pty
 from agentic_sandbox.hostd.ring import Lag, MemoryBudget, OutputRing, follow, start_seq
-from agentic_sandbox.hostd.session import READ_CHUNK, Session, parse_signal
 from agentic_sandbox.hostd.spool import Spool
 from agentic_sandbox.proto import ErrorCode
 from agentic_sandbox.proto import messages as m

@@ -1,7 +1,7 @@
 """The container-image catalog, as hostd reports it (only hostd talks to podman).
 
 A thin service over the link: hostd lists the images of its podman API socket (see
-``hostd.images``). Two kinds of "cannot" are kept apart on purpose:
+``hostd.providers.podman.images``). Two kinds of "cannot" are kept apart on purpose:
 
 * podman cannot be asked (none configured, socket missing, refused, too slow): hostd answers, with
   an empty list, ``degraded: true`` and the reason. The catalog is advisory, so this is a 200.

@@ -14,9 +14,9 @@ import trio
 from ..config import HostdConfig
 from ..proctree import Cgroups
 from .base import AbsentProvider, Instance, Provider, Saved, SpawnSpec
-from .host import HostProvider
-from .podman import PodmanProvider
-from .vm import VmProvider
+from .host.provider import HostProvider
+from .libvirt.provider import VmProvider
+from .podman.provider import PodmanProvider
 
 __all__ = [
     "AbsentProvider",

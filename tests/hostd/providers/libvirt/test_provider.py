@@ -21,7 +21,7 @@ from agentic_sandbox.hostd.config import HostdConfig
 from agentic_sandbox.hostd.errors import RpcError
 from agentic_sandbox.hostd.instances import InstanceRegistry
 from agentic_sandbox.hostd.proctree import Cgroups
-from agentic_sandbox.hostd.providers import domainxml
+from agentic_sandbox.hostd.providers.libvirt import domain
 from agentic_sandbox.proto import ErrorCode, new_id
 from agentic_sandbox.proto import messages as m
 from tests.hostd.registries import make_config, open_registry
@@ -78,7 +78,7 @@ def vm_req(**fields: Any) -> m.InstanceProvisionRequest:
     return m.InstanceProvisionRequest(runtime="vm", **fields)
 
 
-def domain(conn: Any, info: m.InstanceInfo) -> Any:
+def domain_of(conn: Any, info: m.InstanceInfo) -> Any:
     assert info.vm is not None and info.vm.uuid
     return conn.lookupByUUIDString(info.vm.uuid)
 
@@ -115,10 +115,10 @@ async def test_provision_defines_and_starts_a_marked_domain(
     assert info.vm.domain == f"aiwg-{config.namespace}-{req.instance_id}"
     assert (info.vm.memory_mib, info.vm.vcpus, info.vm.domain_type) == (96, 2, "qemu")
     assert info.vm.image_ref is not None and info.vm.image_ref.startswith(f"direct://{config.guest_image_dir}/vmlinuz@")
-    dom = domain(conn, info)
+    dom = domain_of(conn, info)
     assert dom.isActive() and dom.isPersistent() and dom.name() == info.vm.domain
-    mark = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domainxml.METADATA_NS)
-    assert domainxml.parse_mark(mark) == domainxml.DomainMark(req.instance_id, config.namespace)
+    mark = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domain.METADATA_NS)
+    assert domain.parse_mark(mark) == domain.DomainMark(req.instance_id, config.namespace)
     xml = dom.XMLDesc()
     assert "<graphics" not in xml and "org.qemu.guest_agent.0" in xml and "<console type='pty'" in xml
     assert f"<kernel>{config.guest_image_dir}/vmlinuz</kernel>" in xml
@@ -128,7 +128,7 @@ async def test_provision_defines_and_starts_a_marked_domain(
 async def test_stop_start_destroy(registry: InstanceRegistry, conn: Any) -> None:
     info = await registry.provision(vm_req(start=False))
     assert info.state == "stopped"
-    dom = domain(conn, info)
+    dom = domain_of(conn, info)
     assert not dom.isActive()
     assert (await registry.start(info.instance_id)).state == "running"
     assert dom.isActive()
@@ -151,12 +151,12 @@ async def test_image_refs_are_pinned_by_digest(registry: InstanceRegistry, tmp_p
     disk = _pinned_file(tmp_path / "disk.qcow2", b"qcow2 bytes")
     info = await registry.provision(vm_req(image=f"qcow2://{disk}"))
     assert info.vm is not None and info.vm.image_ref == f"qcow2://{disk}"
-    xml = domain(conn, info).XMLDesc()
+    xml = domain_of(conn, info).XMLDesc()
     assert f"<source file='{tmp_path / 'disk.qcow2'}'" in xml and "<transient/>" in xml and "<kernel>" not in xml
     kernel = _pinned_file(tmp_path / "k", b"k")
     initrd = _pinned_file(tmp_path / "i", b"i")
     info = await registry.provision(vm_req(image=f"direct://{kernel},{initrd}"))
-    assert "<cmdline>console=ttyS0" in domain(conn, info).XMLDesc()
+    assert "<cmdline>console=ttyS0" in domain_of(conn, info).XMLDesc()
 
     before = {d.UUIDString() for d in conn.listAllDomains()}
     wrong = f"{tmp_path / 'disk.qcow2'}@sha256:{'0' * 64}"
@@ -198,8 +198,8 @@ async def test_readopt_after_restart_by_uuid_and_mark(config: HostdConfig, conn:
         await first.shutdown()
         nursery.cancel_scope.cancel()
     # While hostd is down: one domain shuts off, one is removed behind its back.
-    domain(conn, stopped).destroy()
-    dom = domain(conn, vanished)
+    domain_of(conn, stopped).destroy()
+    dom = domain_of(conn, vanished)
     dom.destroy()
     dom.undefine()
     async with trio.open_nursery() as nursery:
@@ -232,14 +232,14 @@ async def test_another_hostds_domain_is_not_adopted(tmp_path: Path, conn: Any, l
         second = await _open(second_config, nursery)
         theirs = second.get("same-id")
         assert theirs.state == "failed" and "no longer exists" in (theirs.note or "")
-        assert domain(conn, info).isActive()  # untouched
+        assert domain_of(conn, info).isActive()  # untouched
         await first.destroy("same-id", 0.1)
         nursery.cancel_scope.cancel()
 
 
 async def test_domain_that_shuts_off_by_itself_is_noticed(registry: InstanceRegistry, conn: Any) -> None:
     info = await registry.provision(vm_req())
-    domain(conn, info).destroy()  # as if the guest powered off
+    domain_of(conn, info).destroy()  # as if the guest powered off
     with trio.fail_after(WAIT_S):
         while (now := registry.get(info.instance_id)).state == "running":
             await trio.sleep(0.05)
@@ -291,7 +291,7 @@ async def test_checkpoint_retires_the_instance_and_restore_brings_it_back_once(
     with pytest.raises(RpcError) as excinfo:
         registry.get(source.instance_id)
     assert excinfo.value.code is ErrorCode.INSTANCE_NOT_FOUND  # retired into the checkpoint
-    assert not domain(conn, source).isActive()  # shut off, still defined for the restore
+    assert not domain_of(conn, source).isActive()  # shut off, still defined for the restore
 
     restored = await registry.restore(
         m.CheckpointRestoreRequest(checkpoint_id="cp-1", instance_id="tenant-1", name="tenant", labels={"t": "1"})
@@ -299,10 +299,10 @@ async def test_checkpoint_retires_the_instance_and_restore_brings_it_back_once(
     assert (restored.instance_id, restored.name, restored.state, restored.labels) == (
         "tenant-1", "tenant", "running", {"t": "1"},
     )  # fmt: skip
-    dom = domain(conn, restored)
+    dom = domain_of(conn, restored)
     assert dom.isActive() and dom.UUIDString() == saved.uuid
-    mark = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domainxml.METADATA_NS)
-    assert domainxml.parse_mark(mark) == domainxml.DomainMark("tenant-1", config.namespace)
+    mark = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domain.METADATA_NS)
+    assert domain.parse_mark(mark) == domain.DomainMark("tenant-1", config.namespace)
     assert registry.checkpoints() == []  # single use
     with pytest.raises(RpcError) as excinfo:
         await registry.restore(m.CheckpointRestoreRequest(checkpoint_id="cp-1", instance_id="tenant-2", name="t2"))
@@ -354,14 +354,14 @@ async def test_stray_domains_are_reported_never_touched(
     this hostd's domains but without its mark, are strays; someone else's domain is not."""
     kept = await registry.provision(vm_req(name="kept"))
     await registry.checkpoint((await registry.provision(vm_req(name="saved"))).instance_id, "cp-held")
-    marked = domainxml.render(
-        domainxml.DomainSpec(
+    marked = domain.render(
+        domain.DomainSpec(
             name="someone-copied-it", domain_type="qemu", memory_mib=64, vcpus=1,
             instance_id="gone-instance", namespace=config.namespace,
         )
     )  # fmt: skip
-    copied = domainxml.render(
-        domainxml.DomainSpec(
+    copied = domain.render(
+        domain.DomainSpec(
             name="a-copy-of-kept", domain_type="qemu", memory_mib=64, vcpus=1,
             instance_id=kept.instance_id, namespace=config.namespace,
         )
@@ -376,7 +376,7 @@ async def test_stray_domains_are_reported_never_touched(
         # A copy carrying the mark of a live instance (another UUID) is not that instance.
         assert vm.strays == ["a-copy-of-kept", f"aiwg-{config.namespace}-orphan (no hostd mark)", "someone-copied-it"]
         assert all(d.isPersistent() for d in made)  # reported, never touched
-        assert kept.vm is not None and domain(conn, kept).isActive()
+        assert kept.vm is not None and domain_of(conn, kept).isActive()
     finally:
         for dom in made:
             dom.undefine()

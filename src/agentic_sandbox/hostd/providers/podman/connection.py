@@ -33,9 +33,9 @@ from typing import Any, TypeVar
 
 import trio
 
-from . import procspawn
-from .config import HostdConfig
-from .statefile import write_private
+from ... import procspawn
+from ...config import HostdConfig
+from ...statefile import write_private
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""``python -m hostd.guestexec URI UUID -- ARGV...``: run ARGV in a VM through qemu-guest-agent.
+"""``python -m hostd.providers.libvirt.guestexec URI UUID -- ARGV...``: run ARGV in a VM through qemu-guest-agent.
 
 hostd runs this as the process of an exec in a VM instance (:meth:`hostd.providers.vm.VmProvider.
 spawn_spec`), so exec ids, exit codes, cancel, timeouts and output streams work as for host execs.
@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from agentic_sandbox.hostd.providers.libvirtconn import _libvirt, libvirt_error
+from agentic_sandbox.hostd.providers.libvirt.connection import _libvirt, libvirt_error
 
 AGENT_TIMEOUT_S = 10
 FAILED = 125
@@ -58,7 +58,7 @@ def _wait_for_agent(dom: Any, libvirt: Any, wait_s: float) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: python -m hostd.guestexec URI UUID -- ARGV...", file=sys.stderr)
+        print("usage: python -m hostd.providers.libvirt.guestexec URI UUID -- ARGV...", file=sys.stderr)
         return 2
     uri, uuid, command = argv[0], argv[1], argv[3:]
     libvirt = _libvirt()

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentic_sandbox.proto import messages as m
 
-from ..config import HostdConfig
-from ..errors import RpcError
-from .base import Instance
-from .podmanstate import LABEL_POOL
+from ...config import HostdConfig
+from ...errors import RpcError
+from ..base import Instance
+from .labels import LABEL_POOL
 
 log = logging.getLogger(__name__)
 

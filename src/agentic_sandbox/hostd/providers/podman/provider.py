@@ -16,7 +16,7 @@ going away and coming back (restarting the service hostd started), and re-adopts
 container it could not see when hostd started.
 
 Warm pools keep container slots running (:attr:`PodmanProvider.pool_form`); claims and forks:
-:mod:`.podmancopies`. Every process hostd starts inside gets the instance's identity
+:mod:`.copies`. Every process hostd starts inside gets the instance's identity
 (``AIWG_INSTANCE_ID``, ``AGENT_INSTANCE_ID``, ``AGENT_ID``) from hostd's record, not from the
 container's environment, which for a claimed slot still names the slot.
 
@@ -44,14 +44,14 @@ import trio
 from agentic_sandbox.proto import ErrorCode
 from agentic_sandbox.proto import messages as m
 
-from ..config import HostdConfig
-from ..errors import RpcError
-from ..podmanapi import PodmanApi, PodmanBadAnswer, PodmanUnreachable, reason
-from ..proctree import TREE_ENV
-from ..statefile import mkdir_private
-from .base import EndChildren, Instance, Provider, Saved, SpawnSpec
-from .podmancopies import CALL_SLACK_S, PodmanCopies, container_detail
-from .podmanstate import (
+from ...config import HostdConfig
+from ...errors import RpcError
+from ...proctree import TREE_ENV
+from ...statefile import mkdir_private
+from ..base import EndChildren, Instance, Provider, Saved, SpawnSpec
+from .connection import PodmanApi, PodmanBadAnswer, PodmanUnreachable, reason
+from .copies import CALL_SLACK_S, PodmanCopies, container_detail
+from .labels import (
     IDLE_MAIN,
     LABEL_INSTANCE,
     LABEL_NAME,

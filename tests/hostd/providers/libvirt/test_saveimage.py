@@ -1,4 +1,4 @@
-"""The save image restamp (``hostd.providers.saveimage``) on images laid out as libvirt's QEMU driver
+"""The save image restamp (``hostd.providers.libvirt.saveimage``) on images laid out as libvirt's QEMU driver
 writes them: the header, the domain XML and cookie in a padded data area, then QEMU's stream.
 
 Whether libvirt then restores the restamped image as a new domain is tested with real QEMU in
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentic_sandbox.hostd.providers import domainxml, saveimage
+from agentic_sandbox.hostd.providers.libvirt import domain, saveimage
 
 STREAM = b"QEVM\x00\x00\x00\x03" + bytes(range(256)) * 64
 COOKIE = b"<cookie>\n  <cpu mode='custom'/>\n</cookie>\n"
@@ -57,7 +57,7 @@ def test_restamp_gives_a_new_name_uuid_and_mark_and_keeps_the_rest(tmp_path: Pat
     assert "<name>aiwg-ns-fork</name>" in xml and f"<uuid>{NEW_UUID}</uuid>" in xml
     assert "aiwg-ns-source" not in xml and "930e5522" not in xml
     mark = xml[xml.index("<aiwg:instance") : xml.index("/>", xml.index("<aiwg:instance")) + 2]
-    assert domainxml.parse_mark(mark) == domainxml.DomainMark("fork", "ns")
+    assert domain.parse_mark(mark) == domain.DomainMark("fork", "ns")
     assert "<memory unit='KiB'>131072</memory>" in xml  # libvirt's own text is left as it was
     assert cookie == COOKIE and stream == STREAM  # the migration stream is untouched
     assert path.stat().st_size == before and data_len == len(DOMAIN.encode()) + len(COOKIE) + 2 + 4096

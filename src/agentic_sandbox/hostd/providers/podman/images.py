@@ -6,7 +6,7 @@ service`` (``AIWG_PODMAN_SOCKET``, ``unix://`` only, checked by :mod:`hostd.conf
 creates no process: this module is not among the fenced spawning modules.
 
 Each :meth:`ImageCatalog.list` opens a fresh client in a worker thread
-(:func:`hostd.podmanapi.call`), bounded by ``timeout_s`` both in requests (per socket operation)
+(:func:`.connection.call`), bounded by ``timeout_s`` both in requests (per socket operation)
 and in trio (the thread is abandoned on timeout), so a wedged podman never holds a request and
 never blocks hostd's event loop. Any failure (no socket configured, socket missing, refused,
 timeout, bad answer) is an answer, not an error: no images,
@@ -20,7 +20,7 @@ from typing import Any
 
 from agentic_sandbox.proto import messages as m
 
-from . import podmanapi
+from . import connection
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +57,12 @@ class ImageCatalog:
         if not self.socket_url:
             return _degraded("no podman socket configured")
         try:
-            raw = await podmanapi.call(self.socket_url, _list_sync, timeout_s=self.timeout_s)
-        except podmanapi.PodmanUnreachable as exc:
+            raw = await connection.call(self.socket_url, _list_sync, timeout_s=self.timeout_s)
+        except connection.PodmanUnreachable as exc:
             return _degraded(str(exc))
         except Exception as exc:  # any podman/requests/OS failure degrades; Cancelled is a BaseException
             log.info("podman image listing failed: %r", exc)
-            return _degraded(f"podman unavailable: {podmanapi.reason(exc)}")
+            return _degraded(f"podman unavailable: {connection.reason(exc)}")
         images: list[m.ImageInfo] = []
         for attrs in raw:
             try:

@@ -1,4 +1,4 @@
-"""The container runtime (hostd/providers/podman.py) for real: a hostd process that starts its own
+"""The container runtime (hostd/providers/podman/provider.py) for real: a hostd process that starts its own
 podman service (runc, cgroupfs) on storage holding a busybox image, containers through provision,
 limits, execs, a PTY session with replay, stop, start, destroy, re-adoption after a hostd restart,
 strays, and podman unreachable."""
@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from agentic_sandbox.hostd.config import HostdConfig
-from agentic_sandbox.hostd.providers.podmanstate import LABEL_INSTANCE, LABEL_NAMESPACE
+from agentic_sandbox.hostd.providers.podman.labels import LABEL_INSTANCE, LABEL_NAMESPACE
 from agentic_sandbox.proto import HostdClient, HostdRemoteError, new_id, open_hostd
 from agentic_sandbox.proto import messages as m
 from tests.hostd_process import HostdProcess

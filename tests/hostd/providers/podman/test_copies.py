@@ -12,10 +12,10 @@ import pytest
 import trio
 
 from agentic_sandbox.hostd.config import HostdConfig
-from agentic_sandbox.hostd.providers.podmanstate import LABEL_NAMESPACE
+from agentic_sandbox.hostd.providers.podman.labels import LABEL_NAMESPACE
 from agentic_sandbox.proto import HostdClient, HostdRemoteError, new_id, open_hostd
 from agentic_sandbox.proto import messages as m
-from tests.hostd.test_podman import container_names, podman, run_exec
+from tests.hostd.providers.podman.test_provider import container_names, podman, run_exec
 from tests.hostd_process import HostdProcess
 from tests.podman_service import BUSYBOX_IMAGE, PodmanStorage, start_hostd
 

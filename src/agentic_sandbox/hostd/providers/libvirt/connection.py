@@ -25,7 +25,7 @@ import trio
 
 from agentic_sandbox.proto import ErrorCode
 
-from ..errors import RpcError
+from ...errors import RpcError
 
 log = logging.getLogger(__name__)
 

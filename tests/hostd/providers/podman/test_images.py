@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agentic_sandbox.hostd.images import ImageCatalog, image_from_attrs
+from agentic_sandbox.hostd.providers.podman.images import ImageCatalog, image_from_attrs
 from agentic_sandbox.proto import messages as m
 from agentic_sandbox.proto import open_hostd
 from tests.hostd_process import ROOT, HostdProcess
@@ -87,7 +87,7 @@ async def test_lists_imported_image(podman_socket: Path) -> None:
 GUARDED_LISTING = """
 import sys, trio
 from agentic_sandbox.controller.guard import install_process_guard
-from agentic_sandbox.hostd.images import ImageCatalog
+from agentic_sandbox.hostd.providers.podman.images import ImageCatalog
 install_process_guard()  # an audit hook refusing every process creation from here on
 result = trio.run(ImageCatalog(sys.argv[1]).list)
 assert not result.degraded, result.reason
@@ -97,7 +97,7 @@ print(len(result.images))
 
 @pytest.mark.podman
 async def test_listing_spawns_nothing(podman_socket: Path) -> None:
-    """podman-py over the Unix socket lists images without creating a process (hostd.images is not
+    """podman-py over the Unix socket lists images without creating a process (hostd.providers.podman.images is not
     one of hostd's fenced spawning modules)."""
     result = await trio.run_process(
         [sys.executable, "-c", GUARDED_LISTING, f"unix://{podman_socket}"],

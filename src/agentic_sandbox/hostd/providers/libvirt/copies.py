@@ -26,12 +26,12 @@ import trio
 from agentic_sandbox.proto import ErrorCode
 from agentic_sandbox.proto import messages as m
 
-from ..config import HostdConfig
-from ..errors import RpcError
-from ..statefile import mkdir_private
-from . import libvirtconn, saveimage
-from .base import Instance, Saved
-from .libvirtconn import LONG_CALL_TIMEOUT_S, LibvirtLink
+from ...config import HostdConfig
+from ...errors import RpcError
+from ...statefile import mkdir_private
+from ..base import Instance, Saved
+from . import connection, saveimage
+from .connection import LONG_CALL_TIMEOUT_S, LibvirtLink
 
 #: Only the QEMU driver: the fork restamps a QEMU save image (the test driver writes its own format).
 FORK = "instance.fork"
@@ -74,8 +74,8 @@ class VmCopies:
             return
 
         def undefine(conn: Any) -> None:
-            dom = libvirtconn.lookup(conn, vm.uuid or "") if vm.uuid else None
-            if dom is not None and not libvirtconn.is_active(dom):
+            dom = connection.lookup(conn, vm.uuid or "") if vm.uuid else None
+            if dom is not None and not connection.is_active(dom):
                 dom.undefine()
 
         await self._link.call(undefine)
@@ -105,14 +105,14 @@ class VmCopies:
         )
 
         def snap(conn: Any) -> None:
-            libvirt = libvirtconn._libvirt()
+            libvirt = connection._libvirt()
             flags = libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_LIVE | libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA
             self._domain(conn, src).snapshotCreateXML(snapshot, flags)
 
         vm = info.vm
 
         def restore(conn: Any) -> None:
-            libvirt = libvirtconn._libvirt()
+            libvirt = connection._libvirt()
             conn.restore(str(path))
             dom = self._domain(conn, vm)
             # Restored transient; defined so it stops, starts and outlives a shutdown as any VM does.
@@ -147,7 +147,7 @@ class VmCopies:
         def ping(conn: Any) -> bool:
             import libvirt_qemu
 
-            libvirt = libvirtconn._libvirt()
+            libvirt = connection._libvirt()
             try:
                 libvirt_qemu.qemuAgentCommand(self._domain(conn, vm), '{"execute": "guest-ping"}', 5, 0)
             except libvirt.libvirtError:

@@ -25,9 +25,9 @@ import msgspec
 from agentic_sandbox.proto import ErrorCode
 from agentic_sandbox.proto import messages as m
 
-from .. import procspawn
-from ..errors import RpcError
-from ..statefile import mkdir_private, write_private
+from ... import procspawn
+from ...errors import RpcError
+from ...statefile import mkdir_private, write_private
 
 log = logging.getLogger(__name__)
 

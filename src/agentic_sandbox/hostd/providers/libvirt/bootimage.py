@@ -29,7 +29,7 @@ import trio
 
 from agentic_sandbox.proto import ErrorCode
 
-from ..errors import RpcError
+from ...errors import RpcError
 
 DEFAULT_CMDLINE = "console=ttyS0 quiet panic=-1"
 _PINNED = re.compile(r"(/[^@,\s]+)@sha256:([0-9a-f]{64})")

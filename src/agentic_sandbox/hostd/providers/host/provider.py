@@ -1,7 +1,7 @@
 """The host runtime: an instance is a working dir, an env, a cgroup and optionally a supervised main process.
 
 Full host access: everything in a host instance runs as hostd's user, on the host's filesystem. The
-instance's directory and environment are :mod:`hostd.providers.hostdir`'s business.
+instance's directory and environment are :mod:`hostd.providers.host.directory`'s business.
 
 The main process (``command``) runs in its own session (pgid == pid), carries
 ``AIWG_TREE=<namespace>:instance:<id>`` and lives in the cgroup ``<id>/main``. When it exits on its
@@ -30,12 +30,12 @@ import trio
 from agentic_sandbox.proto import ErrorCode
 from agentic_sandbox.proto import messages as m
 
-from .. import procspawn, proctree
-from ..config import HostdConfig
-from ..errors import RpcError
-from ..proctree import Cgroups
-from . import hostdir
-from .base import EndChildren, Instance, Provider, Saved, SpawnSpec
+from ... import procspawn, proctree
+from ...config import HostdConfig
+from ...errors import RpcError
+from ...proctree import Cgroups
+from ..base import EndChildren, Instance, Provider, Saved, SpawnSpec
+from . import directory
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +106,14 @@ class HostProvider(Provider):
     async def provision(self, instance: Instance, req: m.InstanceProvisionRequest) -> None:
         info = instance.info
         instance.state = _MainRun()
-        info.working_dir = hostdir.requested_working_dir(req.working_dir)
+        info.working_dir = directory.requested_working_dir(req.working_dir)
         info.instance_dir = str(self._config.instances_dir / info.instance_id)
         info.host = m.HostDetail()
-        info.working_dir = hostdir.create(Path(info.instance_dir), info.working_dir, self._config.workspace_root)
-        hostdir.write_agent_env(info, instance.env)
+        info.working_dir = directory.create(Path(info.instance_dir), info.working_dir, self._config.workspace_root)
+        directory.write_agent_env(info, instance.env)
         cgroup = self._cgroups.create(info.instance_id)
         info.host.cgroup = str(cgroup) if cgroup else None
-        _run(instance).child_env = hostdir.child_env(info, instance.env)
+        _run(instance).child_env = directory.child_env(info, instance.env)
 
     async def start(self, instance: Instance) -> None:
         info, run = instance.info, _run(instance)
@@ -186,7 +186,7 @@ class HostProvider(Provider):
                 leader=run.proc.pid, pgid=run.proc.pid, cgroup=cgroup, tree_id=self._tree(info.instance_id)
             )
         if info.instance_dir:
-            await trio.to_thread.run_sync(hostdir.remove, Path(info.instance_dir))
+            await trio.to_thread.run_sync(directory.remove, Path(info.instance_dir))
         await proctree.remove_cgroup(cgroup)
 
     async def readopt(self, instance: Instance, saved: Saved) -> None:
@@ -198,7 +198,7 @@ class HostProvider(Provider):
         if host.cgroup:
             cgroup = self._cgroups.create(info.instance_id)
             host.cgroup = str(cgroup) if cgroup else None
-        run.child_env = hostdir.child_env(info, instance.env)
+        run.child_env = directory.child_env(info, instance.env)
         now = time.time()
         if info.state in _LIVE_STATES and host.pid is not None:
             if proctree.pid_matches(host.pid, run.create_time):
@@ -218,7 +218,7 @@ class HostProvider(Provider):
             info.note = "PTY sessions and execs from the previous hostd ended with it"
 
     def record(self, instance: Instance) -> None:
-        hostdir.write_metadata(instance.info)
+        directory.write_metadata(instance.info)
 
     def saved(self, instance: Instance) -> Saved:
         run = instance.state

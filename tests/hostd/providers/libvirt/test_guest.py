@@ -1,6 +1,7 @@
 """Real QEMU VMs through a real hostd: the serial console as a PTY session, execs through
 qemu-guest-agent, checkpoints, forks, a warm pool of saved VMs, and re-adoption after a hostd
-restart (``hostd.vmconsole``, ``hostd.guestexec``, ``hostd.providers.vm`` on ``qemu:///system``).
+restart (``console``, ``guestexec`` and ``provider`` of ``hostd.providers.libvirt``, on
+``qemu:///system``).
 
 One VM (the tiny guest of ``scripts/build-guest-image.py``, software emulation) is booted for the
 whole module and shared by its tests, in file order; the fork runs beside it for one test, the

@@ -1,4 +1,4 @@
-"""``python -m hostd.vmconsole URI UUID``: relay a VM's serial console to the terminal it runs on.
+"""``python -m hostd.providers.libvirt.console URI UUID``: relay a VM's serial console to the terminal it runs on.
 
 hostd runs this on a PTY it owns when a session is created in a VM instance
 (:meth:`hostd.providers.vm.VmProvider.spawn_spec`), so the console's output goes into the session's
@@ -24,7 +24,7 @@ import threading
 import tty
 from typing import Any
 
-from agentic_sandbox.hostd.providers.libvirtconn import _libvirt, libvirt_error
+from agentic_sandbox.hostd.providers.libvirt.connection import _libvirt, libvirt_error
 
 CHUNK = 64 * 1024
 
@@ -46,7 +46,7 @@ def _reader(stream: Any, done: threading.Event) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m hostd.vmconsole URI UUID", file=sys.stderr)
+        print("usage: python -m hostd.providers.libvirt.console URI UUID", file=sys.stderr)
         return 2
     uri, uuid = argv
     libvirt = _libvirt()

@@ -37,7 +37,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from . import domainxml
+from . import domain
 
 MAGIC = b"LibvirtQemudSave"
 VERSION = 2
@@ -60,7 +60,7 @@ def _check_devices(dom: ET.Element) -> None:
 
 #: hostd's mark as libvirt writes it back: ``<PREFIX:instance xmlns:PREFIX="NS" .../>``.
 _MARK = re.compile(
-    r"<(?P<p>[A-Za-z_][\w.-]*):instance\b[^>]*?\sxmlns:(?P=p)=\"" + re.escape(domainxml.METADATA_NS) + r"\"[^>]*/>"
+    r"<(?P<p>[A-Za-z_][\w.-]*):instance\b[^>]*?\sxmlns:(?P=p)=\"" + re.escape(domain.METADATA_NS) + r"\"[^>]*/>"
 )
 
 
@@ -79,7 +79,7 @@ def _rewrite(xml: str, name: str, uuid: str, instance_id: str, namespace: str) -
         raise SaveImageError(f"the domain definition in the image is not XML: {exc}") from None
     xml = _replace_once(r"<name>[^<]*</name>", f"<name>{escape(name)}</name>", xml, "<name>")
     xml = _replace_once(r"<uuid>[^<]*</uuid>", f"<uuid>{escape(uuid)}</uuid>", xml, "<uuid>")
-    mark = domainxml.mark_xml(instance_id, namespace)
+    mark = domain.mark_xml(instance_id, namespace)
     if _MARK.search(xml):
         xml = _MARK.sub(lambda _m: mark, xml, count=1)
     elif "<metadata>" in xml:

@@ -1,11 +1,11 @@
 """The VM runtime: an instance is a libvirt domain (provider ``libvirt``).
 
-Lifecycle: ``provision`` checks the boot image (:mod:`.vmimage`) and defines a persistent domain
-from the template (:mod:`.domainxml`) with hostd's metadata mark; ``start`` creates (boots) it;
+Lifecycle: ``provision`` checks the boot image (:mod:`.bootimage`) and defines a persistent domain
+from the template (:mod:`.domain`) with hostd's metadata mark; ``start`` creates (boots) it;
 ``stop`` ends the instance's sessions and execs, asks the guest to shut down (ACPI), waits the grace
 period and destroys (powers off) what is still running; ``discard`` destroys and undefines the
 domain and removes the instance's directory. Every libvirt call runs in a worker thread
-(:mod:`.libvirtconn`).
+(:mod:`.connection`).
 
 A domain that stops by itself (the guest powered off or crashed) is noticed by the watcher, which
 polls the domains of running instances every :data:`POLL_S` seconds: the instance becomes
@@ -17,7 +17,7 @@ Restart of hostd: domains keep running. :meth:`VmProvider.readopt` finds each by
 checks that its metadata mark names this instance and this hostd (else it is not ours); it scans
 every domain by mark when the UUID is gone. What it cannot find is reported ``failed``.
 
-Forks and warm pool slots: :mod:`.vmcopies`. Warm pools keep VM slots saved
+Forks and warm pool slots: :mod:`.copies`. Warm pools keep VM slots saved
 (:attr:`VmProvider.pool_form`): booted, given until the guest agent answers, then saved.
 
 Strays: every round the watcher also lists libvirt's domains; one marked with this hostd's
@@ -26,8 +26,8 @@ mark, is reported in ``ProviderInfo.strays`` (logged, never touched). Domains of
 none of hostd's business.
 
 Processes inside (:meth:`VmProvider.spawn_spec`): a PTY session is the serial console, relayed by
-``python -m hostd.vmconsole`` on the PTY hostd owns (so ring, replay and reattach work as for host
-sessions); an exec runs through qemu-guest-agent's ``guest-exec`` by ``python -m hostd.guestexec``.
+``python -m hostd.providers.libvirt.console`` on the PTY hostd owns (so ring, replay and reattach work as for host
+sessions); an exec runs through qemu-guest-agent's ``guest-exec`` by ``python -m hostd.providers.libvirt.guestexec``.
 The test driver (``test://``) has neither a console nor an agent: its instances publish lifecycle
 capabilities only, and a session or exec is refused with ``capability.unsupported``.
 """
@@ -50,12 +50,13 @@ import trio
 from agentic_sandbox.proto import ErrorCode
 from agentic_sandbox.proto import messages as m
 
-from ..config import HostdConfig
-from ..errors import RpcError
-from . import domainxml, hostdir, libvirtconn, vmimage
-from .base import EndChildren, Instance, Provider, Saved, SpawnSpec
-from .libvirtconn import LONG_CALL_TIMEOUT_S, LibvirtLink
-from .vmcopies import FORK, VmCopies, make_dir, vm_detail
+from ...config import HostdConfig
+from ...errors import RpcError
+from ..base import EndChildren, Instance, Provider, Saved, SpawnSpec
+from ..host import directory
+from . import bootimage, connection, domain
+from .connection import LONG_CALL_TIMEOUT_S, LibvirtLink
+from .copies import FORK, VmCopies, make_dir, vm_detail
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ _LIFECYCLE = ["instance.start", "instance.stop", "instance.restart", "instance.d
 #: libvirt save/restore, and warm pools of saved slots (each its own domain, booted and saved).
 _CHECKPOINTS = ["instance.snapshot", "instance.restore", "warm_pool.manage"]
 MAX_STRAYS = 64
-#: The environment variable carrying the guest env of an exec to ``hostd.guestexec``.
+#: The environment variable carrying the guest env of an exec to ``hostd.providers.libvirt.guestexec``.
 GUEST_ENV = "AIWG_GUEST_ENV"
 
 
@@ -123,11 +124,11 @@ class VmProvider(VmCopies, Provider):
         info.working_dir = "/"  # the guest's
         info.instance_dir = str(self._config.instances_dir / info.instance_id)
         self._instances[info.instance_id] = instance
-        image = await vmimage.resolve(req.image, self._config.guest_image_dir)
+        image = await bootimage.resolve(req.image, self._config.guest_image_dir)
         info.vm.image_ref = image.image_ref
         await trio.to_thread.run_sync(make_dir, Path(info.instance_dir))
-        xml = domainxml.render(
-            domainxml.DomainSpec(
+        xml = domain.render(
+            domain.DomainSpec(
                 name=info.vm.domain,
                 domain_type=info.vm.domain_type,
                 memory_mib=spec.memory_mib,
@@ -148,7 +149,7 @@ class VmProvider(VmCopies, Provider):
 
         def boot(conn: Any) -> None:
             dom = self._domain(conn, vm)
-            if not libvirtconn.is_active(dom):
+            if not connection.is_active(dom):
                 dom.create()
 
         info.state = "starting"
@@ -167,8 +168,8 @@ class VmProvider(VmCopies, Provider):
             return
 
         def shutdown(conn: Any) -> bool:
-            dom = libvirtconn.lookup(conn, vm.uuid or "")
-            if dom is None or not libvirtconn.is_active(dom):
+            dom = connection.lookup(conn, vm.uuid or "")
+            if dom is None or not connection.is_active(dom):
                 return False
             try:
                 dom.shutdown()  # ACPI: a guest without an ACPI daemon ignores it; destroy follows
@@ -191,17 +192,17 @@ class VmProvider(VmCopies, Provider):
 
             def remove(conn: Any) -> None:
                 self._power_off(conn, vm)
-                dom = libvirtconn.lookup(conn, vm.uuid or "")
+                dom = connection.lookup(conn, vm.uuid or "")
                 if dom is not None:
                     try:
                         dom.undefine()
                     except Exception as exc:
-                        if not libvirtconn.is_no_domain(exc):
+                        if not connection.is_no_domain(exc):
                             raise
 
             await self._link.call(remove)
         if info.instance_dir:
-            await trio.to_thread.run_sync(hostdir.remove, Path(info.instance_dir))
+            await trio.to_thread.run_sync(directory.remove, Path(info.instance_dir))
 
     async def readopt(self, instance: Instance, saved: Saved) -> None:
         try:
@@ -250,7 +251,7 @@ class VmProvider(VmCopies, Provider):
 
         await self._link.call(save, timeout_s=LONG_CALL_TIMEOUT_S)
         if info.instance_dir:
-            await trio.to_thread.run_sync(hostdir.remove, Path(info.instance_dir))
+            await trio.to_thread.run_sync(directory.remove, Path(info.instance_dir))
         # Forgotten only now, with no await before the registry records the checkpoint: until then
         # the domain is this instance's, not a stray (a pool slot's would be removed as one).
         self._instances.pop(info.instance_id, None)
@@ -265,15 +266,15 @@ class VmProvider(VmCopies, Provider):
             raise RpcError(ErrorCode.PROVIDER_FAILED, f"the checkpoint's VM detail is unreadable: {exc}") from None
         info.vm, info.working_dir = vm, "/"
         info.instance_dir = str(self._config.instances_dir / info.instance_id)
-        mark = domainxml.mark_element(info.instance_id, self._config.namespace)
+        mark = domain.mark_element(info.instance_id, self._config.namespace)
 
         def restore(conn: Any) -> None:
-            libvirt = libvirtconn._libvirt()
+            libvirt = connection._libvirt()
             conn.restore(str(path))
             dom = self._domain(conn, vm)
             flags = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
             dom.setMetadata(
-                libvirt.VIR_DOMAIN_METADATA_ELEMENT, mark, domainxml.METADATA_PREFIX, domainxml.METADATA_NS, flags
+                libvirt.VIR_DOMAIN_METADATA_ELEMENT, mark, domain.METADATA_PREFIX, domain.METADATA_NS, flags
             )
 
         await trio.to_thread.run_sync(make_dir, Path(info.instance_dir))
@@ -300,7 +301,7 @@ class VmProvider(VmCopies, Provider):
         if tty:
             # The serial console; argv has no meaning there (the guest runs its own shell on it).
             return SpawnSpec(
-                argv=[*helper, "agentic_sandbox.hostd.vmconsole", vm.uri, vm.uuid],
+                argv=[*helper, "agentic_sandbox.hostd.providers.libvirt.console", vm.uri, vm.uuid],
                 cwd=instance.info.instance_dir,
                 env={**helper_env, "TERM": env.get("TERM", "xterm")},
                 shown_cwd="/",
@@ -309,7 +310,7 @@ class VmProvider(VmCopies, Provider):
         if cwd:
             guest_argv = ["/bin/sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", cwd, *guest_argv]
         return SpawnSpec(
-            argv=[*helper, "agentic_sandbox.hostd.guestexec", vm.uri, vm.uuid, "--", *guest_argv],
+            argv=[*helper, "agentic_sandbox.hostd.providers.libvirt.guestexec", vm.uri, vm.uuid, "--", *guest_argv],
             cwd=instance.info.instance_dir,
             env={**helper_env, GUEST_ENV: json.dumps({**instance.env, **env})},
             shown_cwd=cwd or "/",
@@ -319,46 +320,46 @@ class VmProvider(VmCopies, Provider):
 
     @staticmethod
     def _domain(conn: Any, vm: m.VmDetail) -> Any:
-        dom = libvirtconn.lookup(conn, vm.uuid or "") if vm.uuid else None
+        dom = connection.lookup(conn, vm.uuid or "") if vm.uuid else None
         if dom is None:
             raise RpcError(ErrorCode.PROVIDER_FAILED, f"domain {vm.domain} no longer exists", domain=vm.domain)
         return dom
 
     @staticmethod
     def _active(conn: Any, vm: m.VmDetail) -> bool:
-        dom = libvirtconn.lookup(conn, vm.uuid or "")
-        return dom is not None and libvirtconn.is_active(dom)
+        dom = connection.lookup(conn, vm.uuid or "")
+        return dom is not None and connection.is_active(dom)
 
     @staticmethod
     def _power_off(conn: Any, vm: m.VmDetail) -> None:
-        dom = libvirtconn.lookup(conn, vm.uuid or "")
+        dom = connection.lookup(conn, vm.uuid or "")
         if dom is None:
             return
         try:
-            if libvirtconn.is_active(dom):
+            if connection.is_active(dom):
                 dom.destroy()
         except Exception as exc:
-            if not libvirtconn.is_no_domain(exc) and libvirtconn.is_active(dom):
+            if not connection.is_no_domain(exc) and connection.is_active(dom):
                 raise
 
     def _find(self, conn: Any, instance_id: str, uuid: str | None) -> tuple[str, bool] | None:
         """(uuid, active) of this instance's domain, by UUID then by metadata mark; None if gone."""
-        dom = libvirtconn.lookup(conn, uuid) if uuid else None
+        dom = connection.lookup(conn, uuid) if uuid else None
         candidates = [dom] if dom is not None else list(conn.listAllDomains())
         for cand in candidates:
             mark = self._mark(cand)
             if mark is not None and (mark.instance_id, mark.namespace) == (instance_id, self._config.namespace):
-                return cand.UUIDString(), libvirtconn.is_active(cand)
+                return cand.UUIDString(), connection.is_active(cand)
         return None
 
     @staticmethod
-    def _mark(dom: Any) -> domainxml.DomainMark | None:
-        libvirt = libvirtconn._libvirt()
+    def _mark(dom: Any) -> domain.DomainMark | None:
+        libvirt = connection._libvirt()
         try:
-            xml = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domainxml.METADATA_NS)
+            xml = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domain.METADATA_NS)
         except libvirt.libvirtError:
             return None  # no mark of ours
-        return domainxml.parse_mark(xml)
+        return domain.parse_mark(xml)
 
     # -- the watcher ----------------------------------------------------------------------------
 
@@ -398,7 +399,7 @@ class VmProvider(VmCopies, Provider):
                 slot_name = mark is not None and dom.name() == self._domain_name(mark.instance_id)
                 if mark is not None and ours and mark.pool is not None and slot_name:
                     log.info("removing domain %s: a warm pool slot nothing holds", dom.name())
-                    if libvirtconn.is_active(dom):
+                    if connection.is_active(dom):
                         dom.destroy()
                     dom.undefine()
                     continue
@@ -420,14 +421,14 @@ class VmProvider(VmCopies, Provider):
             return  # a lifecycle call is working on it and records the outcome itself
 
         def state(conn: Any) -> tuple[int, int] | None:
-            dom = libvirtconn.lookup(conn, vm.uuid or "")
+            dom = connection.lookup(conn, vm.uuid or "")
             return None if dom is None else tuple(dom.state())
 
         try:
             found = await self._link.call(state)
         except RpcError:
             return
-        libvirt = libvirtconn._libvirt()
+        libvirt = connection._libvirt()
         if found is not None and found[0] not in (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_CRASHED):
             return
         if instance.lock.locked() or instance.info.state != "running":

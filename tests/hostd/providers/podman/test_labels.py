@@ -1,11 +1,17 @@
-"""What podman's records mean for hostd (hostd/providers/podmanstate.py), in memory: image references,
+"""What podman's records mean for hostd (hostd/providers/podman/labels.py), in memory: image references,
 limits as podman-py options, and how a container's state folds into an instance's."""
 
 from __future__ import annotations
 
 import pytest
 
-from agentic_sandbox.hostd.providers.podmanstate import OCI_REFERENCE, has_own_command, image_ref, limit_options, settle
+from agentic_sandbox.hostd.providers.podman.labels import (
+    OCI_REFERENCE,
+    has_own_command,
+    image_ref,
+    limit_options,
+    settle,
+)
 from agentic_sandbox.proto import messages as m
 
 DIGEST = "sha256:" + "ab" * 32
