@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import trio
 
 from agentic_sandbox.proto import ErrorCode
+from agentic_sandbox.proto import messages as m
 
 from ...errors import RpcError
 
@@ -37,7 +38,7 @@ _handler_lock = threading.Lock()
 _handler_registered = False
 
 
-def _libvirt() -> Any:
+def libvirt_module() -> Any:
     """The libvirt module (an optional dependency: without it there is no VM runtime)."""
     global _handler_registered
     import libvirt
@@ -70,7 +71,7 @@ class LibvirtLink:
             if self._conn is not None:
                 return self._conn
             try:
-                libvirt = _libvirt()
+                libvirt = libvirt_module()
             except ImportError:
                 self.reason = "libvirt-python is not installed"
                 raise RpcError(ErrorCode.PROVIDER_UNAVAILABLE, self.reason, uri=self.uri) from None
@@ -105,7 +106,7 @@ class LibvirtLink:
     def call_sync(self, fn: Callable[[Any], T]) -> T:
         """``fn(connection)`` in the calling thread (a worker thread, see :meth:`call`)."""
         conn = self._connect_sync()
-        libvirt = _libvirt()
+        libvirt = libvirt_module()
         try:
             return fn(conn)
         except libvirt.libvirtError as exc:
@@ -154,7 +155,7 @@ class LibvirtLink:
 
 def lookup(conn: Any, uuid: str) -> Any:
     """The domain with ``uuid``, or None if there is none (run inside :meth:`LibvirtLink.call`)."""
-    libvirt = _libvirt()
+    libvirt = libvirt_module()
     try:
         return conn.lookupByUUIDString(uuid)
     except libvirt.libvirtError as exc:
@@ -163,10 +164,18 @@ def lookup(conn: Any, uuid: str) -> Any:
         raise
 
 
+def existing(conn: Any, vm: m.VmDetail) -> Any:
+    """The domain a VM instance's detail names; PROVIDER_FAILED if it is gone (in a worker thread)."""
+    dom = lookup(conn, vm.uuid or "") if vm.uuid else None
+    if dom is None:
+        raise RpcError(ErrorCode.PROVIDER_FAILED, f"domain {vm.domain} no longer exists", domain=vm.domain)
+    return dom
+
+
 def is_active(dom: Any) -> bool:
     return bool(dom.isActive())
 
 
 def is_no_domain(exc: BaseException) -> bool:
-    libvirt = _libvirt()
+    libvirt = libvirt_module()
     return isinstance(exc, libvirt.libvirtError) and exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN

@@ -24,7 +24,7 @@ import threading
 import tty
 from typing import Any
 
-from agentic_sandbox.hostd.providers.libvirt.connection import _libvirt, libvirt_error
+from agentic_sandbox.hostd.providers.libvirt.connection import libvirt_error, libvirt_module
 
 CHUNK = 64 * 1024
 
@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m hostd.providers.libvirt.console URI UUID", file=sys.stderr)
         return 2
     uri, uuid = argv
-    libvirt = _libvirt()
+    libvirt = libvirt_module()
     if os.isatty(0):
         tty.setraw(0, termios.TCSANOW)
     try:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import time
 import uuid as uuid_mod
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from xml.sax.saxutils import quoteattr
 
 import msgspec
@@ -32,6 +33,7 @@ from ...statefile import mkdir_private
 from ..base import Instance, Saved
 from . import connection, saveimage
 from .connection import LONG_CALL_TIMEOUT_S, LibvirtLink
+from .domain import domain_name
 
 #: Only the QEMU driver: the fork restamps a QEMU save image (the test driver writes its own format).
 FORK = "instance.fork"
@@ -50,21 +52,24 @@ def vm_detail(instance: Instance) -> m.VmDetail:
 
 
 class VmCopies:
-    """See the module docstring."""
+    """See the module docstring. ``instances`` is the provider's table of its instances (a fork is
+    entered there before its domain is restored, so the watcher knows it); ``capabilities`` says
+    what one instance can do (a VM with a disk cannot be forked)."""
 
-    _config: HostdConfig
-    _link: LibvirtLink
-    _instances: dict[str, Instance]
-    _emulated: bool
-
-    if TYPE_CHECKING:
-
-        def instance_capabilities(self, info: m.InstanceInfo) -> list[str]: ...
-
-        def _domain_name(self, instance_id: str) -> str: ...
-
-        @staticmethod
-        def _domain(conn: Any, vm: m.VmDetail) -> Any: ...
+    def __init__(
+        self,
+        config: HostdConfig,
+        link: LibvirtLink,
+        instances: dict[str, Instance],
+        *,
+        emulated: bool,
+        capabilities: Callable[[m.InstanceInfo], list[str]],
+    ) -> None:
+        self._config = config
+        self._link = link
+        self._instances = instances
+        self._emulated = emulated
+        self._capabilities = capabilities
 
     async def drop_checkpoint(self, saved: Saved) -> None:
         """Undefine the saved domain (shut off since its save), unless something runs it again."""
@@ -86,7 +91,7 @@ class VmCopies:
         """A copy of the running ``source`` as ``instance`` (module docstring): live memory snapshot,
         restamped with the fork's identity, restored as a new persistent domain."""
         src = vm_detail(source)
-        if FORK not in self.instance_capabilities(source.info) or src.uuid is None:
+        if FORK not in self._capabilities(source.info) or src.uuid is None:
             raise RpcError(
                 ErrorCode.UNSUPPORTED,
                 f"instance {source.id!r} cannot be forked: libvirt at {src.uri} "
@@ -94,7 +99,9 @@ class VmCopies:
                 capability=FORK,
             )
         info = instance.info
-        info.vm = msgspec.structs.replace(src, domain=self._domain_name(info.instance_id), uuid=str(uuid_mod.uuid4()))
+        info.vm = msgspec.structs.replace(
+            src, domain=domain_name(self._config.namespace, info.instance_id), uuid=str(uuid_mod.uuid4())
+        )
         info.working_dir, info.instance_dir = "/", str(self._config.instances_dir / info.instance_id)
         path = self._config.forks_dir / f"{info.instance_id}.mem"
         await trio.to_thread.run_sync(make_dir, self._config.forks_dir)
@@ -105,16 +112,16 @@ class VmCopies:
         )
 
         def snap(conn: Any) -> None:
-            libvirt = connection._libvirt()
+            libvirt = connection.libvirt_module()
             flags = libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_LIVE | libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA
-            self._domain(conn, src).snapshotCreateXML(snapshot, flags)
+            connection.existing(conn, src).snapshotCreateXML(snapshot, flags)
 
         vm = info.vm
 
         def restore(conn: Any) -> None:
-            libvirt = connection._libvirt()
+            libvirt = connection.libvirt_module()
             conn.restore(str(path))
-            dom = self._domain(conn, vm)
+            dom = connection.existing(conn, vm)
             # Restored transient; defined so it stops, starts and outlives a shutdown as any VM does.
             conn.defineXML(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE))
 
@@ -147,9 +154,9 @@ class VmCopies:
         def ping(conn: Any) -> bool:
             import libvirt_qemu
 
-            libvirt = connection._libvirt()
+            libvirt = connection.libvirt_module()
             try:
-                libvirt_qemu.qemuAgentCommand(self._domain(conn, vm), '{"execute": "guest-ping"}', 5, 0)
+                libvirt_qemu.qemuAgentCommand(connection.existing(conn, vm), '{"execute": "guest-ping"}', 5, 0)
             except libvirt.libvirtError:
                 return False
             return True

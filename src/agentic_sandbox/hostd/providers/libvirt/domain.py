@@ -51,6 +51,11 @@ def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) ->
     return el
 
 
+def domain_name(namespace: str, instance_id: str) -> str:
+    """The name hostd gives an instance's domain (its hostd's namespace keeps two hostds apart)."""
+    return f"aiwg-{namespace}-{instance_id}"
+
+
 def mark_element(instance_id: str, namespace: str) -> str:
     """The mark alone, as ``virDomainSetMetadata`` takes it (libvirt adds the namespace)."""
     return ET.tostring(ET.Element("instance", {"id": instance_id, "namespace": namespace}), encoding="unicode")

@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from agentic_sandbox.hostd.providers.libvirt.connection import _libvirt, libvirt_error
+from agentic_sandbox.hostd.providers.libvirt.connection import libvirt_error, libvirt_module
 
 AGENT_TIMEOUT_S = 10
 FAILED = 125
@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m hostd.providers.libvirt.guestexec URI UUID -- ARGV...", file=sys.stderr)
         return 2
     uri, uuid, command = argv[0], argv[1], argv[3:]
-    libvirt = _libvirt()
+    libvirt = libvirt_module()
     env = json.loads(os.environ.get("AIWG_GUEST_ENV") or "{}")
     pid: int | None = None
 

@@ -71,7 +71,7 @@ MAX_STRAYS = 64
 GUEST_ENV = "AIWG_GUEST_ENV"
 
 
-class VmProvider(VmCopies, Provider):
+class VmProvider(Provider):
     """libvirt domains, through one :class:`LibvirtLink` to ``config.libvirt_uri``."""
 
     runtime = "vm"
@@ -83,6 +83,9 @@ class VmProvider(VmCopies, Provider):
         self._link = LibvirtLink(config.libvirt_uri)
         self._instances: dict[str, Instance] = {}
         self._emulated = config.libvirt_uri.startswith("test")
+        self._copies = VmCopies(
+            config, self._link, self._instances, emulated=self._emulated, capabilities=self.instance_capabilities
+        )
         self._strays: list[str] = []
         nursery.start_soon(self._watch)
 
@@ -106,8 +109,19 @@ class VmProvider(VmCopies, Provider):
     def availability(self) -> str | None:
         return self._link.reason
 
+    # -- instances made from others (see .copies) ---------------------------------------------------
+
+    async def fork(self, source: Instance, instance: Instance) -> None:
+        await self._copies.fork(source, instance)
+
+    async def wait_usable(self, instance: Instance) -> None:
+        await self._copies.wait_usable(instance)
+
+    async def drop_checkpoint(self, saved: Saved) -> None:
+        await self._copies.drop_checkpoint(saved)
+
     def _domain_name(self, instance_id: str) -> str:
-        return f"aiwg-{self._config.namespace}-{instance_id}"
+        return domain.domain_name(self._config.namespace, instance_id)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -148,7 +162,7 @@ class VmProvider(VmCopies, Provider):
         info, vm = instance.info, vm_detail(instance)
 
         def boot(conn: Any) -> None:
-            dom = self._domain(conn, vm)
+            dom = connection.existing(conn, vm)
             if not connection.is_active(dom):
                 dom.create()
 
@@ -247,7 +261,7 @@ class VmProvider(VmCopies, Provider):
         info, vm = instance.info, vm_detail(instance)
 
         def save(conn: Any) -> None:
-            self._domain(conn, vm).save(str(path))
+            connection.existing(conn, vm).save(str(path))
 
         await self._link.call(save, timeout_s=LONG_CALL_TIMEOUT_S)
         if info.instance_dir:
@@ -269,9 +283,9 @@ class VmProvider(VmCopies, Provider):
         mark = domain.mark_element(info.instance_id, self._config.namespace)
 
         def restore(conn: Any) -> None:
-            libvirt = connection._libvirt()
+            libvirt = connection.libvirt_module()
             conn.restore(str(path))
-            dom = self._domain(conn, vm)
+            dom = connection.existing(conn, vm)
             flags = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
             dom.setMetadata(
                 libvirt.VIR_DOMAIN_METADATA_ELEMENT, mark, domain.METADATA_PREFIX, domain.METADATA_NS, flags
@@ -319,13 +333,6 @@ class VmProvider(VmCopies, Provider):
     # -- helpers (in worker threads) ------------------------------------------------------------
 
     @staticmethod
-    def _domain(conn: Any, vm: m.VmDetail) -> Any:
-        dom = connection.lookup(conn, vm.uuid or "") if vm.uuid else None
-        if dom is None:
-            raise RpcError(ErrorCode.PROVIDER_FAILED, f"domain {vm.domain} no longer exists", domain=vm.domain)
-        return dom
-
-    @staticmethod
     def _active(conn: Any, vm: m.VmDetail) -> bool:
         dom = connection.lookup(conn, vm.uuid or "")
         return dom is not None and connection.is_active(dom)
@@ -354,7 +361,7 @@ class VmProvider(VmCopies, Provider):
 
     @staticmethod
     def _mark(dom: Any) -> domain.DomainMark | None:
-        libvirt = connection._libvirt()
+        libvirt = connection.libvirt_module()
         try:
             xml = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domain.METADATA_NS)
         except libvirt.libvirtError:
@@ -428,7 +435,7 @@ class VmProvider(VmCopies, Provider):
             found = await self._link.call(state)
         except RpcError:
             return
-        libvirt = connection._libvirt()
+        libvirt = connection.libvirt_module()
         if found is not None and found[0] not in (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_CRASHED):
             return
         if instance.lock.locked() or instance.info.state != "running":

@@ -11,7 +11,7 @@
   kernel).
 * A container made as a pool slot (labelled ``org.aiwg.pool``, named after its slot) that no
   instance holds was never handed to anyone (a fill cut off by a crash): the watcher removes it
-  (:meth:`PodmanCopies._remove_unclaimed`).
+  (:meth:`PodmanCopies.remove_unclaimed`).
 
 A part of :class:`hostd.providers.podman.PodmanProvider` (which it names its attributes from).
 """
@@ -19,8 +19,8 @@ A part of :class:`hostd.providers.podman.PodmanProvider` (which it names its att
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from agentic_sandbox.proto import messages as m
 
@@ -45,21 +45,28 @@ def container_detail(instance: Instance) -> m.ContainerDetail:
     return detail
 
 
+Call = Callable[..., Awaitable[Any]]
+
+
 class PodmanCopies:
-    """See the module docstring."""
+    """See the module docstring. ``known`` is the provider's table of its containers' instances;
+    ``call`` runs a podman-py call in a worker thread (bounded, errors translated); ``provision``
+    and ``start`` are the provider's own, which a fork's new container goes through."""
 
-    runtime: ClassVar[str]
-    name: ClassVar[str]
-    _config: HostdConfig
-    _known: dict[str, Instance]
-
-    if TYPE_CHECKING:
-
-        async def _call(self, fn: Callable[[Any], Any], *, timeout_s: float | None = None) -> Any: ...
-
-        async def provision(self, instance: Instance, req: m.InstanceProvisionRequest) -> None: ...
-
-        async def start(self, instance: Instance) -> None: ...
+    def __init__(
+        self,
+        config: HostdConfig,
+        known: dict[str, Instance],
+        *,
+        call: Call,
+        provision: Callable[[Instance, m.InstanceProvisionRequest], Awaitable[None]],
+        start: Callable[[Instance], Awaitable[None]],
+    ) -> None:
+        self._config = config
+        self._known = known
+        self._call = call
+        self._provision = provision
+        self._start = start
 
     async def take_identity(self, instance: Instance, slot_id: str) -> None:
         """Rename the slot's container after its new instance (a few ms: the claim stays fast)."""
@@ -95,21 +102,21 @@ class PodmanCopies:
             req = m.InstanceProvisionRequest(
                 instance_id=info.instance_id,
                 name=info.name,
-                runtime=self.runtime,
-                provider=self.name,
+                runtime=source.info.runtime,
+                provider=source.info.provider,
                 working_dir=source.info.working_dir,
                 command=list(source.info.command) if source.info.command else None,
                 image=f"{FORK_REPOSITORY}:{tag}",
                 limits=src.limits,
             )
             instance.env = dict(source.env)
-            await self.provision(instance, req)
+            await self._provision(instance, req)
         finally:
             if instance.info.container is not None:
                 instance.info.container.owned_image = image_id
-        await self.start(instance)
+        await self._start(instance)
 
-    async def _remove_unclaimed(self, container_ids: list[str]) -> None:
+    async def remove_unclaimed(self, container_ids: list[str]) -> None:
         """Containers made as pool slots that no instance holds: a fill cut off by a crash before
         hostd recorded it. Nobody was ever handed them, so they go (a stray is only reported)."""
         if not container_ids:

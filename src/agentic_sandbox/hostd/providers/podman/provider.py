@@ -105,7 +105,7 @@ def _record(instance: Instance) -> _Container:
     return instance.state
 
 
-class PodmanProvider(PodmanCopies, Provider):
+class PodmanProvider(Provider):
     """Containers on the podman API socket of ``config.podman_socket``. The watcher runs in
     ``nursery`` (owned by hostd's registry, outliving connections)."""
 
@@ -121,7 +121,16 @@ class PodmanProvider(PodmanCopies, Provider):
         self._reason: str | None = "podman has not been asked yet"
         self._contact_checked = False
         self._known: dict[str, Instance] = {}
+        self._copies = PodmanCopies(config, self._known, call=self._call, provision=self.provision, start=self.start)
         self._strays: list[str] = []
+
+    # -- instances made from others (see .copies) ---------------------------------------------------
+
+    async def take_identity(self, instance: Instance, slot_id: str) -> None:
+        await self._copies.take_identity(instance, slot_id)
+
+    async def fork(self, source: Instance, instance: Instance) -> None:
+        await self._copies.fork(source, instance)
 
     # -- what it is -----------------------------------------------------------------------------
 
@@ -409,7 +418,7 @@ class PodmanProvider(PodmanCopies, Provider):
                 unclaimed_slots.append(str(attrs.get("Id")))  # made as a slot, never recorded: never handed out
             else:
                 strays.append(str(names[0]))
-        await self._remove_unclaimed(unclaimed_slots)
+        await self._copies.remove_unclaimed(unclaimed_slots)
         strays.sort()
         if strays != self._strays:
             if strays:
