@@ -108,7 +108,7 @@ def code_of(excinfo: pytest.ExceptionInfo[RpcError]) -> ErrorCode:
 # ---------------------------------------------------------------------------------------------
 
 
-async def test_stdout_stderr_separated_with_seqs_and_exit_code(env: Env) -> None:
+async def test_stdout_stderr_separated_with_seqs_and_exit_code(env: Env, config: HostdConfig) -> None:
     script = textwrap.dedent(
         """
         import os, sys
@@ -126,7 +126,7 @@ async def test_stdout_stderr_separated_with_seqs_and_exit_code(env: Env) -> None
     assert isinstance(frames[0], m.StreamOpened) and frames[0].first_seq == 1
     out = outputs(frames, "stdout")
     assert out.startswith(b"".join(b"out%d;" % i for i in range(20)))
-    tree = env.instances._config.tree_id("exec", info.exec_id)
+    tree = config.tree_id("exec", info.exec_id)
     assert tree.endswith(f":exec:{info.exec_id}")
     assert out.endswith(f"{env.workdir} yes {tree} x\n".encode())
     assert outputs(frames, "stderr") == b"".join(b"err%d;" % i for i in range(20))

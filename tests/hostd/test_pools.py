@@ -18,6 +18,7 @@ import trio
 
 from agentic_sandbox.hostd.config import HostdConfig
 from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.hostd.instancecopies import InstanceCopies
 from agentic_sandbox.hostd.instances import InstanceRegistry
 from agentic_sandbox.hostd.pools import WarmPools
 from agentic_sandbox.hostd.proctree import Cgroups
@@ -88,7 +89,7 @@ async def hostd(config: HostdConfig, leak_check: None) -> AsyncIterator[Hostd]:
         for name in [p.pool for p in running.pools.list()]:
             running.pools.delete(name)
         with trio.fail_after(WAIT_S):
-            while running.registry.slots() or any(c.pool for c in running.registry.checkpoints()):
+            while running.registry.slots() or any(c.pool for c in running.registry.copies.checkpoints()):
                 await trio.sleep(0.02)
         for info in running.registry.list():
             await running.registry.destroy(info.instance_id, 0.1)
@@ -119,7 +120,7 @@ async def test_pool_fills_with_saved_slots_and_a_claim_restores_one_as_the_new_i
     info = await hostd.until("vms", 2)
     assert (info.refills, info.failures, info.hits, info.misses) == (2, 0, 0, 0)
     # Slots wait saved: checkpoints of the pool, each its own shut-off domain; no instance anyone sees.
-    slots = [c for c in hostd.registry.checkpoints() if c.pool == "vms"]
+    slots = [c for c in hostd.registry.copies.checkpoints() if c.pool == "vms"]
     assert len(slots) == 2 and len({c.uuid for c in slots}) == 2
     assert hostd.registry.list() == [] and hostd.registry.slots() == []
     assert not any(d.isActive() for d in domains(conn, config).values())
@@ -179,7 +180,7 @@ async def test_resizing_a_pool_and_changing_its_template(hostd: Hostd) -> None:
     hostd.pools.set(m.PoolSetRequest(pool="vms", template=TEMPLATE, size=1))
     assert hostd.pool("vms").ready == 1  # at once: the surplus is no longer handed out
     with trio.fail_after(WAIT_S):  # and is destroyed in the background
-        while len([c for c in hostd.registry.checkpoints() if c.pool == "vms"]) != 1:
+        while len([c for c in hostd.registry.copies.checkpoints() if c.pool == "vms"]) != 1:
             await trio.sleep(0.02)
     bigger = m.PoolTemplate(runtime="vm", loadout="tiny-vm", vm=m.VmSpec(memory_mib=96))
     hostd.pools.set(m.PoolSetRequest(pool="vms", template=bigger, size=1))
@@ -194,12 +195,12 @@ async def test_a_pool_of_checkpoints_hands_each_out_once(hostd: Hostd) -> None:
         base = await hostd.registry.provision(
             m.InstanceProvisionRequest(instance_id=f"base-{i}", name="b", runtime="vm")
         )
-        await hostd.registry.checkpoint(base.instance_id, f"cp-{i}")
+        await hostd.registry.copies.checkpoint(base.instance_id, f"cp-{i}")
     info = hostd.pools.from_checkpoints(m.PoolFromCheckpointsRequest(pool="given", checkpoint_ids=["cp-0", "cp-1"]))
     assert (info.source, info.size, info.ready, info.runtime) == ("checkpoints", 2, 2, "vm")
     # A pool's checkpoint is not restored around the pool.
     with pytest.raises(RpcError) as excinfo:
-        await hostd.registry.restore(m.CheckpointRestoreRequest(checkpoint_id="cp-0", instance_id="x", name="x"))
+        await hostd.registry.copies.restore(m.CheckpointRestoreRequest(checkpoint_id="cp-0", instance_id="x", name="x"))
     assert excinfo.value.code is ErrorCode.REQUEST_INVALID and "claim it from the pool" in excinfo.value.message
     with pytest.raises(RpcError) as excinfo:
         hostd.pools.from_checkpoints(m.PoolFromCheckpointsRequest(pool="again", checkpoint_ids=["cp-1"]))
@@ -216,11 +217,11 @@ async def test_a_pool_of_checkpoints_hands_each_out_once(hostd: Hostd) -> None:
 
 async def test_deleting_a_checkpoint_pool_releases_its_checkpoints(hostd: Hostd) -> None:
     base = await hostd.registry.provision(m.InstanceProvisionRequest(instance_id="base", name="b", runtime="vm"))
-    await hostd.registry.checkpoint(base.instance_id, "cp-kept")
+    await hostd.registry.copies.checkpoint(base.instance_id, "cp-kept")
     hostd.pools.from_checkpoints(m.PoolFromCheckpointsRequest(pool="given", checkpoint_ids=["cp-kept"]))
     hostd.pools.delete("given")
-    assert [(c.checkpoint_id, c.pool) for c in hostd.registry.checkpoints()] == [("cp-kept", None)]
-    restored = await hostd.registry.restore(
+    assert [(c.checkpoint_id, c.pool) for c in hostd.registry.copies.checkpoints()] == [("cp-kept", None)]
+    restored = await hostd.registry.copies.restore(
         m.CheckpointRestoreRequest(checkpoint_id="cp-kept", instance_id="back", name="back")
     )
     assert restored.state == "running"
@@ -232,9 +233,9 @@ async def test_restart_with_a_pool_half_filled_loses_and_leaks_nothing(
     """hostd stops while a slot is being made (booted, not yet saved): the next hostd removes that
     half-made slot, keeps the ready ones, and fills the pool up again. No domain is left over."""
     gate = trio.Event()
-    real_wait = InstanceRegistry.wait_usable
+    real_wait = InstanceCopies.wait_usable
 
-    async def held(self: InstanceRegistry, instance_id: str) -> None:
+    async def held(self: InstanceCopies, instance_id: str) -> None:
         if not gate.is_set():
             await trio.sleep_forever()  # the second slot's guest never "boots" in the first hostd
         await real_wait(self, instance_id)
@@ -246,7 +247,7 @@ async def test_restart_with_a_pool_half_filled_loses_and_leaks_nothing(
         await first.until("vms", 2)
         claimed = await first.pools.claim(m.PoolClaimRequest(pool="vms", instance_id="kept", name="kept"))
         gate = trio.Event()
-        monkeypatch.setattr(InstanceRegistry, "wait_usable", held)
+        monkeypatch.setattr(InstanceCopies, "wait_usable", held)
         with trio.fail_after(WAIT_S):  # the refill's VM is defined and running, waiting to "boot"
             while not (booting := [s for s in first.registry.slots("vms") if s.state == "running"]):
                 await trio.sleep(0.02)
@@ -255,7 +256,7 @@ async def test_restart_with_a_pool_half_filled_loses_and_leaks_nothing(
         await first.stop()
     assert half.vm is not None and conn.lookupByUUIDString(half.vm.uuid).isActive()  # left by the "crash"
 
-    monkeypatch.setattr(InstanceRegistry, "wait_usable", real_wait)
+    monkeypatch.setattr(InstanceCopies, "wait_usable", real_wait)
     async with trio.open_nursery() as nursery:
         second = await start(config, nursery)
         info = await second.until("vms", 2)
@@ -263,13 +264,13 @@ async def test_restart_with_a_pool_half_filled_loses_and_leaks_nothing(
         with pytest.raises(RpcError):
             second.registry.get(half.instance_id)
         assert second.registry.get("kept").state == "running"  # the claimed instance is just an instance
-        held_uuids = {c.uuid for c in second.registry.checkpoints()}
+        held_uuids = {c.uuid for c in second.registry.copies.checkpoints()}
         live = {i.vm.uuid for i in second.registry.list() if i.vm}
         assert set(domains(conn, config)) == held_uuids | live  # no domain of this hostd unaccounted for
         assert half.vm.uuid not in held_uuids | live
         second.pools.delete("vms")
         with trio.fail_after(WAIT_S):
-            while any(c.pool for c in second.registry.checkpoints()):
+            while any(c.pool for c in second.registry.copies.checkpoints()):
                 await trio.sleep(0.02)
         await second.registry.destroy(claimed.instance_id, 0.1)
         assert domains(conn, config) == {}
@@ -288,7 +289,7 @@ async def test_a_slot_of_a_pool_that_is_gone_is_removed_at_start(
     async with trio.open_nursery() as nursery:
         second = await start(config, nursery)
         with trio.fail_after(WAIT_S):
-            while second.registry.checkpoints():
+            while second.registry.copies.checkpoints():
                 await trio.sleep(0.02)
         assert domains(conn, config) == {}
         await second.stop()

@@ -198,17 +198,17 @@ class Handlers:
 
     async def checkpoint_create(self, req: m.CheckpointCreateRequest) -> m.CheckpointCreateResponse:
         return m.CheckpointCreateResponse(
-            checkpoint=await self.instances.checkpoint(req.instance_id, req.checkpoint_id)
+            checkpoint=await self.instances.copies.checkpoint(req.instance_id, req.checkpoint_id)
         )
 
     async def checkpoint_restore(self, req: m.CheckpointRestoreRequest) -> m.CheckpointRestoreResponse:
-        return m.CheckpointRestoreResponse(instance=await self.instances.restore(req))
+        return m.CheckpointRestoreResponse(instance=await self.instances.copies.restore(req))
 
     async def checkpoint_list(self, req: m.CheckpointListRequest) -> m.CheckpointListResponse:
-        return m.CheckpointListResponse(checkpoints=self.instances.checkpoints())
+        return m.CheckpointListResponse(checkpoints=self.instances.copies.checkpoints())
 
     async def instance_fork(self, req: m.InstanceForkRequest) -> m.InstanceForkResponse:
-        return m.InstanceForkResponse(instance=await self.instances.fork(req))
+        return m.InstanceForkResponse(instance=await self.instances.copies.fork(req))
 
     # -- warm pools ---------------------------------------------------------------------------
 

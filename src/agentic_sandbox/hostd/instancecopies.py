@@ -21,24 +21,28 @@ from agentic_sandbox.proto import messages as m
 
 from .checkpoints import CheckpointRecord
 from .errors import RpcError
-from .registrybase import RegistryBase
+from .instancetable import InstanceTable
 
 log = logging.getLogger(__name__)
 
 
-class InstanceCopies(RegistryBase):
-    """See the module docstring; part of :class:`hostd.instances.InstanceRegistry`."""
+class InstanceCopies:
+    """See the module docstring; held by :class:`~agentic_sandbox.hostd.instances.InstanceRegistry`,
+    which builds it with its :class:`~agentic_sandbox.hostd.instancetable.InstanceTable`."""
+
+    def __init__(self, table: InstanceTable) -> None:
+        self._table = table
 
     # -- checkpoints ----------------------------------------------------------------------------
 
     def checkpoints(self) -> builtins.list[m.CheckpointInfo]:
-        return self._checkpoints.list()
+        return self._table.checkpoints.list()
 
     async def checkpoint(self, instance_id: str, checkpoint_id: str, *, pool: str | None = None) -> m.CheckpointInfo:
         """Save a running instance into a new checkpoint; the instance is retired (see
         :class:`proto.messages.CheckpointCreateRequest`). Its sessions and execs end first.
         ``pool``: the checkpoint is a slot hostd made for that warm pool."""
-        async with self._locked(instance_id) as inst:
+        async with self._table.locked(instance_id) as inst:
             if inst.info.state != "running":
                 raise RpcError(
                     ErrorCode.INSTANCE_INVALID_STATE,
@@ -46,14 +50,14 @@ class InstanceCopies(RegistryBase):
                     instance_id=instance_id,
                     state=inst.info.state,
                 )
-            path = self._checkpoints.prepare(checkpoint_id)
+            path = self._table.checkpoints.prepare(checkpoint_id)
             with trio.CancelScope(shield=True):  # half a save leaves a stopped domain and no record
-                await self._run_hooks(inst.id, self._config.stop_grace_s)
+                await self._table.run_hooks(inst.id, self._table.config.stop_grace_s)
                 try:
                     detail = await inst.provider.checkpoint(inst, path)
                 except BaseException:
                     path.unlink(missing_ok=True)
-                    self.commit(inst)
+                    self._table.commit(inst)
                     raise
                 info = m.CheckpointInfo(
                     checkpoint_id=checkpoint_id,
@@ -67,42 +71,42 @@ class InstanceCopies(RegistryBase):
                     created_at=time.time(),
                     pool=pool,
                 )
-                self._checkpoints.write(CheckpointRecord(info=info, detail=detail, pool_made=pool is not None))
+                self._table.checkpoints.write(CheckpointRecord(info=info, detail=detail, pool_made=pool is not None))
                 inst.info.state, inst.info.note = "destroyed", f"retired into checkpoint {checkpoint_id}"
-                self._instances.pop(instance_id, None)
-                self._save()
+                self._table.instances.pop(instance_id, None)
+                self._table.save()
         log.info("instance %s checkpointed as %s (%d bytes)", instance_id, checkpoint_id, info.size_bytes)
         return info
 
     def checkpoint_records(self) -> builtins.list[CheckpointRecord]:
-        return self._checkpoints.records()
+        return self._table.checkpoints.records()
 
     def set_checkpoint_pool(self, checkpoint_id: str, pool: str | None) -> None:
         """Make a checkpoint a slot of ``pool`` (None: a plain checkpoint again)."""
-        record = self._checkpoints.get(checkpoint_id)
+        record = self._table.checkpoints.get(checkpoint_id)
         record.info.pool = pool
-        self._checkpoints.write(record)
+        self._table.checkpoints.write(record)
 
     async def remove_checkpoint(self, checkpoint_id: str) -> None:
         """Forget a checkpoint, its saved state and what its provider kept for it (a VM's domain): a
         warm pool slot hostd made and no longer wants."""
-        record = self._checkpoints.get(checkpoint_id)
-        provider = self._providers.get((record.info.runtime, record.info.provider))
+        record = self._table.checkpoints.get(checkpoint_id)
+        provider = self._table.by_kind.get((record.info.runtime, record.info.provider))
         if provider is not None:
             with trio.CancelScope(shield=True):
                 await provider.drop_checkpoint(record.detail)
-        self._checkpoints.remove(checkpoint_id)
+        self._table.checkpoints.remove(checkpoint_id)
 
     async def wait_usable(self, instance_id: str) -> None:
         """Until a freshly started instance (a pool slot) is ready to be handed out."""
-        inst = self._find(instance_id)
+        inst = self._table.find(instance_id)
         await inst.provider.wait_usable(inst)
 
     async def restore(self, req: m.CheckpointRestoreRequest, *, from_pool: bool = False) -> m.InstanceInfo:
         """Restore a checkpoint (single use) as a new running instance. A warm pool's slot is
         restored only by its pool (``from_pool``: a claim)."""
-        self._check_open()
-        record = self._checkpoints.get(req.checkpoint_id)
+        self._table.check_open()
+        record = self._table.checkpoints.get(req.checkpoint_id)
         if record.info.pool is not None and not from_pool:
             raise RpcError(
                 ErrorCode.REQUEST_INVALID,
@@ -110,10 +114,10 @@ class InstanceCopies(RegistryBase):
                 checkpoint_id=req.checkpoint_id,
                 pool=record.info.pool,
             )
-        if req.instance_id in self._instances:
+        if req.instance_id in self._table.instances:
             raise RpcError(ErrorCode.INSTANCE_EXISTS, f"instance {req.instance_id!r} already exists")
-        provider = self._provider_for(record.info.runtime, record.info.provider)
-        inst = self._reserve(
+        provider = self._table.provider_for(record.info.runtime, record.info.provider)
+        inst = self._table.reserve(
             req.instance_id,
             provider,
             {},
@@ -126,16 +130,16 @@ class InstanceCopies(RegistryBase):
         info = inst.info
         try:
             async with inst.lock:
-                await provider.restore(inst, record.detail, self._checkpoints.data_path(req.checkpoint_id))
+                await provider.restore(inst, record.detail, self._table.checkpoints.data_path(req.checkpoint_id))
                 info.capabilities = provider.instance_capabilities(info)
-                self._checkpoints.remove(req.checkpoint_id)  # single use: its domain runs again
-                self.commit(inst)
+                self._table.checkpoints.remove(req.checkpoint_id)  # single use: its domain runs again
+                self._table.commit(inst)
         except BaseException:
-            self._instances.pop(req.instance_id, None)
-            self._save()
+            self._table.instances.pop(req.instance_id, None)
+            self._table.save()
             raise
         log.info("checkpoint %s restored as instance %s (%s)", req.checkpoint_id, req.instance_id, req.name)
-        return self._public(inst)
+        return self._table.public(inst)
 
     # -- fork and pool claims ---------------------------------------------------------------------
 
@@ -143,10 +147,10 @@ class InstanceCopies(RegistryBase):
         """A running copy of a running instance, as a new instance (see
         :class:`proto.messages.InstanceForkRequest`). The source's lock is held throughout, so no
         stop or destroy cuts the copy short; its sessions and execs go on."""
-        self._check_open()
-        source = self._find(req.source_instance_id)
-        self._check_available(source)
-        if req.instance_id in self._instances:
+        self._table.check_open()
+        source = self._table.find(req.source_instance_id)
+        self._table.check_available(source)
+        if req.instance_id in self._table.instances:
             raise RpcError(ErrorCode.INSTANCE_EXISTS, f"instance {req.instance_id!r} already exists")
         if "instance.fork" not in source.info.capabilities:
             raise RpcError(
@@ -155,7 +159,7 @@ class InstanceCopies(RegistryBase):
                 capability="instance.fork",
             )
         provider = source.provider
-        inst = self._reserve(
+        inst = self._table.reserve(
             req.instance_id,
             provider,
             dict(source.env),
@@ -169,7 +173,7 @@ class InstanceCopies(RegistryBase):
         info = inst.info
         try:
             async with source.lock, inst.lock:
-                self._find(source.id)
+                self._table.find(source.id)
                 if source.info.state != "running" or source.info.pool is not None:
                     raise RpcError(
                         ErrorCode.INSTANCE_INVALID_STATE,
@@ -179,50 +183,50 @@ class InstanceCopies(RegistryBase):
                     )
                 await provider.fork(source, inst)
                 info.capabilities = provider.instance_capabilities(info)
-                self.commit(inst)
+                self._table.commit(inst)
         except BaseException:
-            self._instances.pop(req.instance_id, None)
+            self._table.instances.pop(req.instance_id, None)
             with trio.CancelScope(shield=True):
                 await provider.discard(inst)
-            self._save()
+            self._table.save()
             raise
         log.info("instance %s forked as %s (%s)", source.id, req.instance_id, req.name)
-        return self._public(inst)
+        return self._table.public(inst)
 
     async def claim(self, slot_id: str, *, instance_id: str, name: str, labels: Mapping[str, str]) -> m.InstanceInfo:
         """Make the running warm pool slot ``slot_id`` the new instance ``instance_id`` (renamed,
         relabelled, no longer a slot); its provider renames what it made."""
-        self._check_open()
-        inst = self._find(slot_id)
-        if instance_id in self._instances:
+        self._table.check_open()
+        inst = self._table.find(slot_id)
+        if instance_id in self._table.instances:
             raise RpcError(ErrorCode.INSTANCE_EXISTS, f"instance {instance_id!r} already exists")
         async with inst.lock:
             info = inst.info
-            if info.pool is None or info.state != "running" or self._instances.get(slot_id) is not inst:
+            if info.pool is None or info.state != "running" or self._table.instances.get(slot_id) is not inst:
                 raise RpcError(ErrorCode.INSTANCE_INVALID_STATE, f"instance {slot_id!r} is not a ready pool slot")
             before = (info.name, info.labels, info.pool, info.launched_from)
-            self._instances[instance_id] = inst  # reserved: a concurrent provision of the id gets EXISTS
+            self._table.instances[instance_id] = inst  # reserved: a concurrent provision of the id gets EXISTS
             info.instance_id, info.name, info.labels = instance_id, name, dict(labels)
             info.pool, info.launched_from = None, f"warm_pool:{before[2]}"
             try:
                 await inst.provider.take_identity(inst, slot_id)
             except BaseException:
-                self._instances.pop(instance_id, None)
+                self._table.instances.pop(instance_id, None)
                 info.instance_id = slot_id
                 info.name, info.labels, info.pool, info.launched_from = before
                 raise
-            del self._instances[slot_id]
+            del self._table.instances[slot_id]
             self._move_dir(info, slot_id)
-            self.commit(inst)
+            self._table.commit(inst)
         log.info("warm pool %s: slot %s claimed as instance %s (%s)", before[2], slot_id, instance_id, name)
-        return self._public(inst)
+        return self._table.public(inst)
 
     def _move_dir(self, info: m.InstanceInfo, old_id: str) -> None:
         """A claimed slot's directory follows its new id (best effort: the old path still works)."""
-        old = self._config.instances_dir / old_id
+        old = self._table.config.instances_dir / old_id
         if info.instance_dir != str(old):
             return
-        new = self._config.instances_dir / info.instance_id
+        new = self._table.config.instances_dir / info.instance_id
         try:
             os.rename(old, new)
         except OSError as exc:

@@ -26,9 +26,10 @@ copies a running instance into a new one through its provider.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import trio
 
@@ -36,11 +37,12 @@ from agentic_sandbox.proto import ErrorCode
 from agentic_sandbox.proto import messages as m
 
 from . import statefile
+from .config import HostdConfig
 from .envrules import validate_instance_env
 from .errors import RpcError
 from .instancecopies import InstanceCopies
-from .providers import AbsentProvider, Instance, SpawnSpec
-from .registrybase import StopHook
+from .instancetable import InstanceTable, StopHook
+from .providers import AbsentProvider, Instance, Provider, SpawnSpec
 
 __all__ = ["InstanceRegistry", "Placement", "StopHook"]
 
@@ -62,14 +64,56 @@ class Placement:
         return self._instance.provider.spawn_spec(self._instance, argv, cwd, env, tty=tty)
 
 
-class InstanceRegistry(InstanceCopies):
-    """Every instance of this hostd; see the module docstring. Built on :class:`RegistryBase` (the
-    table, queries, persistence) and :class:`InstanceCopies` (checkpoints, forks, pool claims)."""
+class InstanceRegistry:
+    """Every instance of this hostd; see the module docstring. It holds the
+    :class:`~agentic_sandbox.hostd.instancetable.InstanceTable` (the instances, queries,
+    persistence) and the :class:`~agentic_sandbox.hostd.instancecopies.InstanceCopies` built on it
+    (checkpoints, restores, forks, pool claims), and answers for both.
+
+    ``on_stop`` hooks are awaited on stop/destroy with ``(instance_id, grace_s)``;
+    ``count_children`` says how many sessions and execs an instance has (its callers set both).
+    """
+
+    def __init__(self, config: HostdConfig) -> None:
+        self._table = InstanceTable(config)
+        self.copies = InstanceCopies(self._table)
+        self.on_stop: list[StopHook] = self._table.on_stop
+
+    @property
+    def count_children(self) -> Callable[[str], tuple[int, int]]:
+        return self._table.count_children
+
+    @count_children.setter
+    def count_children(self, count: Callable[[str], tuple[int, int]]) -> None:
+        self._table.count_children = count
+
+    # -- the table -----------------------------------------------------------------------------
+
+    def use_providers(self, providers: Sequence[Provider]) -> None:
+        self._table.use_providers(providers)
+
+    def providers(self) -> list[m.ProviderInfo]:
+        return self._table.providers()
+
+    def provider_for(self, runtime: str, name: str | None, *, available: bool = True) -> Provider:
+        return self._table.provider_for(runtime, name, available=available)
+
+    def get(self, instance_id: str) -> m.InstanceInfo:
+        return self._table.get(instance_id)
+
+    def list(self, *, pool_slots: bool = False) -> list[m.InstanceInfo]:
+        return self._table.list(pool_slots=pool_slots)
+
+    def slots(self, pool: str | None = None) -> builtins.list[m.InstanceInfo]:
+        return self._table.slots(pool)
+
+    def commit(self, inst: Instance) -> None:
+        self._table.commit(inst)
 
     def placement(self, instance_id: str) -> Placement:
         """Where sessions and execs start processes; ``INSTANCE_INVALID_STATE`` unless running (and
         not a warm pool slot, which is nobody's until claimed)."""
-        inst = self._find(instance_id)
+        inst = self._table.find(instance_id)
         if inst.info.pool is not None:
             raise RpcError(
                 ErrorCode.INSTANCE_INVALID_STATE,
@@ -89,9 +133,9 @@ class InstanceRegistry(InstanceCopies):
 
     async def provision(self, req: m.InstanceProvisionRequest, *, pool: str | None = None) -> m.InstanceInfo:
         """Make and (``req.start``) start a new instance; ``pool`` makes it a slot of that warm pool."""
-        self._check_open()
+        self._table.check_open()
         iid = req.instance_id
-        existing = self._instances.get(iid)
+        existing = self._table.instances.get(iid)
         if existing is not None:
             raise RpcError(
                 ErrorCode.INSTANCE_EXISTS,
@@ -99,9 +143,9 @@ class InstanceRegistry(InstanceCopies):
                 instance_id=iid,
                 name=existing.info.name,
             )
-        provider = self._provider_for(req.runtime, req.provider)
+        provider = self._table.provider_for(req.runtime, req.provider)
         validate_instance_env(req.env)
-        inst = self._reserve(
+        inst = self._table.reserve(
             iid,
             provider,
             dict(req.env),
@@ -121,62 +165,62 @@ class InstanceRegistry(InstanceCopies):
                     await provider.start(inst)
                 else:
                     info.state = "stopped"
-                self.commit(inst)
+                self._table.commit(inst)
         except BaseException:
             # A failed provision leaves nothing behind: the caller sees only the error.
-            self._instances.pop(iid, None)
+            self._table.instances.pop(iid, None)
             with trio.CancelScope(shield=True):
                 await provider.discard(inst)
-            self._save()
+            self._table.save()
             raise
         log.info("instance %s (%s) provisioned on %s/%s: %s", iid, req.name, info.runtime, info.provider, info.state)
-        return self._public(inst)
+        return self._table.public(inst)
 
     async def start(self, instance_id: str) -> m.InstanceInfo:
-        async with self._locked(instance_id) as inst:
+        async with self._table.locked(instance_id) as inst:
             if inst.info.state != "running":
                 try:
                     await inst.provider.start(inst)
                 finally:
-                    self.commit(inst)
-            return self._public(inst)
+                    self._table.commit(inst)
+            return self._table.public(inst)
 
     async def stop(self, instance_id: str, grace_s: float | None) -> m.InstanceInfo:
-        async with self._locked(instance_id) as inst:
+        async with self._table.locked(instance_id) as inst:
             if inst.info.state != "stopped":
-                await self._stop_locked(inst, self._grace(grace_s))
-            return self._public(inst)
+                await self._stop_locked(inst, self._table.grace(grace_s))
+            return self._table.public(inst)
 
     async def destroy(self, instance_id: str, grace_s: float | None) -> m.InstanceInfo:
-        async with self._locked(instance_id) as inst:
+        async with self._table.locked(instance_id) as inst:
             with trio.CancelScope(shield=True):  # half a destroy would leave orphaned files or processes
-                await self._stop_locked(inst, self._grace(grace_s))
+                await self._stop_locked(inst, self._table.grace(grace_s))
                 inst.info.state = "destroyed"
-                self._instances.pop(instance_id, None)
+                self._table.instances.pop(instance_id, None)
                 await inst.provider.discard(inst)
-                self._save()
+                self._table.save()
             log.info("instance %s destroyed", instance_id)
-            return self._public(inst)
+            return self._table.public(inst)
 
     async def shutdown(self) -> None:
         """Persist and leave every instance running: hostd's unit uses ``KillMode=process``, and a
         restart of hostd must not take the agents down with it. The next hostd re-adopts them."""
-        self._closed = True
-        self._save()
-        for provider in self._providers.values():
+        self._table.closed = True
+        self._table.save()
+        for provider in self._table.by_kind.values():
             await provider.shutdown()
 
     async def load(self, records: Sequence[statefile.PersistedInstance] | None = None) -> None:
         """Let each instance's provider re-adopt what is still alive, from ``records`` (read from the
         state file when not given)."""
         if records is None:
-            records = statefile.read(self._config.state_file)
-        self._checkpoints.sweep()
+            records = statefile.read(self._table.config.state_file)
+        self._table.checkpoints.sweep()
         for saved in records or ():
             info = saved.info
-            if info.state == "destroyed" or info.instance_id in self._instances:
+            if info.state == "destroyed" or info.instance_id in self._table.instances:
                 continue
-            provider = self._providers.get((info.runtime, info.provider))
+            provider = self._table.by_kind.get((info.runtime, info.provider))
             if provider is None:
                 log.error("instance %s: provider %s/%s is not offered", info.instance_id, info.runtime, info.provider)
                 provider = AbsentProvider(info.runtime, info.provider)
@@ -186,10 +230,10 @@ class InstanceRegistry(InstanceCopies):
             await provider.readopt(inst, saved.detail)
             if was == "provisioning":
                 info.state, info.note = "failed", "hostd went down while provisioning this instance"
-            self._instances[info.instance_id] = inst
+            self._table.instances[info.instance_id] = inst
         if records is not None:
-            self._save()
-        for provider in self._providers.values():
+            self._table.save()
+        for provider in self._table.by_kind.values():
             await provider.startup()
 
     # -- internals ----------------------------------------------------------------------------------
@@ -198,12 +242,12 @@ class InstanceRegistry(InstanceCopies):
         info = inst.info
         was_stopped = info.state == "stopped"
         info.state = "stopping"
-        self.commit(inst)
+        self._table.commit(inst)
         try:
             with trio.CancelScope(shield=True):  # a half-done stop would leave a half-killed instance
-                await inst.provider.stop(inst, grace, lambda: self._run_hooks(inst.id, grace))
+                await inst.provider.stop(inst, grace, lambda: self._table.run_hooks(inst.id, grace))
         finally:
             info.state = "stopped"
             if not was_stopped:
                 info.stopped_at = time.time()
-            self.commit(inst)
+            self._table.commit(inst)

@@ -116,7 +116,7 @@ class WarmPools:
         if pool.form == "running":
             slots = [i for i in self._registry.slots(pool.record.pool) if i.state == "running"]
             return [i.instance_id for i in sorted(slots, key=lambda i: i.created_at) if i.instance_id not in busy]
-        records = [r.info for r in self._registry.checkpoint_records() if r.info.pool == pool.record.pool]
+        records = [r.info for r in self._registry.copies.checkpoint_records() if r.info.pool == pool.record.pool]
         return [c.checkpoint_id for c in sorted(records, key=lambda c: c.created_at) if c.checkpoint_id not in busy]
 
     def _get(self, name: str) -> _Pool:
@@ -165,7 +165,7 @@ class WarmPools:
             raise RpcError(ErrorCode.INSTANCE_EXISTS, f"warm pool {req.pool!r} already exists", pool=req.pool)
         if len(set(req.checkpoint_ids)) != len(req.checkpoint_ids):
             raise RpcError(ErrorCode.REQUEST_INVALID, "checkpoint_ids must be distinct")
-        records = {r.info.checkpoint_id: r.info for r in self._registry.checkpoint_records()}
+        records = {r.info.checkpoint_id: r.info for r in self._registry.copies.checkpoint_records()}
         kinds = set()
         for cid in req.checkpoint_ids:
             given = records.get(cid)
@@ -179,7 +179,7 @@ class WarmPools:
             raise RpcError(ErrorCode.REQUEST_INVALID, "the checkpoints of one pool must share their runtime")
         runtime, provider = kinds.pop()
         for cid in req.checkpoint_ids:
-            self._registry.set_checkpoint_pool(cid, req.pool)
+            self._registry.copies.set_checkpoint_pool(cid, req.pool)
         record = PoolRecord(
             pool=req.pool, runtime=runtime, provider=provider, source="checkpoints", size=len(req.checkpoint_ids)
         )
@@ -192,7 +192,7 @@ class WarmPools:
         pool = self._get(name)
         if pool.record.source == "checkpoints":
             for cid in self._ready(pool):
-                self._registry.set_checkpoint_pool(cid, None)
+                self._registry.copies.set_checkpoint_pool(cid, None)
         else:
             self._drain(pool, keep=0)
         del self._pools[name]
@@ -237,7 +237,9 @@ class WarmPools:
         pool.claiming.add(slot)  # taken before the first await: a concurrent claim gets the next one
         try:
             if pool.form == "running":
-                info = await self._registry.claim(slot, instance_id=req.instance_id, name=req.name, labels=req.labels)
+                info = await self._registry.copies.claim(
+                    slot, instance_id=req.instance_id, name=req.name, labels=req.labels
+                )
             else:
                 restore = m.CheckpointRestoreRequest(
                     checkpoint_id=slot,
@@ -246,7 +248,7 @@ class WarmPools:
                     labels=req.labels,
                     loadout=rec.template.loadout if rec.template else None,
                 )
-                info = await self._registry.restore(restore, from_pool=True)
+                info = await self._registry.copies.restore(restore, from_pool=True)
         except RpcError as exc:
             # A slot that failed to become an instance is not handed out again, unless what failed
             # was getting to its provider (it is whole; the next claim may take it).
@@ -283,14 +285,14 @@ class WarmPools:
                 log.info("warm pool %s: slot %s (%s) left from before is removed", slot.pool, slot.instance_id,
                          slot.state)  # fmt: skip
                 self._doomed.append(slot.instance_id)
-        for kept in self._registry.checkpoint_records():
+        for kept in self._registry.copies.checkpoint_records():
             name = kept.info.pool
             if name is None or name in self._pools:
                 continue
             if kept.pool_made:
                 self._doomed.append(kept.info.checkpoint_id)
             else:
-                self._registry.set_checkpoint_pool(kept.info.checkpoint_id, None)
+                self._registry.copies.set_checkpoint_pool(kept.info.checkpoint_id, None)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Fill pools, destroy doomed slots and flush counters until cancelled."""
@@ -347,9 +349,9 @@ class WarmPools:
                     with trio.CancelScope(shield=True):
                         await self._registry.provision(req, pool=rec.pool)
                     if pool.form == "saved":
-                        await self._registry.wait_usable(slot)
+                        await self._registry.copies.wait_usable(slot)
                         with trio.CancelScope(shield=True):
-                            await self._registry.checkpoint(slot, slot, pool=rec.pool)
+                            await self._registry.copies.checkpoint(slot, slot, pool=rec.pool)
             except RpcError as exc:
                 failure = exc.message
             except trio.TooSlowError:
@@ -389,8 +391,8 @@ class WarmPools:
             try:
                 self._registry.get(slot)
             except RpcError:
-                if any(r.info.checkpoint_id == slot for r in self._registry.checkpoint_records()):
-                    await self._registry.remove_checkpoint(slot)
+                if any(r.info.checkpoint_id == slot for r in self._registry.copies.checkpoint_records()):
+                    await self._registry.copies.remove_checkpoint(slot)
             else:
                 await self._registry.destroy(slot, 0.0)
         except RpcError as exc:

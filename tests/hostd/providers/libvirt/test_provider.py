@@ -282,18 +282,18 @@ async def test_checkpoint_retires_the_instance_and_restore_brings_it_back_once(
     source = await registry.provision(vm_req(name="base"))
     assert {"instance.snapshot", "instance.restore"} <= set(source.capabilities)
     assert "instance.fork" not in source.capabilities  # the test driver's save images are not QEMU's
-    saved = await registry.checkpoint(source.instance_id, "cp-1")
+    saved = await registry.copies.checkpoint(source.instance_id, "cp-1")
     assert (saved.source_instance_id, saved.source_name, saved.runtime, saved.provider) == (
         source.instance_id, "base", "vm", "libvirt",
     )  # fmt: skip
     assert saved.uuid == source.vm.uuid and saved.size_bytes > 0  # type: ignore[union-attr]
-    assert [c.checkpoint_id for c in registry.checkpoints()] == ["cp-1"]
+    assert [c.checkpoint_id for c in registry.copies.checkpoints()] == ["cp-1"]
     with pytest.raises(RpcError) as excinfo:
         registry.get(source.instance_id)
     assert excinfo.value.code is ErrorCode.INSTANCE_NOT_FOUND  # retired into the checkpoint
     assert not domain_of(conn, source).isActive()  # shut off, still defined for the restore
 
-    restored = await registry.restore(
+    restored = await registry.copies.restore(
         m.CheckpointRestoreRequest(checkpoint_id="cp-1", instance_id="tenant-1", name="tenant", labels={"t": "1"})
     )
     assert (restored.instance_id, restored.name, restored.state, restored.labels) == (
@@ -303,34 +303,38 @@ async def test_checkpoint_retires_the_instance_and_restore_brings_it_back_once(
     assert dom.isActive() and dom.UUIDString() == saved.uuid
     mark = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, domain.METADATA_NS)
     assert domain.parse_mark(mark) == domain.DomainMark("tenant-1", config.namespace)
-    assert registry.checkpoints() == []  # single use
+    assert registry.copies.checkpoints() == []  # single use
     with pytest.raises(RpcError) as excinfo:
-        await registry.restore(m.CheckpointRestoreRequest(checkpoint_id="cp-1", instance_id="tenant-2", name="t2"))
+        await registry.copies.restore(
+            m.CheckpointRestoreRequest(checkpoint_id="cp-1", instance_id="tenant-2", name="t2")
+        )
     assert excinfo.value.code is ErrorCode.CHECKPOINT_NOT_FOUND
 
 
 async def test_checkpoint_refusals(registry: InstanceRegistry) -> None:
     stopped = await registry.provision(vm_req(start=False))
     with pytest.raises(RpcError) as excinfo:
-        await registry.checkpoint(stopped.instance_id, "cp-stopped")
+        await registry.copies.checkpoint(stopped.instance_id, "cp-stopped")
     assert excinfo.value.code is ErrorCode.INSTANCE_INVALID_STATE
     running = await registry.provision(vm_req())
-    await registry.checkpoint(running.instance_id, "cp-taken")
+    await registry.copies.checkpoint(running.instance_id, "cp-taken")
     other = await registry.provision(vm_req())
     with pytest.raises(RpcError) as excinfo:
-        await registry.checkpoint(other.instance_id, "cp-taken")
+        await registry.copies.checkpoint(other.instance_id, "cp-taken")
     assert excinfo.value.code is ErrorCode.REQUEST_INVALID and "already exists" in excinfo.value.message
     assert registry.get(other.instance_id).state == "running"  # untouched by the refusal
     with pytest.raises(RpcError) as excinfo:
-        await registry.restore(
+        await registry.copies.restore(
             m.CheckpointRestoreRequest(checkpoint_id="cp-taken", instance_id=other.instance_id, name="x")
         )
     assert excinfo.value.code is ErrorCode.INSTANCE_EXISTS
     host = await registry.provision(m.InstanceProvisionRequest(instance_id=f"h-{new_id()}", name="host"))
     with pytest.raises(RpcError) as excinfo:
-        await registry.checkpoint(host.instance_id, "cp-host")
+        await registry.copies.checkpoint(host.instance_id, "cp-host")
     assert excinfo.value.code is ErrorCode.UNSUPPORTED
-    restored = await registry.restore(m.CheckpointRestoreRequest(checkpoint_id="cp-taken", instance_id="r1", name="r"))
+    restored = await registry.copies.restore(
+        m.CheckpointRestoreRequest(checkpoint_id="cp-taken", instance_id="r1", name="r")
+    )
     assert restored.state == "running"
 
 
@@ -338,12 +342,14 @@ async def test_fork_is_refused_where_it_cannot_work(registry: InstanceRegistry, 
     source = await registry.provision(vm_req(name="source"))
     before = {d.UUIDString() for d in conn.listAllDomains()}
     with pytest.raises(RpcError) as excinfo:
-        await registry.fork(m.InstanceForkRequest(source_instance_id=source.instance_id, instance_id="f1", name="f"))
+        await registry.copies.fork(
+            m.InstanceForkRequest(source_instance_id=source.instance_id, instance_id="f1", name="f")
+        )
     assert excinfo.value.code is ErrorCode.UNSUPPORTED and "cannot be forked" in excinfo.value.message
     assert {d.UUIDString() for d in conn.listAllDomains()} == before  # nothing made for the refusal
     assert [i.instance_id for i in registry.list()] == [source.instance_id]
     with pytest.raises(RpcError) as excinfo:
-        await registry.fork(m.InstanceForkRequest(source_instance_id="nope", instance_id="f2", name="f"))
+        await registry.copies.fork(m.InstanceForkRequest(source_instance_id="nope", instance_id="f2", name="f"))
     assert excinfo.value.code is ErrorCode.INSTANCE_NOT_FOUND
 
 
@@ -353,7 +359,7 @@ async def test_stray_domains_are_reported_never_touched(
     """A domain carrying this hostd's mark that no instance or checkpoint holds, and one named like
     this hostd's domains but without its mark, are strays; someone else's domain is not."""
     kept = await registry.provision(vm_req(name="kept"))
-    await registry.checkpoint((await registry.provision(vm_req(name="saved"))).instance_id, "cp-held")
+    await registry.copies.checkpoint((await registry.provision(vm_req(name="saved"))).instance_id, "cp-held")
     marked = domain.render(
         domain.DomainSpec(
             name="someone-copied-it", domain_type="qemu", memory_mib=64, vcpus=1,
