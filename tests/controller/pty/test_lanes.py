@@ -1,5 +1,5 @@
-"""The outbox: control frames go first and never wait; output waits for room; a client that reads
-nothing overflows the control lane instead of holding a broadcaster."""
+"""A socket's send lanes (pty.lanes): control frames go first and never wait; output waits for
+room; a client that reads nothing overflows the control lane instead of holding a broadcaster."""
 
 from __future__ import annotations
 
