@@ -31,11 +31,11 @@ from ..errors import (
     EXTENSION_UNSUPPORTED,
     VERSION_NOT_SUPPORTED,
     ControllerError,
-    NotFound,
     Unauthenticated,
     ValidationFailed,
 )
 from ..http.responses import base_url
+from ..instances.catalog import not_found
 from ..pty.frames import PTY_EXTENSIONS_URI
 from ..state import app_state
 from ..store import InstanceRecord
@@ -51,10 +51,6 @@ REQUIRED_EXTENSIONS = (RUNTIME_EXTENSION,)
 #: Declared on the card but used on the PTY WebSocket only: activating them over HTTP is refused.
 WEBSOCKET_EXTENSIONS = frozenset({PTY_EXTENSIONS_URI.lower()})
 _VERSION_RE = re.compile(r"^(\d+)(?:\.(\d+))?$")
-
-
-def instance_not_found(instance_id: str) -> NotFound:
-    return NotFound("instance.not_found", f"no instance with id {instance_id!r}")
 
 
 def _version_error(message: str) -> ControllerError:
@@ -111,7 +107,7 @@ def authenticate() -> Principal:
 
 async def instance_for(principal: Principal, instance_id: str) -> InstanceRecord:
     if not may_use_instance(principal, instance_id):
-        raise instance_not_found(instance_id)
+        raise not_found(instance_id)
     return await app_state().a2a.instance(instance_id)
 
 

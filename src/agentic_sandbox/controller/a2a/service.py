@@ -15,7 +15,8 @@ from typing import Annotated, Any
 import msgspec
 
 from ..auth.credentials import InstanceCredentials
-from ..errors import UNSUPPORTED_OPERATION, InvalidState, NotFound
+from ..errors import UNSUPPORTED_OPERATION, InvalidState
+from ..instances.catalog import not_found
 from ..loadouts.service import LoadoutService
 from ..push import PushService
 from ..push.configs import ConfigRef, ListParams, PushConfigIn, convert
@@ -78,7 +79,7 @@ class A2AService:
         """The instance an A2A request names, as the catalog has it; a destroyed one is not found."""
         rec = await self._store.instances.get(instance_id)
         if rec is None or rec.state == "destroyed":
-            raise NotFound("instance.not_found", f"no instance with id {instance_id!r}")
+            raise not_found(instance_id)
         return rec
 
     async def find_task(self, task_id: str) -> TaskRecord | None:
@@ -107,7 +108,7 @@ class A2AService:
 
     async def jwks(self, instance_id: str | None = None) -> dict[str, Any]:
         """The public signing keys: one instance's, or every instance's."""
-        return await self._credentials.jwks(instance_id) if instance_id else await self._credentials.jwks()
+        return await self._credentials.jwks(instance_id)
 
     # -- the operations ------------------------------------------------------------------------------
 

@@ -76,12 +76,8 @@ class Provisioner:
         credentials: InstanceCredentials,
         pools: WarmPoolService,
     ) -> None:
+        # The store, the link, operations, loadouts and events are the catalog's: one set for both.
         self.catalog = catalog
-        self.store = catalog.store
-        self.link = catalog.link
-        self.operations = catalog.operations
-        self.loadouts = catalog.loadouts
-        self.events = catalog.events
         self.credentials = credentials
         self.pools = pools
         self._provision_lock = trio.Lock()
@@ -110,7 +106,7 @@ class Provisioner:
                 if getattr(req, field) is not None:
                     raise ValidationFailed([{"field": field, "message": "valid only with runtime docker"}])
             return runtime, None
-        loadout = self.loadouts.get(req.loadout) if req.loadout else None
+        loadout = self.catalog.loadouts.get(req.loadout) if req.loadout else None
         if req.loadout and loadout is None:
             self.catalog.loadout_service(req.loadout)  # raises: unknown loadout
         if loadout is not None and loadout.runtime != "docker":
@@ -137,7 +133,7 @@ class Provisioner:
         loadout alone and handed out running, so nothing else may be asked for."""
         if req.loadout is None or (not DEFAULT_START[runtime] and req.start is not True) or req.start is False:
             return set()
-        loadout = self.loadouts.get(req.loadout)
+        loadout = self.catalog.loadouts.get(req.loadout)
         if loadout is None or loadout.runtime != runtime or self.pools.pool_for(req.loadout) is None:
             return set()
         if req.image not in (None, loadout.image) or req.resources is not None or req.working_dir is not None:
@@ -150,7 +146,9 @@ class Provisioner:
         asset = plan.asset or ""
         hostd_runtime = HOSTD_RUNTIMES[runtime][0]
         if plan.mode == "fork":
-            source = await self.store.instances.get(asset) or await self.store.instances.get_by_name(asset)
+            source = await self.catalog.store.instances.get(asset) or await self.catalog.store.instances.get_by_name(
+                asset
+            )
             if source is None or source.state == "destroyed":
                 raise _asset_invalid(f"no instance with id or name {asset!r} to fork")
             if source.runtime != runtime:
@@ -161,7 +159,7 @@ class Provisioner:
                 )
             return source.loadout, source
         if plan.mode == "restore":
-            listed = (await self.link.call(m.CheckpointListRequest())).checkpoints
+            listed = (await self.catalog.link.call(m.CheckpointListRequest())).checkpoints
             saved = next((c for c in listed if c.checkpoint_id == asset), None)
             if saved is None or saved.runtime != hostd_runtime:
                 raise _asset_invalid(f"no {hostd_runtime} checkpoint {asset!r}")
@@ -177,7 +175,7 @@ class Provisioner:
             raise _asset_invalid(f"no warm pool {asset!r}") from None
         if pool.runtime != hostd_runtime:
             raise _asset_invalid(f"warm pool {asset!r} holds {pool.runtime} slots, not {hostd_runtime}")
-        if plan.fallback_cold and (pool.loadout is None or self.loadouts.get(pool.loadout) is None):
+        if plan.fallback_cold and (pool.loadout is None or self.catalog.loadouts.get(pool.loadout) is None):
             raise _asset_invalid(f"warm pool {asset!r} names no loadout to fall back to")
         return pool.loadout, None
 
@@ -192,9 +190,9 @@ class Provisioner:
             raise ValidationFailed([{"field": "start", "message": "an instance from an asset is handed out running"}])
         plan = plan_launch(req, runtime, HOSTD_RUNTIMES[runtime][1], self._slot_fits(req, runtime))
         async with self._provision_lock:
-            existing = self.operations.in_flight(name_key(req.name))
+            existing = self.catalog.operations.in_flight(name_key(req.name))
             if existing is not None:
-                op = await self.operations.get(existing)
+                op = await self.catalog.operations.get(existing)
                 if op is not None and op.kind == kind:
                     return op, None
                 if op is not None:  # e.g. the decommission of the instance holding the name
@@ -202,7 +200,7 @@ class Provisioner:
                         "instance.already_exists",
                         f"the name {req.name!r} is held by operation {op.id} ({op.kind}); retry once it has ended",
                     )
-            self.link.require_ready()
+            self.catalog.link.require_ready()
             loadout, source = req.loadout, None
             if plan.mode != "cold":
                 loadout, source = await self._check_asset(plan, runtime)
@@ -222,7 +220,7 @@ class Provisioner:
                 updated_at=now,
             )
             try:
-                await self.store.instances.insert(rec)  # the name's uniqueness is the table's
+                await self.catalog.store.instances.insert(rec)  # the name's uniqueness is the table's
             except NameTaken:
                 raise Conflict("instance.already_exists", f"an instance named {req.name!r} already exists") from None
             token = await self.credentials.issue_identity(rec.id)  # token and key: whole before it runs
@@ -231,8 +229,8 @@ class Provisioner:
                 return await self._provision_work(rec, req, service, image, plan, source)
 
             keys = (name_key(req.name), instance_key(rec.id))
-            op = await self.operations.submit(kind, work, keys=keys, instance_id=rec.id)
-            self.events.instance_state_changed(
+            op = await self.catalog.operations.submit(kind, work, keys=keys, instance_id=rec.id)
+            self.catalog.events.instance_state_changed(
                 rec.id, before=None, after=rec.state, cause="operation", operation_id=op.id
             )
             return op, token
@@ -269,7 +267,7 @@ class Provisioner:
         resources = req.resources
         runtime, provider = HOSTD_RUNTIMES[rec.runtime]
         if image is None and runtime == "container" and rec.loadout:
-            loadout = self.loadouts.get(rec.loadout)
+            loadout = self.catalog.loadouts.get(rec.loadout)
             image = loadout.image if loadout is not None else None  # a pool's fallback: its loadout's
         return m.InstanceProvisionRequest(
             instance_id=rec.id,
@@ -304,13 +302,17 @@ class Provisioner:
             info: m.InstanceInfo | None = None
             if plan.mode != "cold":
                 try:
-                    info = (await self.link.call(self._launch_call(rec, req, plan, source), timeout=timeout)).instance
+                    info = (
+                        await self.catalog.link.call(self._launch_call(rec, req, plan, source), timeout=timeout)
+                    ).instance
                 except Conflict as exc:
                     if exc.code != "warm_pool.empty" or not plan.fallback_cold:
                         raise
                     launch["fallback"] = "cold"  # no ready slot (a miss): made from scratch instead
             if info is None:
-                info = (await self.link.call(self._cold_call(rec, req, service, image), timeout=timeout)).instance
+                info = (
+                    await self.catalog.link.call(self._cold_call(rec, req, service, image), timeout=timeout)
+                ).instance
         except OutcomeUnknown as exc:
             # hostd went away mid-call: keep the row; reconciliation settles it.
             rec.state, rec.note, rec.updated_at = "failed", f"provisioning outcome unknown: {exc.message}", time.time()
@@ -318,9 +320,9 @@ class Provisioner:
             raise
         except ControllerError:
             # hostd refused (or was never asked): nothing was made, so the name is free again.
-            await self.store.instances.delete(rec.id)
+            await self.catalog.store.instances.delete(rec.id)
             await self.credentials.forget(rec.id)
-            self.events.instance_removed(
+            self.catalog.events.instance_removed(
                 rec.id, name=rec.name, operation_id=current_log_ids().get("operation_id"), reason="provision_refused"
             )
             raise
