@@ -146,7 +146,6 @@ def create_app(config: ControllerConfig) -> QuartTrio:
 
     app.extensions[EXTENSION_KEY] = AppState(
         config=config,
-        store=store,
         metrics=metrics,
         link=link,
         auth=auth,

@@ -61,7 +61,7 @@ async def metrics() -> Response:
                     state.metrics.set_warm_pools(listing.pools)
             except ControllerError as exc:
                 log.debug("metrics scrape could not refresh from hostd: %s", exc)
-    state.metrics.set_instances(await state.store.instances.count_by_state())
+    state.metrics.set_instances(await state.instances.count_by_state())
     return Response(state.metrics.render(), status=200, content_type=CONTENT_TYPE)
 
 

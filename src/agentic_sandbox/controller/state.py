@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from .pty.rooms import Rooms
     from .push import PushService
     from .storage import StorageService
-    from .store import Store
     from .tasks import TaskService
 
 EXTENSION_KEY = "aiwg"
@@ -47,7 +46,6 @@ EXTENSION_KEY = "aiwg"
 @dataclass
 class AppState:
     config: ControllerConfig
-    store: Store
     metrics: Metrics
     link: HostdLink
     auth: Authenticator

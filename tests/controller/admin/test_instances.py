@@ -339,7 +339,7 @@ async def test_hostd_state_changes_show_through(
         await client.call(m.InstanceStopRequest(instance_id=iid, grace_s=0))
     assert (await _instance(admin, iid))["state"] == "stopped"
     with trio.fail_after(5):
-        rec = await controller.state.store.instances.get(iid)
+        rec = await controller.state.instances.store.instances.get(iid)
     assert rec is not None and rec.state == "stopped"
 
 

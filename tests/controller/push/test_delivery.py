@@ -220,7 +220,7 @@ async def test_deliveries_share_a_kept_alive_connection_and_the_cursor_catches_u
             f"{i}\n" for i in range(1, 41)
         )
         # The cursor, written in batches, ends at the task's last event once the worker is done.
-        store = push_controller.state.store
+        store = push_controller.state.tasks.store
         with trio.fail_after(10):
             while True:
                 task = await store.tasks.get(task_id)

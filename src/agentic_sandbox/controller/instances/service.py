@@ -112,6 +112,10 @@ class InstanceService:
         """A ready slot of ``pool`` handed off as a new instance (see :meth:`Provisioner.handoff`)."""
         return await self.provisioner.handoff(pool)
 
+    async def count_by_state(self) -> dict[str, int]:
+        """How many catalog rows are in each state (the instances gauge)."""
+        return await self.store.instances.count_by_state()
+
     async def record(self, instance_id: str) -> InstanceRecord:
         """The catalog's row, without asking hostd; NotFound if the catalog has none."""
         return await self.catalog.record(instance_id)
