@@ -19,8 +19,8 @@ which asks the instance's provider how (:meth:`hostd.providers.Provider.spawn_sp
 
 Warm pool slots (:mod:`hostd.pools` owns the pools) are instances like any other, marked with
 ``info.pool`` and persisted with it, so a restarted hostd re-adopts them; a plain listing leaves
-them out, and nothing runs in one until :meth:`InstanceRegistry.claim` (a running slot) or
-:meth:`InstanceRegistry.restore` (a saved one) made it a new instance. :meth:`InstanceRegistry.fork`
+them out, and nothing runs in one until :meth:`InstanceCopies.claim` (a running slot) or
+:meth:`InstanceCopies.restore` (a saved one) made it a new instance. :meth:`InstanceCopies.fork`
 copies a running instance into a new one through its provider.
 """
 

@@ -1,7 +1,8 @@
-"""``python -m hostd.providers.libvirt.console URI UUID``: relay a VM's serial console to the terminal it runs on.
+"""``python -m agentic_sandbox.hostd.providers.libvirt.console URI UUID``: relay a VM's serial console
+to the terminal it runs on.
 
 hostd runs this on a PTY it owns when a session is created in a VM instance
-(:meth:`hostd.providers.vm.VmProvider.spawn_spec`), so the console's output goes into the session's
+(:meth:`hostd.providers.libvirt.provider.VmProvider.spawn_spec`), so the console's output goes into the session's
 ring like any PTY session's, and replay, lag handling and reattach are the same. It opens the
 domain's console with ``virDomainOpenConsole`` on a blocking libvirt stream; a worker thread reads
 the stream and writes what arrives to stdout, the main thread reads stdin and sends it. The
@@ -46,7 +47,7 @@ def _reader(stream: Any, done: threading.Event) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m hostd.providers.libvirt.console URI UUID", file=sys.stderr)
+        print("usage: python -m agentic_sandbox.hostd.providers.libvirt.console URI UUID", file=sys.stderr)
         return 2
     uri, uuid = argv
     libvirt = libvirt_module()

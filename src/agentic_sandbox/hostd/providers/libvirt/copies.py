@@ -9,7 +9,7 @@ died meanwhile). A warm pool's VM slot is saved once its guest agent answers
 (:meth:`VmCopies.wait_usable`); a slot thrown away unclaimed takes its shut-off domain along
 (:meth:`VmCopies.drop_checkpoint`).
 
-A part of :class:`hostd.providers.vm.VmProvider` (which it names its attributes from).
+:class:`VmCopies` is held by the VM provider, which hands it what it uses when it builds it.
 """
 
 from __future__ import annotations

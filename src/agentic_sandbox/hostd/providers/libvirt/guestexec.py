@@ -1,7 +1,8 @@
-"""``python -m hostd.providers.libvirt.guestexec URI UUID -- ARGV...``: run ARGV in a VM through qemu-guest-agent.
+"""``python -m agentic_sandbox.hostd.providers.libvirt.guestexec URI UUID -- ARGV...``: run ARGV in a
+VM through qemu-guest-agent.
 
-hostd runs this as the process of an exec in a VM instance (:meth:`hostd.providers.vm.VmProvider.
-spawn_spec`), so exec ids, exit codes, cancel, timeouts and output streams work as for host execs.
+hostd runs this as the process of an exec in a VM instance (:meth:`.provider.VmProvider.spawn_spec`),
+so exec ids, exit codes, cancel, timeouts and output streams work as for host execs.
 It waits for the guest agent to answer ``guest-ping`` (the guest may still be booting; at most
 ``AIWG_GUEST_AGENT_WAIT_S``, default 60 s), starts ARGV with ``guest-exec`` (environment from the
 JSON object in ``AIWG_GUEST_ENV``, output captured), polls ``guest-exec-status`` and, once the
@@ -58,7 +59,7 @@ def _wait_for_agent(dom: Any, libvirt: Any, wait_s: float) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: python -m hostd.providers.libvirt.guestexec URI UUID -- ARGV...", file=sys.stderr)
+        print("usage: python -m agentic_sandbox.hostd.providers.libvirt.guestexec URI UUID -- ARGV...", file=sys.stderr)
         return 2
     uri, uuid, command = argv[0], argv[1], argv[3:]
     libvirt = libvirt_module()

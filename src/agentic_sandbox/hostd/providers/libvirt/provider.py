@@ -26,8 +26,9 @@ mark, is reported in ``ProviderInfo.strays`` (logged, never touched). Domains of
 none of hostd's business.
 
 Processes inside (:meth:`VmProvider.spawn_spec`): a PTY session is the serial console, relayed by
-``python -m hostd.providers.libvirt.console`` on the PTY hostd owns (so ring, replay and reattach work as for host
-sessions); an exec runs through qemu-guest-agent's ``guest-exec`` by ``python -m hostd.providers.libvirt.guestexec``.
+:mod:`.console` on the PTY hostd owns (so ring, replay and reattach work as for host sessions); an
+exec runs through qemu-guest-agent's ``guest-exec`` by :mod:`.guestexec` (both run as
+``python -m`` children).
 The test driver (``test://``) has neither a console nor an agent: its instances publish lifecycle
 capabilities only, and a session or exec is refused with ``capability.unsupported``.
 """

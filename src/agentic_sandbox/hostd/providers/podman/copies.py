@@ -13,7 +13,7 @@
   instance holds was never handed to anyone (a fill cut off by a crash): the watcher removes it
   (:meth:`PodmanCopies.remove_unclaimed`).
 
-A part of :class:`hostd.providers.podman.PodmanProvider` (which it names its attributes from).
+The container provider holds a :class:`PodmanCopies`, handing it what it uses when it builds it.
 """
 
 from __future__ import annotations
