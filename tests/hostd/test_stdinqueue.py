@@ -120,30 +120,3 @@ async def test_a_pipe_broken_by_an_exited_child_is_exec_exited(tmp_path: Path, l
             await queue.write(b"x" * BIG, False)
         assert code(exited) is ErrorCode.EXEC_EXITED and exited.value.details == {"exec_id": "e1"}
         nursery.cancel_scope.cancel()
-
-
-async def test_writes_left_when_the_writer_ends_are_released_and_new_ones_refused(
-    tmp_path: Path, leak_check: None
-) -> None:
-    queue = StdinQueue("e1", None, keep_open=True)
-    errors: list[ErrorCode] = []
-
-    async def write(data: bytes) -> None:
-        with pytest.raises(RpcError) as caught:
-            await queue.write(data, False)
-        errors.append(code(caught))
-
-    async with child(tmp_path, ["sleep", "600"]) as proc, trio.open_nursery() as nursery:
-        with trio.CancelScope() as writer:
-            nursery.start_soon(write, b"x" * BIG)  # stuck in the pipe of a child that never reads
-            nursery.start_soon(write, b"queued behind it")
-            await trio.testing.wait_all_tasks_blocked()
-            async with trio.open_nursery() as inner:
-                inner.start_soon(queue.run, proc)
-                await trio.testing.wait_all_tasks_blocked()
-                assert errors == []
-                writer.cancel()
-        await trio.testing.wait_all_tasks_blocked()
-        assert errors == [ErrorCode.EXEC_EXITED, ErrorCode.EXEC_EXITED]
-        await write(b"after")
-        assert errors[-1] is ErrorCode.EXEC_EXITED
