@@ -4,9 +4,12 @@ A child's JSON and non-JSON lines through a real exec: tests/hostd/test_execs.py
 
 from __future__ import annotations
 
+import functools
+import os
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -40,7 +43,7 @@ class Pair:
 async def pair() -> AsyncIterator[Pair]:
     ours, theirs = control.socketpair()
     child = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
-    channel = ControlChannel(ours, "exec-1")
+    channel = ControlChannel("exec-1", sock=ours)
     try:
         yield Pair(channel, child)
     finally:
@@ -80,11 +83,6 @@ async def test_an_overlong_line_is_one_notice_and_the_next_line_counts(
     assert got == [{"type": "invalid", "raw": '{"big": "' + "x" * 160}, {"after": 1}]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the bound is checked only on a line still waiting for its newline; a whole line read "
-    "at once (up to a read, 64 KiB, past MAX_CONTROL_LINE) is accepted though the docs say it is refused",
-)
 async def test_a_line_over_the_bound_is_refused_however_it_arrives(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(control, "MAX_CONTROL_LINE", 100)
     got = await pair.received(b'{"big": "' + b"x" * 200 + b'"}\n')
@@ -132,3 +130,63 @@ async def test_a_child_that_closed_its_end_fails_sends(pair: Pair) -> None:
     with trio.fail_after(5):
         await pair.channel.receive(delivered.append)  # the EOF ends it
     assert delivered == []
+
+
+# -- a socket to connect to (containers) -----------------------------------------------------------
+
+
+async def _listening(path: str) -> tuple[ControlChannel, trio.Event]:
+    return ControlChannel("exec-2", listener=control.listen(path), path=path), trio.Event()
+
+
+async def test_a_listening_channel_takes_one_connection_and_removes_its_path(tmp_path: Path) -> None:
+    # Deeper than a socket address holds: bound through /proc/self/fd.
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = str(deep / "x.sock")
+    channel, exited = await _listening(path)
+    assert os.stat(path).st_mode & 0o777 == 0o666
+    delivered: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(functools.partial(channel.receive, delivered.append, leader_exited=exited))
+        child = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dirfd = os.open(deep, os.O_PATH)
+        await child.connect(f"/proc/self/fd/{dirfd}/x.sock")
+        os.close(dirfd)
+        stream = trio.SocketStream(child)
+        await channel.send({"hello": 1})  # waits for the connection, then goes
+        assert await stream.receive_some(100) == b'{"hello":1}\n'
+        await trio.testing.wait_all_tasks_blocked()
+        assert not os.path.exists(path)  # nobody else can reach this channel now
+        await stream.send_all(b'{"a": 1}\n')
+        await stream.send_eof()
+    assert delivered == [b'{"a": 1}']
+    channel.close()
+    await stream.aclose()
+
+
+async def test_a_listening_channel_whose_child_never_connects_ends_with_its_leader(tmp_path: Path) -> None:
+    path = str(tmp_path / "y.sock")
+    channel, exited = await _listening(path)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(functools.partial(channel.receive, lambda _: None, leader_exited=exited))
+        await trio.testing.wait_all_tasks_blocked()
+        exited.set()
+    assert not os.path.exists(path)
+    with pytest.raises(trio.ClosedResourceError):
+        await channel.send({"late": True})
+    channel.close()
+
+
+async def test_a_connection_made_just_before_the_leader_exited_is_still_read(tmp_path: Path) -> None:
+    path = str(tmp_path / "z.sock")
+    channel, exited = await _listening(path)
+    child = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    child.connect(path)  # in the backlog, not accepted yet
+    child.sendall(b'{"last": true}\n')
+    child.close()
+    exited.set()
+    delivered: list[bytes] = []
+    await channel.receive(delivered.append, leader_exited=exited)
+    assert delivered == [b'{"last": true}']
+    channel.close()

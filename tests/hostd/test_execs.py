@@ -542,3 +542,38 @@ async def test_exec_gets_default_signal_actions_whatever_hostd_inherited(env: En
     ignored = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigIgn:"))
     assert ignored & ((1 << 31) - 1) == 0  # signals 1-31 (glibc keeps 32 and 33 for itself)
     await env.execs.kill(info.exec_id, 0.5)
+
+
+async def test_control_flow_reads_the_channel_only_as_fast_as_the_subscriber_acknowledges(
+    tmp_path: Path, leak_check: None
+) -> None:
+    # A ring of 16 frames: 8 unacknowledged control messages at most. Without flow control the
+    # 40 messages would evict each other; with it the child waits (its socket full: the lines
+    # are 60 KiB) and nothing is lost.
+    config = make_config(tmp_path, ring_frames=16)
+    script = (
+        "import os, socket\n"
+        "sock = socket.socket(fileno=int(os.environ['AIWG_CONTROL_FD']))\n"
+        "for i in range(40):\n"
+        "    sock.sendall(b'{\"n\": %d, \"pad\": \"%s\"}\\n' % (i, b'x' * 60000))\n"
+    )
+    async with trio.open_nursery() as nursery:
+        env = await open_env(config, Cgroups.detect("off"), nursery, tmp_path / "wd")
+        info = await env.start([PY, "-c", script], control=True, control_flow=True)
+        await trio.sleep(0.5)
+        held = env.execs.get(info.exec_id)
+        assert held.state == "running" and held.next_seq - 1 <= 10  # it waits for an acknowledgement
+        got: list[int] = []
+
+        async def send(batch: m.Frame | list[m.Frame]) -> None:
+            for frame in batch if isinstance(batch, list) else [batch]:
+                assert not isinstance(frame, m.ExecLagged)
+                if isinstance(frame, m.ExecControlMessage):
+                    got.append(frame.message["n"])  # type: ignore[arg-type]
+                    env.execs.control_ack(info.exec_id, frame.seq)
+
+        with trio.fail_after(WAIT_S):
+            await env.execs.subscribe(1, info.exec_id, 1, send)
+        assert got == list(range(40))
+        await close_env(env)
+        nursery.cancel_scope.cancel()

@@ -62,6 +62,9 @@ from .storage import StorageService
 from .store import Store
 from .store.wal import run_checkpoints
 from .tasks import TaskService
+from .tasks.agentevents import AgentLimits
+from .tasks.agentlogs import TaskLogs
+from .tasks.files import TaskFiles
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +131,17 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     link.on_connected.append(instances.reconcile)
     link.on_connected.append(pools.sync)
     watch = HostdWatch(link, instances, events, interval_s=config.watch_interval_s)
-    tasks = TaskService(store, link, loadouts, events, retention_s=config.task_retention_s)
+    tasks = TaskService(
+        store,
+        link,
+        loadouts,
+        events,
+        files=TaskFiles(Path(config.state_dir) / "task-files"),
+        logs=TaskLogs(Path(config.state_dir) / "task-logs", config.agent_log_bytes),
+        retention_s=config.task_retention_s,
+        agent_limits=AgentLimits(events_per_s=config.agent_events_per_s, max_file_bytes=config.agent_max_file_bytes),
+        agent_cancel_grace_s=config.agent_cancel_grace_s,
+    )
     push = PushService(store, tasks.hub, config, metrics.registry)
     idempotency = IdempotencyCache(
         store, metrics, ttl_s=config.idempotency_ttl_s, max_entries=config.idempotency_max_entries

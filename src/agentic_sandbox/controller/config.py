@@ -103,6 +103,10 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     pty_ping_timeout_s: float = 90.0
     conformance_mode: bool = False
     task_retention_s: float = 7 * 24 * 3600.0
+    agent_events_per_s: float = 5000.0
+    agent_max_file_bytes: int = 256 * MIB
+    agent_log_bytes: int = 1 * MIB
+    agent_cancel_grace_s: float = 5.0
     idempotency_ttl_s: float = 86400.0
     idempotency_max_entries: int = 100_000
     push_allow_private: bool = False
@@ -429,6 +433,31 @@ SETTINGS = settings.SettingsTable(
             env="AIWG_TASK_RETENTION_S",
             kind=Float(minimum=0, maximum=10 * 365 * DAY),
             doc="How long ended A2A tasks (with their events and artifacts) stay.",
+        ),
+        Setting(
+            field="agent_events_per_s",
+            env="AIWG_AGENT_EVENTS_PER_S",
+            kind=Float(minimum=1, maximum=1_000_000),
+            doc="Control-channel lines a task's agent may send a second, sustained (bursts of 5 s of it); "
+            "past that its task fails and its process tree is killed.",
+        ),
+        Setting(
+            field="agent_max_file_bytes",
+            env="AIWG_AGENT_MAX_FILE_BYTES",
+            kind=Int(minimum=1024, maximum=1 << 40),
+            doc="Bytes of `raw` artifact parts (files) one task's agent may return; past that its task fails.",
+        ),
+        Setting(
+            field="agent_log_bytes",
+            env="AIWG_AGENT_LOG_BYTES",
+            kind=Int(minimum=0, maximum=1 << 34),
+            doc="stdout and stderr kept per task once its agent said `hello` (the rest is counted, not kept).",
+        ),
+        Setting(
+            field="agent_cancel_grace_s",
+            env="AIWG_AGENT_CANCEL_GRACE_S",
+            kind=Float(minimum=0, maximum=3600),
+            doc="How long an agent that speaks the protocol has to end a canceled task before its tree is killed.",
         ),
         Setting(
             field="idempotency_ttl_s",

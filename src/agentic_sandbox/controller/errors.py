@@ -159,6 +159,7 @@ class InternalError(ControllerError):
 # each onto its A2A error).
 TASK_NOT_FOUND = "task.not_found"
 TASK_NOT_CANCELABLE = "task.not_cancelable"
+TASK_FILE_NOT_FOUND = "task.file_not_found"
 UNSUPPORTED_OPERATION = "a2a.unsupported_operation"
 PUSH_NOT_SUPPORTED = "push.not_supported"
 VERSION_NOT_SUPPORTED = "a2a.version_not_supported"

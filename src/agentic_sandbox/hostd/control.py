@@ -1,17 +1,27 @@
-"""An exec's control channel: JSON objects, one per line, both ways, over a Unix socketpair.
+"""An exec's control channel: JSON objects, one per line, both ways, over a Unix stream socket.
 
-:func:`socketpair` makes the two ends; the child's end is passed to the child (its fd number in
-``AIWG_CONTROL_FD``) and hostd's end becomes a :class:`ControlChannel`. The child's lines are
-bounded (:data:`MAX_CONTROL_LINE`) and checked: what is not one JSON object is logged and
-replaced by an ``{"type": "invalid", "raw": ...}`` notice, so a misbehaving child can neither
-grow hostd's memory nor feed subscribers something that is not a JSON object.
+Two ways to hand the child its end, one protocol:
+
+* an inherited fd (host instances): :func:`socketpair` makes the two ends; the child's end is
+  passed to the child (its fd number in ``AIWG_CONTROL_FD``) and hostd's end becomes a
+  :class:`ControlChannel`;
+* a socket to connect to (containers, where an fd cannot cross ``podman exec``'s API): hostd
+  listens at a path inside a directory bound into the instance (:func:`listen`), the child
+  connects to it (``AIWG_CONTROL_SOCKET``), and the first connection becomes the channel; the
+  path is removed once it is taken, so nobody else can reach that channel.
+
+The child's lines are bounded (:data:`MAX_CONTROL_LINE`) and checked: what is not one JSON object
+is logged and replaced by an ``{"type": "invalid", "raw": ...}`` notice, so a misbehaving child can
+neither grow hostd's memory nor feed subscribers something that is not a JSON object.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import msgspec
 import trio
@@ -25,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: The child's variable holding its end's fd number.
 CONTROL_FD_ENV = "AIWG_CONTROL_FD"
+#: The child's variable holding the path of the socket to connect to.
+CONTROL_SOCKET_ENV = "AIWG_CONTROL_SOCKET"
 #: Longest control line accepted from a child; longer ones are recorded as invalid and skipped.
 MAX_CONTROL_LINE = 1024 * 1024
 _READ_CHUNK = 64 * 1024
@@ -40,27 +52,129 @@ def socketpair() -> tuple[socket.socket, socket.socket]:
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
 
 
-class ControlChannel:
-    """hostd's end of one exec's control channel; owns the socket (see :meth:`close`)."""
+def listen(path: str) -> socket.socket:
+    """A listening socket at ``path`` that anyone inside the instance may connect to.
 
-    def __init__(self, sock: socket.socket, exec_id: str) -> None:
-        self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+    A path longer than a socket address holds (108 bytes) is bound through ``/proc/self/fd`` of
+    its directory, so deep state directories work too.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        if len(os.fsencode(path)) < 100:
+            sock.bind(path)
+        else:
+            dirfd = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)
+            try:
+                sock.bind(f"/proc/self/fd/{dirfd}/{os.path.basename(path)}")
+            finally:
+                os.close(dirfd)
+        os.chmod(path, 0o666)
+        sock.listen(1)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class ControlChannel:
+    """hostd's end of one exec's control channel; owns its socket (see :meth:`close`).
+
+    Built on a connected socket (``sock``) or a listening one (``listener`` at ``path``); in the
+    second case :meth:`receive` first takes the child's connection.
+    """
+
+    def __init__(
+        self,
+        exec_id: str,
+        *,
+        sock: socket.socket | None = None,
+        listener: socket.socket | None = None,
+        path: str | None = None,
+    ) -> None:
         self._exec_id = exec_id
         self._send_lock = trio.Lock()
+        self._stream: trio.SocketStream | None = None
+        self._listener_sock = listener  # nonblocking once wrapped: a last look needs no wait
+        self._listener = trio.socket.from_stdlib_socket(listener) if listener is not None else None
+        self._path = path
+        self._connected = trio.Event()
+        self._closed = False
+        if sock is not None:
+            self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+            self._connected.set()
 
-    async def receive(self, deliver: Callable[[bytes], None]) -> None:
+    async def _accept(self, leader_exited: trio.Event) -> bool:
+        """Take the child's connection (True), or give up once its leader exited without one."""
+        listener = self._listener
+        assert listener is not None
+        conn: trio.socket.SocketType | None = None
+        async with trio.open_nursery() as nursery:
+
+            async def give_up() -> None:
+                await leader_exited.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(give_up)
+            with contextlib.suppress(OSError):
+                conn, _ = await listener.accept()
+            nursery.cancel_scope.cancel()
+        if conn is None and self._listener_sock is not None:
+            # It may have connected just before it exited: what waits in the backlog, if anything.
+            with contextlib.suppress(OSError):
+                conn = trio.socket.from_stdlib_socket(self._listener_sock.accept()[0])
+        self._stop_listening()
+        if conn is None or self._closed:
+            if conn is not None:
+                conn.close()
+            self._closed = True
+            self._connected.set()  # a send waiting for the child fails now
+            return False
+        self._stream = trio.SocketStream(conn)
+        self._connected.set()
+        return True
+
+    def _stop_listening(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = self._listener_sock = None
+        if self._path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._path)
+            self._path = None
+
+    async def receive(
+        self,
+        deliver: Callable[[bytes], None],
+        *,
+        ready: Callable[[], Awaitable[None]] | None = None,
+        leader_exited: trio.Event | None = None,
+    ) -> None:
         """Read the child's lines until EOF (or the socket is closed) and ``deliver`` each one.
+
+        ``ready`` is awaited before each read (flow control: it returns once the subscriber has
+        caught up). A listening channel first takes the child's connection, and returns at once
+        when ``leader_exited`` is set with none made.
 
         ``deliver`` gets the JSON bytes of each line that is a JSON object, or the encoded
         ``invalid`` notice in place of a line that is not or is longer than
         :data:`MAX_CONTROL_LINE` (that line is dropped up to its newline). Blank lines are
         skipped; a last line without a newline still counts. Returns normally at EOF.
         """
+        if self._stream is None and not await self._accept(
+            leader_exited if leader_exited is not None else trio.Event()
+        ):
+            return
+        stream = self._stream
+        assert stream is not None
         buf = bytearray()
         skipping = False  # inside a line that was too long: drop it up to its newline
         while True:
+            if ready is not None:
+                await ready()
             try:
-                data = await self._stream.receive_some(_READ_CHUNK)
+                data = await stream.receive_some(_READ_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 data = b""
             if not data:
@@ -84,6 +198,9 @@ class ControlChannel:
     def _line(self, line: bytes, deliver: Callable[[bytes], None]) -> None:
         line = line.strip()
         if not line:
+            return
+        if len(line) > MAX_CONTROL_LINE:  # it arrived whole, in the read that also held its newline
+            self._invalid(line[:800], "line longer than 1 MiB", deliver)
             return
         try:
             message = msgspec.json.decode(line)
@@ -112,8 +229,15 @@ class ControlChannel:
                 ErrorCode.INPUT_TOO_LARGE, f"control message is {len(payload)} bytes", limit=m.MAX_INPUT_BYTES
             )
         async with self._send_lock:
+            await self._connected.wait()  # a listening channel: once the child has connected
+            if self._stream is None:
+                raise trio.ClosedResourceError("the control channel was closed before the child connected")
             await self._stream.send_all(payload)
 
     def close(self) -> None:
         """Close hostd's end now (synchronously); a pending :meth:`receive` returns, sends fail."""
-        self._stream.socket.close()
+        self._closed = True
+        self._stop_listening()
+        if self._stream is not None:
+            self._stream.socket.close()
+        self._connected.set()

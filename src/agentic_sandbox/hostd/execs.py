@@ -4,9 +4,15 @@ Each exec is the leader of its own tree (session, ``AIWG_TREE=<namespace>:exec:<
 ``<instance cgroup>/x-<exec id>`` when the instance has one). Its stdout and stderr are separate
 pipes read into one :class:`OutputRing` (kind 1 = stdout, 2 = stderr) by reader tasks in the
 registry's nursery, whether or not anyone subscribes. With ``control=True`` the child also gets
-a control channel (:mod:`hostd.control`): JSON objects, one per line, both ways. Messages the
-child writes go into the same ring (kind 3, the JSON bytes), so replay interleaves output and
-control messages in the order hostd saw them.
+a control channel (:mod:`hostd.control`): JSON objects, one per line, both ways; an inherited fd,
+or a socket in the instance to connect to where the provider says so
+(:meth:`~hostd.providers.base.Provider.control_socket`). Messages the child writes go into the
+same ring (kind 3, the JSON bytes), so replay interleaves output and control messages in the
+order hostd saw them. With ``control_flow=True`` the subscriber acknowledges what it processed
+(:meth:`ExecRegistry.control_ack`) and the channel is read only while less than
+:data:`CONTROL_UNACKED_BYTES` (or half the ring's frames) of it is unacknowledged: a fast child
+waits on its writes instead of its messages being evicted before anyone read them. Once the
+leader exited, what is left is read regardless.
 
 Lifetime: the exec ends when its leader exits and its pipes are closed. If something the leader
 started keeps the pipes open past a short drain, the rest of the tree is killed (the tree goes
@@ -21,8 +27,11 @@ data is in the pipe.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
+import os
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
@@ -56,6 +65,8 @@ _BATCH_BYTES = 64 * 1024  # as for sessions: bounded writes keep one connection 
 _DRAIN_S = 0.5
 #: How long to wait for the pipes to close once the tree was killed.
 _PIPE_CLOSE_WAIT_S = 3.0
+#: Control bytes a ``control_flow`` exec may have unacknowledged before hostd stops reading them.
+CONTROL_UNACKED_BYTES = 2 * 1024 * 1024
 
 
 class _Exec(Child):
@@ -82,6 +93,12 @@ class _Exec(Child):
         #: The leader is a client for the real process (:attr:`hostd.providers.SpawnSpec.proxied`).
         self.proxied = False
         self.pipes_closed = trio.Event()
+        self.leader_exited = trio.Event()
+        #: Flow control (``control_flow``): (seq, size) of control messages not acknowledged yet.
+        self.control_flow = req.control_flow
+        self.unacked: deque[tuple[int, int]] = deque()
+        self.unacked_bytes = 0
+        self.acked = trio.Event()
 
     @property
     def leader_alive(self) -> bool:
@@ -137,7 +154,7 @@ class ExecRegistry(ChildRegistry[_Exec]):
     async def start(self, req: m.ExecStartRequest) -> m.ExecInfo:
         env = dict(req.env)
         exec_id, placement = self._admit(req.exec_id, req.instance_id, env)
-        parent_sock = child_sock = None
+        parent_sock = child_sock = listener = None
         try:
             if req.control and "exec.control" not in placement.capabilities:
                 raise RpcError(
@@ -146,10 +163,15 @@ class ExecRegistry(ChildRegistry[_Exec]):
                     instance_id=req.instance_id,
                 )
             env["AIWG_EXEC_ID"] = exec_id
+            where = placement.control_socket(exec_id) if req.control else None
+            if where is not None:
+                env[control.CONTROL_SOCKET_ENV] = where.inside_path
             spec = placement.spawn_spec(req.argv, req.cwd, env, tty=False)
             cgroup = self._make_cgroup(spec.cgroup_parent, exec_id)
             host_env = dict(spec.env)
-            if req.control:
+            if where is not None:
+                listener = control.listen(where.host_path)
+            elif req.control:
                 parent_sock, child_sock = control.socketpair()
                 host_env[control.CONTROL_FD_ENV] = str(child_sock.fileno())
             try:
@@ -167,6 +189,10 @@ class ExecRegistry(ChildRegistry[_Exec]):
             except BaseException:
                 if parent_sock is not None:
                     parent_sock.close()
+                if listener is not None and where is not None:
+                    listener.close()
+                    with contextlib.suppress(OSError):
+                        os.unlink(where.host_path)
                 Cgroups.remove(cgroup)
                 raise
         finally:
@@ -174,7 +200,11 @@ class ExecRegistry(ChildRegistry[_Exec]):
             if child_sock is not None:
                 child_sock.close()  # the child has its own copy; ours would hide its EOF
         ring = OutputRing(max_frames=self._config.ring_frames, max_bytes=self._config.ring_bytes)
-        ctrl = ControlChannel(parent_sock, exec_id) if parent_sock is not None else None
+        ctrl = None
+        if parent_sock is not None:
+            ctrl = ControlChannel(exec_id, sock=parent_sock)
+        elif listener is not None and where is not None:
+            ctrl = ControlChannel(exec_id, listener=listener, path=where.host_path)
         rec = _Exec(req, exec_id, spec.shown_cwd, proc, ring, cgroup, ctrl)
         rec.proxied = spec.proxied
         await self._adopt(rec)
@@ -196,6 +226,8 @@ class ExecRegistry(ChildRegistry[_Exec]):
                 if rec.ctrl is not None:
                     pipes.start_soon(self._control_reader, rec, rec.ctrl)
                 rec.exit_code, rec.signal = await procspawn.wait_exit(proc)
+                rec.leader_exited.set()
+                rec.acked.set()  # what is left on the control channel is read regardless
                 if rec.proxied:
                     # What it ran inside the instance goes with its client (no hangup reaches it).
                     await proctree.kill_tree_now(leader=None, pgid=None, cgroup=None, tree_id=self._tree(rec.id))
@@ -247,14 +279,35 @@ class ExecRegistry(ChildRegistry[_Exec]):
             self._pipe_closed(rec)
 
     async def _control_reader(self, rec: _Exec, ctrl: ControlChannel) -> None:
+        frames = max(1, self._config.ring_frames // 2)
+
         def deliver(message: bytes) -> None:
             if not rec.ring.closed:
-                rec.ring.append(message, KIND_CONTROL)
+                seq = rec.ring.append(message, KIND_CONTROL)
+                if rec.control_flow:
+                    rec.unacked.append((seq, len(message)))
+                    rec.unacked_bytes += len(message)
+
+        async def ready() -> None:
+            while (
+                rec.control_flow
+                and not rec.leader_exited.is_set()
+                and (rec.unacked_bytes > CONTROL_UNACKED_BYTES or len(rec.unacked) > frames)
+            ):
+                rec.acked = trio.Event()  # set by an ack, and when the leader exits
+                await rec.acked.wait()
 
         try:
-            await ctrl.receive(deliver)
+            await ctrl.receive(deliver, ready=ready, leader_exited=rec.leader_exited)
         finally:
             self._pipe_closed(rec)
+
+    def control_ack(self, exec_id: str, seq: int) -> None:
+        """The subscriber processed the exec's events up to ``seq`` (see the module docstring)."""
+        rec = self._find(exec_id)
+        while rec.unacked and rec.unacked[0][0] <= seq:
+            rec.unacked_bytes -= rec.unacked.popleft()[1]
+        rec.acked.set()
 
     async def _timeout(self, rec: _Exec, timeout_s: float) -> None:
         await trio.sleep(timeout_s)

@@ -43,6 +43,7 @@ INLINE: frozenset[type[m.Request]] = frozenset(
         m.SessionSignalRequest,
         m.SessionWriteRequest,  # never waits: the session keeps an ordered input backlog
         m.ExecGetRequest,
+        m.ExecControlAckRequest,  # never waits: it only moves a counter
     }
 )
 
@@ -115,6 +116,7 @@ class Handlers:
             m.ExecStartRequest: self.exec_start,
             m.ExecWriteRequest: self.exec_write,
             m.ExecControlSendRequest: self.exec_control_send,
+            m.ExecControlAckRequest: self.exec_control_ack,
             m.ExecCancelRequest: self.exec_cancel,
             m.ExecGetRequest: self.exec_get,
             m.ExecDeleteRequest: self.exec_delete,
@@ -281,6 +283,10 @@ class Handlers:
     async def exec_control_send(self, req: m.ExecControlSendRequest) -> m.ExecControlSendResponse:
         await self.execs.control_send(req.exec_id, req.message)
         return m.ExecControlSendResponse()
+
+    async def exec_control_ack(self, req: m.ExecControlAckRequest) -> m.ExecControlAckResponse:
+        self.execs.control_ack(req.exec_id, req.seq)
+        return m.ExecControlAckResponse()
 
     async def exec_cancel(self, req: m.ExecCancelRequest) -> m.ExecCancelResponse:
         return m.ExecCancelResponse(exec=await self.execs.kill(req.exec_id, req.grace_s, reason="canceled"))

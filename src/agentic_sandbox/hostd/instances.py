@@ -42,7 +42,7 @@ from .envrules import validate_instance_env
 from .errors import RpcError
 from .instancecopies import InstanceCopies
 from .instancetable import InstanceTable, StopHook
-from .providers import AbsentProvider, Instance, Provider, SpawnSpec
+from .providers import AbsentProvider, ControlSocket, Instance, Provider, SpawnSpec
 
 __all__ = ["InstanceRegistry", "Placement", "StopHook"]
 
@@ -62,6 +62,9 @@ class Placement:
 
     def spawn_spec(self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str], *, tty: bool) -> SpawnSpec:
         return self._instance.provider.spawn_spec(self._instance, argv, cwd, env, tty=tty)
+
+    def control_socket(self, exec_id: str) -> ControlSocket | None:
+        return self._instance.provider.control_socket(self._instance, exec_id)
 
 
 class InstanceRegistry:

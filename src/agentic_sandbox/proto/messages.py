@@ -483,9 +483,13 @@ class ExecStartRequest(Request):
     #: Bytes written to stdin once started; stdin stays open only if ``keep_stdin_open``.
     stdin: Input | None = None
     keep_stdin_open: bool = False
-    #: Give the child a control channel (JSON lines both ways) on the fd named by
-    #: ``AIWG_CONTROL_FD`` in its environment.
+    #: Give the child a control channel (JSON lines both ways): an fd named by ``AIWG_CONTROL_FD``
+    #: in its environment, or (in a container) a socket to connect to at ``AIWG_CONTROL_SOCKET``.
     control: bool = False
+    #: The subscriber acknowledges the control messages it has processed (``ExecControlAck``):
+    #: hostd stops reading the channel while more than a bound is unacknowledged, so a fast child
+    #: waits on its writes instead of its messages being evicted from the ring.
+    control_flow: bool = False
     #: Kill the tree after this many seconds; None = no timeout.
     timeout_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
     exec_id: ObjectId | None = None
@@ -514,6 +518,17 @@ class ExecControlSendRequest(Request):
 
 
 class ExecControlSendResponse(Response):
+    pass
+
+
+class ExecControlAckRequest(Request):
+    """The subscriber has processed the exec's events up to ``seq`` (``control_flow`` execs)."""
+
+    exec_id: ObjectId
+    seq: Seq
+
+
+class ExecControlAckResponse(Response):
     pass
 
 
@@ -688,6 +703,9 @@ class ContainerDetail(msgspec.Struct, kw_only=True):
     limits: ResourceLimits | None = None
     #: An image hostd made for this container (a fork's commit of its source), removed with it.
     owned_image: str | None = None
+    #: The host directory bound at ``/run/aiwg`` inside, where each exec with a
+    #: control channel gets its socket (None: a container made before there was one, no channel).
+    control_dir: str | None = None
 
 
 class HostDetail(msgspec.Struct, kw_only=True):
@@ -895,6 +913,7 @@ ClientFrame = Union[  # noqa: UP007 - one member per line reads as the API index
     ExecStartRequest,
     ExecWriteRequest,
     ExecControlSendRequest,
+    ExecControlAckRequest,
     ExecCancelRequest,
     ExecGetRequest,
     ExecDeleteRequest,
@@ -935,6 +954,7 @@ ServerFrame = Union[  # noqa: UP007
     ExecStartResponse,
     ExecWriteResponse,
     ExecControlSendResponse,
+    ExecControlAckResponse,
     ExecCancelResponse,
     ExecGetResponse,
     ExecDeleteResponse,

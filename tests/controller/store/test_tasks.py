@@ -114,7 +114,7 @@ async def test_one_answer_per_prompt_and_the_agent_outbox_goes_with_its_event(st
     assert await store.outbox.task_ids() == {"t1"}
     final = {"state": "TASK_STATE_COMPLETED"}
     await store.tasks.append("t1", Append(kind="status", body={"status": final}, status=final), now)
-    assert await store.tasks.purge(ended_before=now + 60) == 1
+    assert len(await store.tasks.purge(ended_before=now + 60)) == 1
     assert await store.outbox.pending("t1") == [] and await store.outbox.task_ids() == set()
 
 
@@ -233,10 +233,10 @@ async def test_unfinished_tasks_oldest_first_and_the_purge_takes_only_old_ended_
     for i, state in enumerate(["TASK_STATE_WORKING", *TERMINAL, "TASK_STATE_INPUT_REQUIRED"]):
         await store.tasks.create(task(f"t{i}", 100.0 - i, {"state": state}), FIRST)
     assert [r.id for r in await store.tasks.unfinished()] == ["t5", "t0"]
-    assert await store.tasks.purge(ended_before=97.5) == 2  # t3 (97), t4 (96); t1, t2 ended later
+    assert sorted(await store.tasks.purge(ended_before=97.5)) == ["t3", "t4"]  # t3 (97), t4 (96); t1, t2 ended later
     assert {r.id for r in await store.tasks.unfinished()} == {"t0", "t5"}
     assert await store.tasks.get("t3") is None and await store.tasks.events_after("t3", 0) == []
-    assert await store.tasks.purge(ended_before=1000.0) == 2
+    assert len(await store.tasks.purge(ended_before=1000.0)) == 2
     assert sorted([r.id for r in await store.tasks.unfinished()]) == ["t0", "t5"]
     assert await store.tasks.get("t0") is not None
 

@@ -11,6 +11,8 @@ import trio
 
 from agentic_sandbox.controller.hostlink import HostdLink
 from agentic_sandbox.controller.store import Store
+from agentic_sandbox.controller.tasks.agentlogs import TaskLogs
+from agentic_sandbox.controller.tasks.files import TaskFiles
 from agentic_sandbox.proto import messages as m
 from agentic_sandbox.proto import new_id
 from tests.controller.conftest import LiveHostd
@@ -30,7 +32,7 @@ async def rig(hostd: LiveHostd, tmp_path: Path) -> AsyncIterator[Rig]:
             work = tmp_path / "work"
             work.mkdir()
             await link.call(m.InstanceProvisionRequest(instance_id=instance_id, name="runner", working_dir=str(work)))
-            yield Rig(link, store, instance_id)
+            yield Rig(link, store, instance_id, TaskFiles(tmp_path / "files"), TaskLogs(tmp_path / "logs", 4096))
             nursery.cancel_scope.cancel()
     finally:
         store.close()

@@ -11,6 +11,9 @@ import trio
 
 from agentic_sandbox.controller.hostlink import HostdLink
 from agentic_sandbox.controller.store import Append, Store, TaskEvent, TaskRecord
+from agentic_sandbox.controller.tasks.agentevents import AgentEvents, AgentLimits
+from agentic_sandbox.controller.tasks.agentlogs import TaskLogs
+from agentic_sandbox.controller.tasks.files import TaskFiles
 from agentic_sandbox.controller.tasks.runner import Runner
 from agentic_sandbox.proto import messages as m
 from agentic_sandbox.proto import new_id
@@ -31,12 +34,20 @@ class Rig:
     link: HostdLink
     store: Store
     instance_id: str
+    files: TaskFiles
+    logs: TaskLogs
 
     async def start(self, script: str) -> TaskRecord:
         """An exec of ``script`` (bash, with a control channel) and its task, stored."""
         exec_id = f"x-{new_id()}"
         await self.link.call(
-            m.ExecStartRequest(instance_id=self.instance_id, argv=["bash", "-c", script], control=True, exec_id=exec_id)
+            m.ExecStartRequest(
+                instance_id=self.instance_id,
+                argv=["bash", "-c", script],
+                control=True,
+                control_flow=True,
+                exec_id=exec_id,
+            )
         )
         task = working_task(f"t-{new_id()}", exec_id=exec_id)
         first = Append(kind="message", body={"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]})
@@ -50,6 +61,7 @@ class Rig:
         canceled: bool = False,
         max_output_bytes: int = 1 << 20,
         started: set[str] = frozenset(),
+        limits: AgentLimits = AgentLimits(),
     ) -> Runner:
         async def record_many(task_id: str, changes: list[Append]) -> TaskRecord | None:
             return (await self.store.tasks.append_many(task_id, changes, time.time()))[1]
@@ -57,9 +69,14 @@ class Rig:
         async def deliver(task_id: str) -> None:
             pass
 
+        async def first_message(task_id: str) -> dict[str, Any] | None:
+            first = await self.store.tasks.events_after(task_id, 0, limit=1)
+            return first[0].body if first else None
+
         return Runner(
             task, link=self.link, record_many=record_many, canceled=lambda _: canceled, deliver=deliver,
             max_output_bytes=max_output_bytes, started=set(started),
+            agent=AgentEvents(task, self.files, limits, []), logs=self.logs, first_message=first_message,
         )  # fmt: skip
 
     async def run(self, script: str, **kw: Any) -> tuple[TaskRecord, list[TaskEvent]]:

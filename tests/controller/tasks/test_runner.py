@@ -8,6 +8,7 @@ test_service.py); these cases look at what one runner stores for each kind of ex
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import trio
 
 from agentic_sandbox.controller.errors import ControllerError
 from agentic_sandbox.controller.store import Append
+from agentic_sandbox.controller.tasks.agentevents import AgentLimits
 from agentic_sandbox.controller.tasks.prompts import HITL_EXTENSION
 from agentic_sandbox.controller.tasks.runner import exit_outcome, status_change
 from agentic_sandbox.proto import messages as m
@@ -175,3 +177,119 @@ async def test_an_exec_hostd_does_not_know_fails_the_task_as_infrastructure(rig:
     assert rec is not None and rec.state == "TASK_STATE_FAILED"
     assert rec.metadata["fail_kind"] == "infrastructure"
     assert rec.status["message"]["parts"][0]["text"].startswith("hostd lost the task's process")
+
+
+# -- the agent protocol, version 2 -----------------------------------------------------------------
+
+AGENT_PRELUDE = """
+import base64, json, os, socket, sys
+channel = socket.socket(fileno=int(os.environ["AIWG_CONTROL_FD"]))
+lines = channel.makefile("rwb", buffering=0)
+def send(**fields):
+    lines.write(json.dumps(fields).encode() + b"\\n")
+def receive():
+    return json.loads(lines.readline())
+"""
+
+
+def agent(tmp_path: Path, body: str) -> str:
+    """A bash line that runs ``body`` as a Python agent on its control channel."""
+    path = tmp_path / f"agent-{len(list(tmp_path.glob('agent-*')))}.py"
+    path.write_text(AGENT_PRELUDE + body)
+    return f"exec {sys.executable} {path}"
+
+
+async def test_an_agent_that_says_hello_gets_its_task_and_its_output_is_a_log(rig: Rig, tmp_path: Path) -> None:
+    script = agent(
+        tmp_path,
+        """
+send(type="hello", version=2, agent={"name": "t"})
+task = receive()
+print("a log line", flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+send(type="artifact", artifactId="echo", parts=[{"data": task}], lastChunk=True)
+send(type="status", state="TASK_STATE_COMPLETED", message={"parts": [{"text": "done"}]})
+sys.exit(3)  # the agent ended the task itself: its exit status no longer decides
+""",
+    )
+    rec, events = await rig.run(script)
+    assert rec.state == "TASK_STATE_COMPLETED" and rec.status["message"]["parts"] == [{"text": "done"}]
+    assert rec.metadata["agent_protocol"] == 2
+    artifacts = {a["artifactId"]: a for a in await rig.store.tasks.artifacts(rec.id)}
+    task = artifacts["echo"]["parts"][0]["data"]
+    assert (task["type"], task["version"], task["taskId"], task["contextId"]) == ("task", 2, rec.id, "c1")
+    assert task["message"]["parts"] == [{"text": "go"}] and task["extensions"] == []
+    assert set(artifacts) == {"echo"}  # stdout and stderr are no artifacts of its task
+    log = (await rig.logs.read(rec.id) or b"").decode()
+    assert "a log line\n" in log and "to stderr\n" in log
+    kinds = [(e.kind, e.body.get("status", {}).get("state")) for e in events]
+    assert ("status", "TASK_STATE_WORKING") in kinds  # the hello, recorded with its version
+
+
+async def test_refused_lines_are_answered_on_the_channel_and_the_task_goes_on(rig: Rig, tmp_path: Path) -> None:
+    script = agent(
+        tmp_path,
+        """
+send(type="hello", version=2)
+receive()  # the task
+replies = []
+send(type="status", state="TASK_STATE_SUBMITTED"); replies.append(receive())
+send(type="artifact", artifactId="a", parts=[{"text": "x", "data": 1}]); replies.append(receive())
+lines.write(b"this is not json\\n"); replies.append(receive())
+send(type="artifact", artifactId="replies", parts=[{"data": replies}])
+send(type="message", message={"parts": [{"text": "answer"}]})
+send(type="status", state="TASK_STATE_WORKING"); replies.append(receive())
+send(type="artifact", artifactId="late", parts=[{"data": replies[-1]}])
+""",
+    )
+    rec, _ = await rig.run(script)
+    assert rec.state == "TASK_STATE_COMPLETED" and rec.metadata["answered_with"] == "message"
+    assert rec.status["message"]["parts"] == [{"text": "answer"}] and rec.status["message"]["role"] == "ROLE_AGENT"
+    artifacts = {a["artifactId"]: a for a in await rig.store.tasks.artifacts(rec.id)}
+    replies = artifacts["replies"]["parts"][0]["data"]
+    assert [(r["type"], r["event"]) for r in replies] == [
+        ("error", "status"),
+        ("error", "artifact"),
+        ("error", "invalid"),
+    ]
+    assert "TASK_STATE_SUBMITTED" in replies[0]["error"] and "exactly one of" in replies[1]["error"]
+    assert "not a JSON object" in replies[2]["error"]
+    assert "late" not in artifacts  # after the end: refused too
+
+
+async def test_a_flooding_agent_fails_its_task_and_is_killed(rig: Rig, tmp_path: Path) -> None:
+    script = agent(
+        tmp_path,
+        """
+send(type="hello", version=2)
+receive()
+while True:
+    send(type="status", text="spam")
+""",
+    )
+    rec, _ = await rig.run(script, limits=AgentLimits(events_per_s=200, burst_s=0.5))
+    assert rec.state == "TASK_STATE_FAILED" and rec.metadata["fail_kind"] == "application"
+    assert rec.status["message"]["parts"] == [{"text": "the agent sent more than 200 events a second"}]
+
+
+async def test_many_large_lines_all_arrive_at_the_pace_the_controller_keeps(rig: Rig, tmp_path: Path) -> None:
+    # 24 MiB of artifact lines: far more than hostd's ring holds, so only flow control saves them.
+    script = agent(
+        tmp_path,
+        """
+send(type="hello", version=2)
+receive()
+chunk = base64.b64encode(bytes(range(256)) * 1024).decode()  # 256 KiB
+for i in range(96):
+    part = {"raw": chunk, "filename": "f.bin"}
+    send(type="artifact", artifactId="file", parts=[part], append=i > 0, lastChunk=i == 95)
+""",
+    )
+    rec, events = await rig.run(script)
+    assert rec.state == "TASK_STATE_COMPLETED"
+    assert len([e for e in events if e.kind == "artifact"]) == 96
+    [stored] = await rig.store.tasks.artifacts(rec.id)
+    [part] = stored["parts"]
+    assert part["file"]["size"] == 96 * 256 * 1024 and part["filename"] == "f.bin"
+    data = b"".join(rig.files.chunks(rec.id, part["file"]["id"], part["file"]["size"]))
+    assert data == bytes(range(256)) * 1024 * 96

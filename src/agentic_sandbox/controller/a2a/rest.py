@@ -21,9 +21,12 @@ SendMessage, SendStreamingMessage, CancelTask and the push operations need runti
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
+import trio
 from quart import Response, request
 
 from ..decoding import decode_json, validation_failure
@@ -149,6 +152,30 @@ async def subscribe(instance_id: str, task_id: str) -> Response:
     caller = await begin(instance_id, legacy_path=is_legacy_path(), enforce_extensions=False)
     params = service.TaskIdParams(id=task_id)
     return sse_response(caller, await app_state().a2a.subscribe_to_task(caller, params))
+
+
+@a2a.get(f"{P}/tasks/<task_id>/files/<file_id>")
+async def task_file(instance_id: str, task_id: str, file_id: str) -> Response:
+    """A file an agent returned (an artifact's ``url`` part points here), streamed from disk."""
+    caller = await begin(instance_id, legacy_path=False, enforce_extensions=False)
+    found = await app_state().a2a.task_file(caller, task_id, file_id)
+
+    async def body() -> AsyncIterator[bytes]:
+        chunks = found.chunks
+        while chunk := await trio.to_thread.run_sync(next, chunks, b""):
+            yield chunk
+
+    headers = {"Content-Length": str(found.size), "X-Content-Type-Options": "nosniff"}
+    if found.filename:
+        headers["Content-Disposition"] = content_disposition(found.filename)
+    media_type = found.media_type if found.media_type and "/" in found.media_type else "application/octet-stream"
+    return Response(body(), status=200, headers=headers, content_type=media_type)
+
+
+def content_disposition(filename: str) -> str:
+    """``attachment`` with the name as RFC 6266 spells it (ASCII fallback, UTF-8 form)."""
+    fallback = "".join(c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename)
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
 @a2a.get(f"{P}/tasks")

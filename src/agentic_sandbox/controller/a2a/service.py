@@ -9,13 +9,13 @@ knows no HTTP: the base URL a card names comes with the caller, so it works outs
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated, Any
 
 import msgspec
 
 from ..auth.credentials import InstanceCredentials
-from ..errors import UNSUPPORTED_OPERATION, InvalidState
+from ..errors import TASK_FILE_NOT_FOUND, UNSUPPORTED_OPERATION, InvalidState, NotFound
 from ..instances.catalog import not_found
 from ..loadouts.service import LoadoutService
 from ..push import PushService
@@ -23,6 +23,7 @@ from ..push.configs import ConfigRef, ListParams, PushConfigIn, convert
 from ..push.configs import view as push_view
 from ..push.target import parse_url, resolve
 from ..store import InstanceRecord, SigningKeyRecord, Store, TaskRecord, TaskSnapshot
+from ..tasks.agentevents import ANSWERED_WITH
 from ..tasks.model import Id, Metadata, SendMessageRequest
 from ..tasks.service import ListQuery, TaskService
 from . import hitl, ptyext, tenancy
@@ -49,6 +50,15 @@ class TaskIdParams(msgspec.Struct, rename="camel", kw_only=True):
     id: Id
     metadata: Metadata | None = None
     tenant: str | None = None
+
+
+class StoredFile(msgspec.Struct, frozen=True, kw_only=True):
+    """A file an agent returned, as a download serves it."""
+
+    chunks: Iterator[bytes]
+    size: int
+    filename: str | None
+    media_type: str | None
 
 
 class A2AService:
@@ -124,7 +134,13 @@ class A2AService:
         return self.shown_view(caller, snap)
 
     def shown_view(self, caller: Caller, snap: TaskSnapshot) -> dict[str, Any]:
-        return task_view(snap, caller.instance, disclose_host=caller.discloses_host, prompts=caller.sees_prompts)
+        return task_view(
+            snap,
+            caller.instance,
+            disclose_host=caller.discloses_host,
+            prompts=caller.sees_prompts,
+            base_url=caller.base_url,
+        )
 
     async def send(self, caller: Caller, req: SendMessageRequest) -> Any:
         """The task service's send, with the configuration's inline push config (if any) made for
@@ -132,7 +148,9 @@ class A2AService:
         the message sent (a follow-up)."""
         config = req.configuration
         if config is None or config.task_push_notification_config is None:
-            return await self._tasks.send(caller.instance, req, prompts_active=caller.sees_prompts)
+            return await self._tasks.send(
+                caller.instance, req, prompts_active=caller.sees_prompts, extensions=caller.extensions
+            )
         push = convert(config.task_push_notification_config, PushConfigIn)
         await resolve(parse_url(push.url), allow_private=self._push_allow_private)
         from_seq = 0
@@ -140,7 +158,10 @@ class A2AService:
             from_seq = (await self._tasks.get(caller.instance.id, req.message.task_id)).last_seq
         plain = msgspec.structs.replace(config, task_push_notification_config=None)
         rec = await self._tasks.send(
-            caller.instance, msgspec.structs.replace(req, configuration=plain), prompts_active=caller.sees_prompts
+            caller.instance,
+            msgspec.structs.replace(req, configuration=plain),
+            prompts_active=caller.sees_prompts,
+            extensions=caller.extensions,
         )
         await self._push.create(caller.instance.id, rec.id, push, from_seq=from_seq, extensions=caller.extensions)
         return rec
@@ -150,6 +171,8 @@ class A2AService:
         config = req.configuration
         if config is None or not config.return_immediately:
             rec = await self._tasks.wait_settled(rec.id)
+        if rec.metadata.get(ANSWERED_WITH) == "message" and isinstance(rec.status.get("message"), dict):
+            return {"message": rec.status["message"]}  # the agent answered with a Message, not a task
         history = config.history_length if config is not None else None
         return {"task": await self.view(caller, rec, history_length=history)}
 
@@ -219,6 +242,25 @@ class A2AService:
         await self._tasks.get(caller.instance.id, ref.task_id)
         await self._push.delete(ref.task_id, ref.id)
         return {}
+
+    async def task_file(self, caller: Caller, task_id: str, file_id: str) -> StoredFile:
+        """A file one of the task's artifacts holds on disk (only those: the id is looked up in the
+        stored artifacts, never used as a path first); TASK_FILE_NOT_FOUND otherwise."""
+        await self._tasks.get(caller.instance.id, task_id)
+        for artifact in await self._store.tasks.artifacts(task_id):
+            for part in artifact.get("parts") or []:
+                ref = part.get("file") if isinstance(part, dict) else None
+                if isinstance(ref, dict) and ref.get("id") == file_id:
+                    size = int(ref["size"])
+                    if (self._tasks.files.size(task_id, file_id) or 0) < size:
+                        break  # gone from the disk (or cut short): not served as if whole
+                    return StoredFile(
+                        chunks=self._tasks.files.chunks(task_id, file_id, size),
+                        size=size,
+                        filename=part.get("filename"),
+                        media_type=part.get("mediaType"),
+                    )
+        raise NotFound(TASK_FILE_NOT_FOUND, f"task {task_id} has no file {file_id[:64]!r}", details={"taskId": task_id})
 
     async def extended_agent_card(self, caller: Caller) -> dict[str, Any]:
         card, _key = await self.signed_card(caller.instance, caller.base_url)

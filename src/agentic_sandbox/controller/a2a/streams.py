@@ -56,7 +56,13 @@ class Framing:
 async def creation_view(store: Store, caller: Caller, task_id: str) -> tuple[dict[str, Any], int]:
     """The Task as it was created (submitted, its first message), and the sequence it stands at."""
     snap = await read_snapshot(store, caller.instance.id, task_id, 0, artifacts=False)
-    view = task_view(snap, caller.instance, disclose_host=caller.discloses_host, prompts=caller.sees_prompts)
+    view = task_view(
+        snap,
+        caller.instance,
+        disclose_host=caller.discloses_host,
+        prompts=caller.sees_prompts,
+        base_url=caller.base_url,
+    )
     view["status"] = {"state": "TASK_STATE_SUBMITTED", "timestamp": rfc3339_us(snap.record.created_at)}
     view["metadata"] = {k: v for k, v in view["metadata"].items() if k not in OUTCOME_KEYS}  # not set yet then
     [first] = await store.tasks.events_after(task_id, 0, limit=1)
@@ -93,7 +99,11 @@ class TaskStreams:
                     # ``seq``, so the updates after it repeat none of it and miss none.
                     snap = await read_snapshot(store, caller.instance.id, task_id, None)
                     view = task_view(
-                        snap, caller.instance, disclose_host=caller.discloses_host, prompts=caller.sees_prompts
+                        snap,
+                        caller.instance,
+                        disclose_host=caller.discloses_host,
+                        prompts=caller.sees_prompts,
+                        base_url=caller.base_url,
                     )
                     seq = snap.record.last_seq
                 yield framing.data({"task": view})

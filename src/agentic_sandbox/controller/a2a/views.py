@@ -15,7 +15,7 @@ from typing import Any
 from ..store import InstanceRecord, Store, TaskSnapshot
 from ..tasks.prompts import shown
 from ..tasks.service import task_not_found
-from .card import runtime_params
+from .card import instance_url, runtime_params
 
 #: History a Task carries when the request does not say (``historyLength`` unset).
 DEFAULT_HISTORY = 100
@@ -41,17 +41,37 @@ def task_view(
     *,
     disclose_host: bool,
     prompts: bool,
+    base_url: str,
 ) -> dict[str, Any]:
     """The Task, with the artifacts the snapshot holds; ``prompts``: the caller activated
-    hitl-prompt/v1 (else a prompt envelope is left out)."""
+    hitl-prompt/v1 (else a prompt envelope is left out). A file an agent returned that is kept on
+    disk is shown as a ``url`` part under ``base_url`` (the caller's view of this controller)."""
     rec = snap.record
     task: dict[str, Any] = {"id": rec.id, "contextId": rec.context_id, "status": shown(rec.status, prompts)}
     if snap.artifacts:
-        task["artifacts"] = snap.artifacts
+        files = f"{instance_url(base_url, instance.id)}/tasks/{rec.id}/files/"
+        task["artifacts"] = [_with_file_urls(artifact, files) for artifact in snap.artifacts]
     if snap.history:
         task["history"] = snap.history
     task["metadata"] = {**rec.metadata, **runtime_metadata(instance, disclose_host=disclose_host)}
     return task
+
+
+def _with_file_urls(artifact: dict[str, Any], files: str) -> dict[str, Any]:
+    """The artifact with each file part (``{"file": {"id", "size"}}``, see
+    :mod:`controller.tasks.files`) as the A2A ``url`` part a client fetches it by."""
+    parts = artifact.get("parts") or []
+    if not any("file" in part for part in parts):
+        return artifact
+    shown_parts = []
+    for part in parts:
+        if "file" in part:
+            ref = part["file"]
+            part = {k: v for k, v in part.items() if k != "file"}
+            part["url"] = files + ref["id"]
+            part["metadata"] = {**(part.get("metadata") or {}), "size": ref["size"]}
+        shown_parts.append(part)
+    return {**artifact, "parts": shown_parts}
 
 
 async def read_snapshot(

@@ -4,8 +4,8 @@ The blueprint and its error handlers live in ``blueprint``; route modules regist
 imported here: ``instances``, ``operations``, ``deprecation`` (instances and their lifecycle, operation
 polling, v1 counters), ``storage``, ``catalog`` (agentshare storage, container images, loadouts),
 ``libvirt`` (VM checkpoints and warm pools), ``warmpools`` (every warm pool), ``sessions`` (PTY
-sessions), ``streams`` (events and logs), ``discovery`` (runtime providers, bootstrap readiness,
-MCP discovery) and ``cloudhypervisor`` (upstream's CH verbs, answered 501);
+sessions), ``streams`` (events and logs), ``tasks`` (an agent's task logs), ``discovery`` (runtime
+providers, bootstrap readiness, MCP discovery) and ``cloudhypervisor`` (upstream's CH verbs, answered 501);
 ``views`` turns the services' records into the contract's shapes. Handlers decode into a typed
 object, call one service method, and return its view.
 
@@ -29,6 +29,7 @@ from . import (  # noqa: F401  (routes register on import)
     sessions,
     storage,
     streams,
+    tasks,
     warmpools,
 )
 from .blueprint import admin

@@ -136,16 +136,24 @@ def _event(row: sqlite3.Row) -> TaskEvent:
 
 def fold_artifact(stored: dict[str, Any] | None, chunk: dict[str, Any], append: bool) -> dict[str, Any]:
     """The artifact after a chunk: a new one replaces, an appended one adds its parts (text
-    following text is joined, so an artifact reads as one text however it was chunked)."""
+    following text is joined, so an artifact reads as one text however it was chunked; a part
+    marked ``_joins`` is the artifact's last part grown, and replaces it: see
+    :mod:`controller.tasks.agentevents`)."""
     if stored is None or not append:
-        return {**chunk, "parts": [dict(p) for p in chunk["parts"]]}
+        return {**chunk, "parts": [_unmarked(p) for p in chunk["parts"]]}
     parts = [dict(p) for p in stored["parts"]]
     for part in chunk["parts"]:
-        if parts and set(parts[-1]) == {"text"} and set(part) == {"text"}:
+        if part.get("_joins") and parts:
+            parts[-1] = _unmarked(part)
+        elif parts and set(parts[-1]) == {"text"} and set(part) == {"text"}:
             parts[-1]["text"] += part["text"]
         else:
-            parts.append(dict(part))
+            parts.append(_unmarked(part))
     return {**stored, "parts": parts}
+
+
+def _unmarked(part: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in part.items() if k != "_joins"}
 
 
 class TaskTable:
@@ -289,19 +297,21 @@ class TaskTable:
 
         return await self._db.run(query)
 
-    async def purge(self, ended_before: float) -> int:
+    async def purge(self, ended_before: float) -> list[str]:
         """Delete terminal tasks whose last status is older than ``ended_before`` (with their
-        events, artifacts and push configs); returns how many."""
+        events, artifacts and push configs); returns their ids."""
         marks = ",".join("?" * len(TERMINAL))
         doomed = f"SELECT id FROM tasks WHERE state IN ({marks}) AND status_at < ?"
         args = (*TERMINAL, ended_before)
 
-        def purge(db: sqlite3.Connection) -> int:
+        def purge(db: sqlite3.Connection) -> list[str]:
+            ids = [row[0] for row in db.execute(doomed, args)]
             db.execute(f"DELETE FROM task_events WHERE task_id IN ({doomed})", args)
             db.execute(f"DELETE FROM task_artifacts WHERE task_id IN ({doomed})", args)
             db.execute(f"DELETE FROM push_configs WHERE task_id IN ({doomed})", args)
             db.execute(f"DELETE FROM agent_outbox WHERE task_id IN ({doomed})", args)
-            return int(db.execute(f"DELETE FROM tasks WHERE id IN ({doomed})", args).rowcount)
+            db.execute(f"DELETE FROM tasks WHERE id IN ({doomed})", args)
+            return ids
 
         return await self._db.run(self._db.transaction(purge))
 
@@ -356,6 +366,9 @@ def _store_event(db: sqlite3.Connection, event: TaskEvent, change: Append) -> No
         (event.task_id, event.seq, event.kind, to_json(event.body), event.at),
     )
     if change.artifact is not None:
+        shown = event.body.get("artifact")
+        if isinstance(shown, dict) and shown is not change.artifact and "metadata" in shown:
+            change.artifact["metadata"] = shown["metadata"]  # the timeline position stamped on it
         _fold_into_store(db, event.task_id, change.artifact, change.append)
     if change.outbox is not None:
         db.execute("INSERT INTO agent_outbox VALUES (?,?,?)", (event.task_id, event.seq, to_json(change.outbox)))

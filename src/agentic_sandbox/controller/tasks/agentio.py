@@ -41,8 +41,12 @@ from .model import Message
 MAX_STDIN_BYTES = 1024 * 1024
 OWNED_PREFIXES = ("runtime.",)
 #: Set on a task when it ends (by the runner), so never at its creation.
-OUTCOME_KEYS = frozenset({"fail_kind", "exit_code", "output_truncated"})
-OWNED_KEYS = frozenset({"kagent.dev/a2a/timeline-position", "kagent.dev/a2a/task-created-at"}) | OUTCOME_KEYS
+OUTCOME_KEYS = frozenset({"fail_kind", "exit_code", "output_truncated", "answered_with", "agent_protocol"})
+#: The extensions the send that started the task activated (what its agent's ``task`` line names).
+EXTENSIONS = "agentic-sandbox/extensions"
+OWNED_KEYS = (
+    frozenset({"kagent.dev/a2a/timeline-position", "kagent.dev/a2a/task-created-at", EXTENSIONS}) | OUTCOME_KEYS
+)
 
 
 def strip_owned(metadata: dict[str, Any] | None) -> dict[str, Any] | None:

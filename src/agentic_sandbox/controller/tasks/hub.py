@@ -6,8 +6,9 @@ has read everything, so no event is missed between the read and the wait. Nobody
 anything through the hub: each waiter reads from the store (or the small in-memory tail of recent
 events) at its own pace, so a slow reader holds up no one and needs no buffer of its own.
 
-The tail keeps the last :data:`TAIL_EVENTS` events of tasks with live readers, so the readers of a
-busy task are fed from memory rather than a database read each.
+The tail keeps the last :data:`TAIL_EVENTS` events of tasks with live readers (at most about
+:data:`TAIL_BYTES` of artifact content: an agent streaming a large file must not pin it in memory),
+so the readers of a busy task are fed from memory rather than a database read each.
 """
 
 from __future__ import annotations
@@ -19,15 +20,41 @@ import trio
 from ..store import TaskEvent
 
 TAIL_EVENTS = 256
+TAIL_BYTES = 4 * 1024 * 1024
+
+
+def _weight(event: TaskEvent) -> int:
+    """About the bytes an event holds: its artifact's text and raw content, else a little."""
+    artifact = event.body.get("artifact") if event.kind == "artifact" else None
+    if not isinstance(artifact, dict):
+        return 256
+    return 256 + sum(
+        len(p.get("raw") or p.get("text") or "") for p in artifact.get("parts") or () if isinstance(p, dict)
+    )
 
 
 class _Entry:
-    __slots__ = ("changed", "tail", "users")
+    __slots__ = ("bytes", "changed", "tail", "users")
 
     def __init__(self) -> None:
         self.changed = trio.Event()
-        self.tail: deque[TaskEvent] = deque(maxlen=TAIL_EVENTS)
+        self.tail: deque[TaskEvent] = deque()
+        self.bytes = 0
         self.users = 0
+
+    def keep(self, event: TaskEvent) -> None:
+        tail = self.tail
+        if tail and event.seq < tail[-1].seq:
+            # Stored earlier, told later (two writers whose writes went through worker threads
+            # finished in the other order): the tail stays in sequence order.
+            ordered = sorted([*tail, event], key=lambda e: e.seq)
+            tail.clear()
+            tail.extend(ordered)
+        else:
+            tail.append(event)
+        self.bytes += _weight(event)
+        while len(tail) > 1 and (len(tail) > TAIL_EVENTS or self.bytes > TAIL_BYTES):
+            self.bytes -= _weight(tail.popleft())
 
 
 class TaskHub:
@@ -45,15 +72,7 @@ class TaskHub:
         if entry is None:
             return  # nobody waits
         if event is not None:
-            tail = entry.tail
-            if tail and event.seq < tail[-1].seq:
-                # Stored earlier, told later (two writers whose writes went through worker
-                # threads finished in the other order): the tail stays in sequence order.
-                ordered = sorted([*tail, event], key=lambda e: e.seq)
-                tail.clear()
-                tail.extend(ordered)
-            else:
-                tail.append(event)
+            entry.keep(event)
         entry.changed.set()
         entry.changed = trio.Event()
 

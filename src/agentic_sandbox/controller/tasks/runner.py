@@ -3,9 +3,14 @@
 :meth:`Runner.run` follows the exec's stream (replay from the last hostd sequence stored, then
 live) and turns each event into one stored task event: output into ``stdout`` / ``stderr``
 artifact chunks (the first chunk creates the artifact, later ones ``append``; a closing
-``lastChunk`` when the exec ends), control messages into status updates (``status``: working with
-the agent's text; ``input_request``: input-required with a hitl-prompt/v1 envelope, see
-:mod:`controller.tasks.prompts`), the exit into the final status. Each event is stored with the
+``lastChunk`` when the exec ends), or into the task's log once the agent said ``hello``
+(:mod:`controller.tasks.agentlogs`); control messages into task events (the agent protocol,
+:mod:`controller.tasks.agentevents`: statuses, artifacts, a Message answer; ``input_request``:
+input-required with a hitl-prompt/v1 envelope, see :mod:`controller.tasks.prompts`), the exit
+into the final status unless the agent ended the task itself. A refused line is answered with an
+``error`` on the channel; an agent at fault (a flood, files over the limit) gets its task failed
+and its tree killed. The control messages it processed are acknowledged to hostd
+(``ExecControlAck``), which reads the channel only as fast as that. Each event is stored with the
 hostd sequence it came from, so a restarted controller (or a reconnected link) resumes exactly
 after the last one kept. The events that have arrived together (a short task's output and its
 exit, a burst of output) are stored in one transaction, in their order.
@@ -32,6 +37,9 @@ from ..errors import ControllerError, NotFound, Unavailable
 from ..hostlink import HostdLink
 from ..store import Append, TaskRecord
 from . import prompts
+from .agentevents import VERSION, AgentEvents, Fault, Refused
+from .agentio import EXTENSIONS, OUTCOME_KEYS, strip_owned
+from .agentlogs import TaskLogs
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +53,15 @@ RESUBSCRIBE_PAUSE_S = 0.2
 DRAIN_S = 1.0
 #: How long after its task's end an exec is deleted on hostd (see Runner.run).
 DELETE_AFTER_S = 0.01
+#: Control messages (or their bytes) processed before hostd is told (well below what it lets wait).
+ACK_EVERY = 64
+ACK_EVERY_BYTES = 512 * 1024
+#: A batch stops growing once its control messages hold about this much.
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+#: How long an agent at fault gets between SIGTERM and SIGKILL.
+FAULT_GRACE_S = 1.0
+#: Set on a task whose agent said hello (its version): its output is a log from then on.
+AGENT_PROTOCOL = "agent_protocol"
 
 
 def agent_message(task: TaskRecord, text: str) -> dict[str, Any]:
@@ -100,6 +117,9 @@ class Runner:
         deliver: Callable[[str], Awaitable[None]],
         max_output_bytes: int,
         started: set[str],
+        agent: AgentEvents,
+        logs: TaskLogs,
+        first_message: Callable[[str], Awaitable[dict[str, Any] | None]],
     ) -> None:
         self.task = task
         self.link = link
@@ -114,6 +134,14 @@ class Runner:
         #: Artifacts already created (resumed from the store after a restart).
         self.started = set(started)
         self.decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in STREAMS}
+        self.agent = agent
+        self.agent.speaks = int(task.metadata.get(AGENT_PROTOCOL) or 0)  # a hello before a restart
+        self.logs = logs
+        #: The message that started a task, as stored (for the agent's ``task`` line).
+        self.first_message = first_message
+        self.fault: str | None = None
+        self.unacked = 0
+        self.unacked_bytes = 0
 
     async def run(self) -> None:
         exec_id = self.task.exec_id
@@ -144,12 +172,13 @@ class Runner:
                 ) as events:
                     await self.deliver(self.task.id)  # what waited for the agent (a restart, a hostd outage)
                     async for event in events:
-                        batch = [event]
-                        while events.buffered and len(batch) < MAX_BATCH:
+                        batch, size = [event], _size(event)
+                        while events.buffered and len(batch) < MAX_BATCH and size < MAX_BATCH_BYTES:
                             try:
                                 batch.append(await anext(events))
                             except StopAsyncIteration:
                                 break
+                            size += _size(batch[-1])
                         if await self._on_events(batch):
                             await _drain(events)
                             return
@@ -176,13 +205,25 @@ class Runner:
     async def _on_events(self, batch: list[m.Event]) -> bool:
         """Store what ``batch`` changes in one transaction; True once the exec has exited."""
         changes: list[Append] = []
+        logged: list[bytes] = []
         exited = False
+        acked_to = None
         for event in batch:
             if isinstance(event, m.ExecOutput):
-                text = self.decoders[event.stream].decode(event.data)
-                changes += self._output(event.stream, text, event.seq)
+                if self.agent.speaks:
+                    logged.append(event.data)
+                    self.task.exec_seq = event.seq
+                else:
+                    text = self.decoders[event.stream].decode(event.data)
+                    changes += self._output(event.stream, text, event.seq)
             elif isinstance(event, m.ExecControlMessage):
-                changes += await self._control(event)
+                if self.fault is None:
+                    changes += await self._control(event)
+                else:
+                    self.task.exec_seq = event.seq
+                self.unacked += 1
+                self.unacked_bytes += _size(event)
+                acked_to = event.seq
             elif isinstance(event, m.ExecLagged):
                 log.warning("task %s: output %d..%d was lost", self.task.id, event.missed_from, event.resume_seq - 1)
                 self.task.exec_seq = event.resume_seq - 1
@@ -190,8 +231,30 @@ class Runner:
                 changes += self._finish(event)
                 exited = True
                 break
+        if logged:
+            await self.logs.append(self.task.id, logged)
         await self._record(changes)
+        if acked_to is not None and (self.unacked >= ACK_EVERY or self.unacked_bytes >= ACK_EVERY_BYTES):
+            await self._ack(acked_to)
+        if self.fault is not None and not exited:
+            await self._kill()
         return exited
+
+    async def _ack(self, seq: int) -> None:
+        """Tell hostd the control messages up to ``seq`` are stored (it reads more of them)."""
+        assert self.task.exec_id is not None
+        self.unacked = self.unacked_bytes = 0
+        try:
+            await self.link.call(m.ExecControlAckRequest(exec_id=self.task.exec_id, seq=seq))
+        except ControllerError as exc:
+            log.info("task %s: could not acknowledge its agent's messages: %s", self.task.id, exc.message)
+
+    async def _kill(self) -> None:
+        assert self.task.exec_id is not None
+        try:
+            await self.link.call(m.ExecCancelRequest(exec_id=self.task.exec_id, grace_s=FAULT_GRACE_S))
+        except ControllerError as exc:
+            log.info("task %s: could not stop its agent: %s", self.task.id, exc.message)
 
     def _output(self, stream: str, text: str, seq: int) -> list[Append]:
         self.output_bytes += len(text)
@@ -212,16 +275,64 @@ class Runner:
         return [Append(kind="artifact", body=body, artifact=artifact, append=append, exec_seq=seq)]
 
     async def _control(self, event: m.ExecControlMessage) -> list[Append]:
-        message = event.message
-        text = message.get("text")
-        if message.get("type") == "status" and isinstance(text, str) and text:
+        """The changes one line of the agent makes (see :mod:`controller.tasks.agentevents`)."""
+        message, seq = event.message, event.seq
+        kind = message.get("type")
+        self.task.exec_seq = seq  # past it, whatever it makes
+        try:
+            self.agent.count()
+            if kind == "hello":
+                return await self._hello(message, seq)
+            if kind == "status":
+                return [self.agent.status(message, seq)]
+            if kind == "artifact":
+                return [await self.agent.artifact(message, seq)]
+            if kind == "message":
+                return [self.agent.reply(message, seq)]
+            if kind == "input_request":
+                if self.agent.ended:
+                    raise Refused(f"input_request: the task has ended ({self.task.state})")
+                return await self._prompt(message, seq)
+            if kind == "invalid":  # hostd's notice in place of a line that was not one JSON object
+                raise Refused(f"not a JSON object of at most 1 MiB: {str(message.get('raw'))[:80]!r}")
+        except Refused as exc:
+            log.info("task %s: the agent's %s is refused: %s", self.task.id, kind, exc)
+            await self._tell_agent({"type": "error", "error": str(exc), "event": str(kind)[:64]})
+        except Fault as exc:
+            log.warning("task %s: the agent is at fault: %s", self.task.id, exc)
+            self.fault = str(exc)
+            self.agent.ended = True
+            metadata = {**self.task.metadata, "fail_kind": "application"}
             return [
-                status_change(self.task, "TASK_STATE_WORKING", text[:65536], exec_seq=event.seq, unless_terminal=True)
+                status_change(
+                    self.task, "TASK_STATE_FAILED", self.fault, metadata=metadata, exec_seq=seq, unless_terminal=True
+                )
             ]
-        if message.get("type") == "input_request":
-            return await self._prompt(message, event.seq)
-        self.task.exec_seq = event.seq
         return []
+
+    async def _hello(self, message: dict[str, Any], seq: int) -> list[Append]:
+        """The agent speaks the protocol: it is handed its ``task`` line (before the hello is
+        stored, so a restart hands it over again rather than never), and the task records the
+        version (a working status carrying it), so a restarted controller knows its output is a log."""
+        before = self.agent.speaks
+        self.agent.hello(message)
+        if self.agent.speaks == before or self.agent.ended:
+            return []
+        first = await self.first_message(self.task.id)
+        metadata = self.task.metadata
+        await self._tell_agent(
+            {
+                "type": "task",
+                "version": VERSION,
+                "taskId": self.task.id,
+                "contextId": self.task.context_id,
+                "message": first or {},
+                "extensions": list(metadata.get(EXTENSIONS) or []),
+                "metadata": strip_owned({k: v for k, v in metadata.items() if k not in OUTCOME_KEYS}) or {},
+            }
+        )
+        metadata = {**metadata, AGENT_PROTOCOL: self.agent.speaks}
+        return [status_change(self.task, "TASK_STATE_WORKING", metadata=metadata, exec_seq=seq, unless_terminal=True)]
 
     async def _prompt(self, line: dict[str, Any], seq: int) -> list[Append]:
         """The task waits for input with the agent's prompt; a request that cannot be one is
@@ -267,7 +378,15 @@ class Runner:
                     "append": stream in self.started,
                     "lastChunk": True,
                 }
-                changes.append(Append(kind="artifact", body=body, artifact=artifact, append=stream in self.started))
+                changes.append(
+                    Append(
+                        kind="artifact",
+                        body=body,
+                        artifact=artifact,
+                        append=stream in self.started,
+                        unless_terminal=True,  # the agent may have ended the task itself
+                    )
+                )
         state, text, fail_kind = exit_outcome(exited, self.canceled(self.task.id))
         metadata = dict(self.task.metadata)
         if fail_kind is not None:
@@ -292,7 +411,7 @@ class Runner:
         seen = self.task.exec_seq  # past what was skipped, too (kept in memory only, as before)
         rec = await self.record_many(self.task.id, changes)
         if rec is not None:
-            self.task = rec
+            self.task = self.agent.task = rec
             rec.exec_seq = max(rec.exec_seq, seen)
 
 
@@ -305,6 +424,16 @@ async def _drain(events: AsyncIterator[m.Event]) -> None:
                 pass
         except ControllerError:
             pass
+
+
+def _size(event: m.Event) -> int:
+    """About how many bytes a control message holds (its parts' text and raw); 0 for the rest."""
+    if not isinstance(event, m.ExecControlMessage):
+        return 0
+    parts = event.message.get("parts")
+    if not isinstance(parts, list):
+        return 256
+    return 256 + sum(len(p.get("raw") or p.get("text") or "") for p in parts if isinstance(p, dict))
 
 
 def now() -> float:

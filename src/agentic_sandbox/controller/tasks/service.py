@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import msgspec
 import trio
@@ -61,11 +63,14 @@ from ..loadouts.service import LoadoutService
 from ..store import Append, InstanceRecord, Store, StoreClosed, TaskRecord
 from ..store.tasks import INTERRUPTED, TERMINAL, rfc3339_us
 from . import prompts
-from .agentio import check_parts, message_dict, stdin_of, strip_owned
+from .agentevents import VERSION, AgentEvents, AgentLimits
+from .agentio import EXTENSIONS, check_parts, message_dict, stdin_of, strip_owned
+from .agentlogs import TaskLogs
+from .files import TaskFiles
 from .handover import AgentOutbox
 from .hub import TaskHub
 from .model import SendMessageRequest
-from .runner import Runner, status_change
+from .runner import AGENT_PROTOCOL, Runner, status_change
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +91,8 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
 CANCEL_GRACE_S = 2.0
 CANCEL_WAIT_S = 15.0
+#: States a follow-up message takes a task out of (back to working) when no prompt is pending.
+RESUMED_BY_MESSAGE = frozenset({"TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"})
 
 
 def task_not_found(task_id: str) -> NotFound:
@@ -138,10 +145,18 @@ class TaskService:
         loadouts: LoadoutService,
         events: EventBus,
         *,
+        files: TaskFiles,
+        logs: TaskLogs,
         retention_s: float = 7 * 24 * 3600.0,
         max_output_bytes: int = 16 * 1024 * 1024,
+        agent_limits: AgentLimits = AgentLimits(),
+        agent_cancel_grace_s: float = 5.0,
     ) -> None:
         self.store = store
+        self.files = files
+        self.logs = logs
+        self.agent_limits = agent_limits
+        self.agent_cancel_grace_s = agent_cancel_grace_s
         self.link = link
         self.loadouts = loadouts
         self.events = events
@@ -245,10 +260,16 @@ class TaskService:
     # -- send -----------------------------------------------------------------------------------
 
     async def send(
-        self, instance: InstanceRecord, req: SendMessageRequest, *, prompts_active: bool = False
+        self,
+        instance: InstanceRecord,
+        req: SendMessageRequest,
+        *,
+        prompts_active: bool = False,
+        extensions: builtins.list[str] | None = None,
     ) -> TaskRecord:
         """Start a task or follow one up; ``prompts_active``: the request activated hitl-prompt/v1,
-        without which a message answering a prompt is refused (400, naming the extension)."""
+        without which a message answering a prompt is refused (400, naming the extension);
+        ``extensions``: what the request activated (the agent is told, in its ``task`` line)."""
         msg = req.message
         if req.configuration is not None and req.configuration.task_push_notification_config is not None:
             # The A2A surface makes an inline config itself (A2AService.send) and passes none on.
@@ -270,7 +291,7 @@ class TaskService:
         if answer is not None:
             missing = {"field": "message.taskId", "message": "an answer names the task that asked", "code": "required"}
             raise ValidationFailed([missing], code=HITL_MISSING_TASK_ID)
-        return await self._start(instance, req)
+        return await self._start(instance, req, extensions or [])
 
     async def _follow_up(
         self, instance: InstanceRecord, req: SendMessageRequest, answer: prompts.Answer | None
@@ -286,6 +307,9 @@ class TaskService:
         # The agent reads it on its control channel (see controller.tasks.agentio).
         if answer is None:
             changes = [Append(kind="message", body=body, outbox={"type": "message", "message": body})]
+            if rec.state in RESUMED_BY_MESSAGE and prompts.pending(rec.state, rec.status) is None:
+                # Plain A2A: the agent asked for input (or auth) with a status; this message is it.
+                changes.append(status_change(rec, "TASK_STATE_WORKING", unless_terminal=True))
         else:
             envelope = prompts.pending(rec.state, rec.status)
             prompts.check_answer(envelope, answer, time.time())
@@ -309,7 +333,9 @@ class TaskService:
         await self.outbox.deliver(rec.id, force=True)
         return stored
 
-    async def _start(self, instance: InstanceRecord, req: SendMessageRequest) -> TaskRecord:
+    async def _start(
+        self, instance: InstanceRecord, req: SendMessageRequest, extensions: builtins.list[str]
+    ) -> TaskRecord:
         msg = req.message
         for ref in msg.reference_task_ids or []:
             await self.get(instance.id, ref)  # TASK_NOT_FOUND for a task not of this agent
@@ -322,6 +348,8 @@ class TaskService:
         now = time.time()
         task_id, context_id = new_id(), msg.context_id or new_id()
         metadata = {**(strip_owned(req.metadata) or {}), TASK_CREATED_AT: rfc3339_us(now)}
+        if extensions:
+            metadata[EXTENSIONS] = list(extensions)  # for the agent's ``task`` line
         rec = TaskRecord(
             id=task_id,
             instance_id=instance.id,
@@ -341,11 +369,12 @@ class TaskService:
         call = m.ExecStartRequest(
             instance_id=instance.id,
             argv=loadout.command,
-            env={"AIWG_TASK_ID": task_id, "AIWG_CONTEXT_ID": context_id},
+            env={"AIWG_TASK_ID": task_id, "AIWG_CONTEXT_ID": context_id, "AIWG_AGENT_PROTOCOL": str(VERSION)},
             stdin=stdin,
             # Only where the provider has one (host instances): an fd cannot cross into a container or
             # VM. A row whose provider facts were never folded in yet asks, as before they existed.
             control="exec.control" in instance.capabilities or not instance.capabilities,
+            control_flow=True,
             exec_id=exec_id,
         )
         try:
@@ -361,11 +390,11 @@ class TaskService:
             raise
         working = await self.record(task_id, status_change(rec, "TASK_STATE_WORKING", exec_id=exec_id))
         assert working is not None
-        self._spawn(working, started=set())
+        self._spawn(working, artifacts=[])
         await self.outbox.deliver(task_id)  # a follow-up that came while the agent was being started
         return working
 
-    def _spawn(self, rec: TaskRecord, *, started: set[str]) -> None:
+    def _spawn(self, rec: TaskRecord, *, artifacts: builtins.list[dict[str, Any]]) -> None:
         assert self._nursery is not None, "TaskService.attach was not called"
         self._live[rec.id] = rec
         runner = Runner(
@@ -375,9 +404,16 @@ class TaskService:
             canceled=lambda tid: tid in self._canceling,
             deliver=self.outbox.deliver,
             max_output_bytes=self.max_output_bytes,
-            started=started,
+            started={a["artifactId"] for a in artifacts},
+            agent=AgentEvents(rec, self.files, self.agent_limits, artifacts),
+            logs=self.logs,
+            first_message=self._first_message,
         )
         self._nursery.start_soon(self._run, runner)
+
+    async def _first_message(self, task_id: str) -> dict[str, Any] | None:
+        first = await self.store.tasks.events_after(task_id, 0, limit=1)
+        return first[0].body if first and first[0].kind == "message" else None
 
     async def _run(self, runner: Runner) -> None:
         try:
@@ -394,6 +430,8 @@ class TaskService:
         self._canceling.add(rec.id)
         if rec.exec_id is None:
             await self.record(rec.id, status_change(rec, "TASK_STATE_CANCELED", "canceled", unless_terminal=True))
+        elif await self._agent_ends(rec):
+            pass
         else:
             try:
                 await self.link.call(m.ExecCancelRequest(exec_id=rec.exec_id, grace_s=CANCEL_GRACE_S))
@@ -407,6 +445,21 @@ class TaskService:
             return await self.wait_settled(rec.id)
         return await self.get(instance_id, task_id)
 
+    async def _agent_ends(self, rec: TaskRecord) -> bool:
+        """Ask an agent that speaks the protocol to end its task (a ``cancel`` line); True if it did
+        within the grace period (else its tree is killed, as for any agent)."""
+        if not rec.metadata.get(AGENT_PROTOCOL) or rec.exec_id is None:
+            return False
+        try:
+            line: dict[str, object] = {"type": "cancel", "reason": "a client canceled the task"}
+            await self.link.call(m.ExecControlSendRequest(exec_id=rec.exec_id, message=line))
+        except ControllerError:
+            return False  # its channel is gone: the tree goes
+        with trio.move_on_after(self.agent_cancel_grace_s):
+            await self.wait_settled(rec.id)
+            return True
+        return False
+
     async def run_purger(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Delete ended tasks older than the retention, on a timer, forever."""
         interval = min(max(self.retention_s / 4, 0.05), 300.0)
@@ -417,7 +470,9 @@ class TaskService:
             except StoreClosed:
                 return
             if purged:
-                log.info("purged %d ended task(s) past retention", purged)
+                log.info("purged %d ended task(s) past retention", len(purged))
+                await self.files.remove(purged)
+                await self.logs.remove(purged)
             await trio.sleep(interval)
 
     # -- restart --------------------------------------------------------------------------------
@@ -431,9 +486,8 @@ class TaskService:
                 text = "the controller stopped before the agent was started"
                 await self.record(rec.id, status_change(rec, "TASK_STATE_FAILED", text, metadata=metadata))
                 continue
-            started = {a["artifactId"] for a in await self.store.tasks.artifacts(rec.id)}
             log.info("task %s: following its exec %s again", rec.id, rec.exec_id)
-            self._spawn(rec, started=started)
+            self._spawn(rec, artifacts=await self.store.tasks.artifacts(rec.id))
 
 
 __all__ = ["ListQuery", "Page", "TaskService"]

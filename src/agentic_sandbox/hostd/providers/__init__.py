@@ -13,13 +13,14 @@ import trio
 
 from ..config import HostdConfig
 from ..proctree import Cgroups
-from .base import AbsentProvider, Instance, Provider, Saved, SpawnSpec
+from .base import AbsentProvider, ControlSocket, Instance, Provider, Saved, SpawnSpec
 from .host.provider import HostProvider
 from .libvirt.provider import VmProvider
 from .podman.provider import PodmanProvider
 
 __all__ = [
     "AbsentProvider",
+    "ControlSocket",
     "HostProvider",
     "Instance",
     "PodmanProvider",

@@ -55,6 +55,14 @@ class SpawnSpec(msgspec.Struct, frozen=True, kw_only=True):
     proxied: bool = False
 
 
+class ControlSocket(msgspec.Struct, frozen=True, kw_only=True):
+    """Where an exec's control channel is reached when an fd cannot cross into the instance: hostd
+    listens at ``host_path``, the child connects to ``inside_path`` (``AIWG_CONTROL_SOCKET``)."""
+
+    host_path: str
+    inside_path: str
+
+
 class Instance:
     """The registry's record of one instance. ``info`` is the public view; ``env`` the env the
     instance was provisioned with; ``state`` belongs to the provider (its own per-instance record)."""
@@ -199,6 +207,11 @@ class Provider(abc.ABC):
 
         Raises ``RpcError(WORKING_DIR_NOT_FOUND)`` for a cwd the instance does not have.
         """
+
+    def control_socket(self, instance: Instance, exec_id: str) -> ControlSocket | None:
+        """Where exec ``exec_id``'s control channel is reached, when it is a socket to connect to;
+        None (the default): the channel is an fd the child inherits (``AIWG_CONTROL_FD``)."""
+        return None
 
 
 class AbsentProvider(Provider):

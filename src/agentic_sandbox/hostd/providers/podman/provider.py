@@ -48,7 +48,7 @@ from ...config import HostdConfig
 from ...errors import RpcError
 from ...proctree import TREE_ENV
 from ...statefile import mkdir_private
-from ..base import EndChildren, Instance, Provider, Saved, SpawnSpec
+from ..base import ControlSocket, EndChildren, Instance, Provider, Saved, SpawnSpec
 from .connection import PodmanApi, PodmanBadAnswer, PodmanUnreachable, reason
 from .copies import CALL_SLACK_S, PodmanCopies, container_detail
 from .labels import (
@@ -81,6 +81,9 @@ CAPABILITIES = [
     "session.pty",
     "exec",
 ]
+#: Where a container sees its control directory (``ContainerDetail.control_dir`` bound there): each
+#: exec with a control channel gets its socket in it (``AIWG_CONTROL_SOCKET``).
+CONTROL_DIR_INSIDE = "/run/aiwg"
 
 
 class _Container:
@@ -136,6 +139,11 @@ class PodmanProvider(Provider):
 
     def capabilities(self) -> list[str]:
         return list(CAPABILITIES)
+
+    def instance_capabilities(self, info: m.InstanceInfo) -> list[str]:
+        # A container made with a control directory gives its execs a control channel.
+        control = info.container is not None and info.container.control_dir is not None
+        return [*CAPABILITIES, "exec.control"] if control else list(CAPABILITIES)
 
     def availability(self) -> str | None:
         if self._api.binary is None:
@@ -214,8 +222,13 @@ class PodmanProvider(Provider):
         info.working_dir = posixpath.normpath(working_dir)
         info.instance_dir = str(self._config.instances_dir / info.instance_id)
         mkdir_private(Path(info.instance_dir))
+        control_dir = Path(info.instance_dir) / "control"
+        control_dir.mkdir(mode=0o711, exist_ok=True)  # a non-root user inside reaches its socket
+        control_dir.chmod(0o711)
         name = f"aiwg-{info.instance_id}"
-        info.container = m.ContainerDetail(container_name=name, image=image_name, limits=req.limits)
+        info.container = m.ContainerDetail(
+            container_name=name, image=image_name, limits=req.limits, control_dir=str(control_dir)
+        )
         self._known[info.instance_id] = instance
         env = {**_identity_env(info), **instance.env}
         labels = {
@@ -237,6 +250,7 @@ class PodmanProvider(Provider):
                 labels=labels,
                 environment=env,
                 working_dir=info.working_dir,
+                mounts=[{"type": "bind", "source": str(control_dir), "target": CONTROL_DIR_INSIDE}],
                 **options,
             )
             return container.id, image_ref(image.attrs, image_name)
@@ -471,3 +485,10 @@ class PodmanProvider(Provider):
             **env,
         }
         return SpawnSpec(argv=command, cwd=info.instance_dir, env=host_env, shown_cwd=shown, proxied=True)
+
+    def control_socket(self, instance: Instance, exec_id: str) -> ControlSocket | None:
+        control_dir = container_detail(instance).control_dir
+        if control_dir is None:
+            return None
+        name = f"{exec_id}.sock"
+        return ControlSocket(host_path=f"{control_dir}/{name}", inside_path=f"{CONTROL_DIR_INSIDE}/{name}")
