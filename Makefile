@@ -19,8 +19,8 @@ $(SYSSTAMP): scripts/install-system-deps.sh | $(PY)
 	bash scripts/install-system-deps.sh
 	touch $@
 
-$(STAMP): pyproject.toml $(SYSSTAMP) | $(PY)
-	$(PY) -m pip install -q -e '.[test]'
+$(STAMP): pyproject.toml agent/pyproject.toml $(SYSSTAMP) | $(PY)
+	$(PY) -m pip install -q -e '.[test]' -e ./agent
 	$(PY) -m pip install -q 'libvirt-python>=9' || echo "libvirt-python not installed: VM tests will be skipped" >&2
 	touch $@
 
@@ -40,8 +40,8 @@ test: $(STAMP) $(CONSOLE)
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench scripts
-	$(VENV)/bin/ruff format --check src tests bench scripts
+	$(VENV)/bin/ruff check src agent tests bench scripts
+	$(VENV)/bin/ruff format --check src agent tests bench scripts
 
 # Settings in pyproject.toml ([tool.mypy]): strict for proto, checked bodies everywhere else.
 typecheck: $(STAMP)

@@ -70,6 +70,7 @@ class Agent:
         stdin: bytes = b"",
         cwd: Path | None = None,
         env: dict[str, str] | None = None,
+        python: str = sys.executable,
     ) -> None:
         self.task_id = "task-" + uuid.uuid4().hex[:8]
         self.context_id = "ctx-" + uuid.uuid4().hex[:8]
@@ -98,7 +99,7 @@ class Agent:
             open(self.stderr_path, "wb") as err,
         ):
             self.proc = subprocess.Popen(
-                [sys.executable, *argv],
+                [python, *argv],
                 env=child_env,
                 cwd=cwd or AGENTS,
                 stdin=stdin_file,

@@ -148,6 +148,31 @@ def test_input_required_then_a_follow_up_runs_execute_again(start: Any) -> None:
     assert lines[2] == {"type": "status", "state": "TASK_STATE_COMPLETED"}
 
 
+def test_a_follow_up_before_the_task_waits_for_its_turn(start: Any) -> None:
+    agent = start("InputExecutor")
+    assert agent.read()["type"] == "hello"
+    early = {"type": "message", "message": user_message(text="Grace")}
+    task = {
+        "type": "task",
+        "version": 2,
+        "taskId": agent.task_id,
+        "contextId": agent.context_id,
+        "message": user_message(text="greet me"),
+        "extensions": [],
+    }
+    agent.send_many(early, task)
+    lines = agent.read_all()
+    assert [line.get("state") for line in lines if line["type"] == "status"] == [
+        "TASK_STATE_WORKING",
+        "TASK_STATE_INPUT_REQUIRED",
+        "TASK_STATE_WORKING",
+        "TASK_STATE_COMPLETED",
+    ]
+    (greeting,) = [line for line in lines if line["type"] == "artifact"]
+    assert greeting["parts"][0] == {"text": "hello Grace"}
+    assert agent.wait() == 0
+
+
 def test_auth_required_then_a_follow_up(start: Any) -> None:
     agent = start("AuthExecutor")
     agent.hello_and_task(text="log me in")
@@ -241,6 +266,8 @@ def test_a_large_raw_part_is_sent_in_chunks(start: Any) -> None:
     assert [line["append"] for line in chunks] == [False] + [True] * (len(chunks) - 1)
     assert [line["lastChunk"] for line in chunks] == [False] * (len(chunks) - 1) + [True]
     assert chunks[0]["name"] == "big" and all("name" not in line for line in chunks[1:])
+    # The controller continues a file only with an appended line's first part: one chunk a line.
+    assert all(len(line["parts"]) == 1 for line in chunks)
     data = b""
     for line in chunks:
         for part in line["parts"]:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import hashlib
 import json
 import mimetypes
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -288,6 +290,27 @@ def test_events_arrive_in_order_and_junk_is_skipped(start: Any) -> None:
     assert "longer than" in agent.stderr() and "not JSON" in agent.stderr()
 
 
+def test_a_follow_up_before_the_task_is_kept_for_after(start: Any) -> None:
+    agent = start()
+    assert agent.read()["type"] == "hello"
+    early = {"type": "message", "message": user_message(text="early")}
+    task = {
+        "type": "task",
+        "version": 2,
+        "taskId": agent.task_id,
+        "contextId": agent.context_id,
+        "message": user_message(text="events"),
+        "extensions": [],
+    }
+    agent.send_many(early, task)
+    assert agent.read()["text"] == "listening"
+    agent.send({"type": "message", "message": user_message(text="stop")})
+    lines = agent.read_all()
+    got = [line["parts"][0]["data"]["line"]["message"]["parts"][0]["text"] for line in lines[:-1]]
+    assert got == ["early", "stop"]
+    assert agent.wait() == 0
+
+
 def test_cancel_sets_the_flag_and_calls_back(start: Any) -> None:
     agent = start()
     agent.hello_and_task(text="cancel")
@@ -369,6 +392,45 @@ def test_a_version_1_controller_gets_version_1_lines(start: Any) -> None:
     assert agent.read_all() == []
     assert agent.wait() == 0
     assert agent.stdout() == b"hello Ada\ndone\n"
+
+
+@functools.cache
+def python_3_9() -> str | None:
+    """A Python 3.9 to run the helper on, where this machine has one that works."""
+    candidates = [str(path) for path in sorted(Path.home().glob(".pyenv/versions/3.9*/bin/python3.9"))]
+    candidates.append(shutil.which("python3.9") or "")  # last: it may be a shim that runs nothing
+    for candidate in filter(None, candidates):
+        check = [candidate, "-c", "import sys; assert sys.version_info[:2] == (3, 9)"]
+        if subprocess.run(check, capture_output=True, timeout=30).returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(python_3_9() is None, reason="no python3.9 here")
+def test_the_helper_on_python_3_9(start: Any, tmp_path: Path) -> None:
+    python = python_3_9()
+    assert python is not None
+    agent = start(python=python)
+    agent.hello_and_task(text="ask")
+    request = agent.read()
+    answer = {
+        "type": "input_response",
+        "prompt_id": request["prompt_id"],
+        "payload": {"ok": False},
+        "message": user_message(text="no"),
+    }
+    agent.send_many({"type": "message", "message": user_message(text="later")}, answer)
+    lines = agent.read_all()
+    assert [line["type"] for line in lines] == ["artifact", "artifact", "status"]
+    assert agent.wait() == 0, agent.stderr()
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(os.urandom(700_000))
+    spec = {"path": str(blob), "chunk": 100_000, "bytes": 1000}
+    agent = start(python=python)
+    agent.hello_and_task(message=user_message({"text": "files"}, {"data": spec}))
+    lines = agent.read_all()
+    assert agent.wait() == 0, agent.stderr()
+    assert reassemble(artifacts(lines, "from-path")) == blob.read_bytes()
 
 
 def test_the_helper_uses_only_the_standard_library_and_python_3_9_syntax() -> None:

@@ -95,6 +95,8 @@ class InputExecutor(_NoCancel):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         updater = _updater(context, event_queue)
         task = context.current_task
+        # As a2a-sdk's samples do: the task enqueued on every turn (new, or the one the context holds).
+        await event_queue.enqueue_event(task or new_task_from_user_message(context.message))  # type: ignore[arg-type]
         if task is None or task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
             await updater.start_work()
             await updater.requires_input(updater.new_agent_message([new_text_part("What is your name?")]))
