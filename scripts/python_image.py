@@ -17,8 +17,8 @@ storage hostd's podman service uses (the same ``AIWG_PODMAN_*`` settings as ``bu
 nothing is done when it exists already (``--force`` builds it again). The container tests build
 theirs with it; try an a2a-sdk agent in a container with ``make run`` after building it.
 
-Usage: ``python scripts/python_image.py [--image REF] [--module NAME]... [--force]`` (prints the
-image id).
+Usage: ``python scripts/python_image.py [--image REF] [--module NAME]... [--file SOURCE:PATH]...
+[--force]`` (prints the image id; ``--file`` adds an agent's own files).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def add_tree(tar: tarfile.TarFile, source: Path, arcname: str) -> None:
     tar.add(source, arcname=arcname, filter=keep)
 
 
-def build_tar(path: Path, modules: Iterable[str]) -> None:
+def build_tar(path: Path, modules: Iterable[str], files: Mapping[str, Path] | None = None) -> None:
     rootfs_tar(path)
     python = Path(os.path.realpath(sys.executable))
     base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
@@ -110,9 +110,18 @@ def build_tar(path: Path, modules: Iterable[str]) -> None:
             tar.add(os.path.realpath(lib), arcname=str(lib).lstrip("/"))
         for package in packages:
             add_tree(tar, package, f"{site}/{package.name}")
+        for inside, source in (files or {}).items():
+            tar.add(source, arcname=inside.lstrip("/"))
 
 
-def ensure(env: Mapping[str, str], *, image: str = IMAGE, modules: Iterable[str] = MODULES, force: bool = False) -> str:
+def ensure(
+    env: Mapping[str, str],
+    *,
+    image: str = IMAGE,
+    modules: Iterable[str] = MODULES,
+    files: Mapping[str, Path] | None = None,
+    force: bool = False,
+) -> str:
     argv = podman_argv(env)
     for name in ("AIWG_PODMAN_ROOT", "AIWG_PODMAN_RUNROOT"):
         if env.get(name):
@@ -120,7 +129,7 @@ def ensure(env: Mapping[str, str], *, image: str = IMAGE, modules: Iterable[str]
     if force or subprocess.run([*argv, "image", "exists", image], capture_output=True, timeout=TIMEOUT_S).returncode:
         with tempfile.TemporaryDirectory(prefix="aiwg-python-image-") as tmp:
             tarball = Path(tmp) / "rootfs.tar"
-            build_tar(tarball, modules)
+            build_tar(tarball, modules, files)
             change = "ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8"
             imported = subprocess.run(
                 [*argv, "import", "--change", change, str(tarball), image], capture_output=True, timeout=TIMEOUT_S
@@ -142,8 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--module", action="append", dest="modules", help=f"a module the image imports (default: {', '.join(MODULES)})"
     )
+    parser.add_argument(
+        "--file", action="append", default=[], metavar="SOURCE:PATH", help="add a file at PATH in the image"
+    )
     args = parser.parse_args(argv)
-    print(ensure(os.environ, image=args.image, modules=args.modules or MODULES, force=args.force))
+    files = {inside: Path(source) for source, inside in (spec.rsplit(":", 1) for spec in args.file)}
+    print(ensure(os.environ, image=args.image, modules=args.modules or MODULES, files=files, force=args.force))
     return 0
 
 

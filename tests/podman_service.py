@@ -99,6 +99,27 @@ def busybox_storage(base: Path) -> PodmanStorage:
     return storage
 
 
+#: The image the container agent tests run Python agents in (``scripts/python_image.py``).
+PYTHON_AGENT_IMAGE = "localhost/aiwg-python-agent:test"
+
+
+def python_agent_image(storage: PodmanStorage, agents: Path) -> str:
+    """:data:`PYTHON_AGENT_IMAGE` in ``storage`` (built once: about 100 MB, a few seconds), with
+    ``agents`` at ``/opt/agents/<its name>``."""
+    env = {**os.environ, **storage.hostd_env(storage.base / "unused.sock")}
+    built = subprocess.run(
+        [
+            sys.executable, str(SCRIPTS / "python_image.py"), "--image", PYTHON_AGENT_IMAGE,
+            "--file", f"{agents}:/opt/agents/{agents.name}",
+        ],
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr.decode(errors="replace")
+    return PYTHON_AGENT_IMAGE
+
+
 def _podman_argv(base: Path, runroot: Path) -> list[str]:
     return [
         "podman",

@@ -555,7 +555,7 @@ async def test_control_flow_reads_the_channel_only_as_fast_as_the_subscriber_ack
         "import os, socket\n"
         "sock = socket.socket(fileno=int(os.environ['AIWG_CONTROL_FD']))\n"
         "for i in range(40):\n"
-        "    sock.sendall(b'{\"n\": %d, \"pad\": \"%s\"}\\n' % (i, b'x' * 60000))\n"
+        '    sock.sendall(b\'{"n": %d, "pad": "%s"}\\n\' % (i, b\'x\' * 60000))\n'
     )
     async with trio.open_nursery() as nursery:
         env = await open_env(config, Cgroups.detect("off"), nursery, tmp_path / "wd")

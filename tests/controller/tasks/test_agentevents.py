@@ -168,6 +168,17 @@ async def test_a_file_in_chunks_is_one_part_inline_then_on_disk(events: AgentEve
     assert events.file_bytes == 5 * len(chunk)
 
 
+async def test_raw_in_either_base64_alphabet_with_or_without_padding(events: AgentEvents) -> None:
+    data = b"\xfb\xff\xfe"  # "+//+" in the standard alphabet, "-__-" in the URL-safe one
+    for raw in ("+//+", "-__-", base64.b64encode(b"ab").decode().rstrip("=")):
+        change = await events.artifact(line(type="artifact", artifactId=f"a{raw}", parts=[{"raw": raw}]), 1)
+        assert change.artifact is not None
+    assert events.file_bytes == 3 + 3 + 2
+    with pytest.raises(Refused, match="not valid base64"):
+        await events.artifact({"type": "artifact", "artifactId": "b", "parts": [{"raw": "ab*c"}]}, 2)
+    assert base64.b64decode("+//+") == data
+
+
 async def test_a_new_file_or_another_name_starts_a_new_part(events: AgentEvents) -> None:
     first = await events.artifact(line(type="artifact", artifactId="f", parts=[{"raw": b64(b"a"), "filename": "1"}]), 1)
     other = line(type="artifact", artifactId="f", parts=[{"raw": b64(b"b"), "filename": "2"}], append=True)

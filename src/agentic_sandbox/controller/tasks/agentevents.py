@@ -297,8 +297,11 @@ def _check_part(part: AgentPart, where: str) -> bytes | None:
         )
     if part.raw is None:
         return None
+    raw = part.raw
+    # Either alphabet (protobuf's JSON writes the standard one and reads both), padding optional.
+    alphabet = b"-_" if "-" in raw or "_" in raw else None
     try:
-        return base64.b64decode(part.raw, validate=True)
+        return base64.b64decode(raw + "=" * (-len(raw) % 4), altchars=alphabet, validate=True)
     except (binascii.Error, ValueError):
         raise Refused(f"{where}.raw: not valid base64") from None
 

@@ -1,0 +1,314 @@
+"""Unmodified a2a-sdk AgentExecutors hosted in instances, driven by the a2a-sdk client over both
+bindings: a live hostd and controller, a loadout running ``python -m agentic_sandbox_agent.a2a``,
+the agent protocol v2 on the instance's control channel. Every part kind, state, chunked artifact,
+a Message answer, a follow-up, cancel, a file past what a line holds (fetched by its URL), the
+agent's log read by the admin; then the same agent in a container instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+import yaml
+from a2a.client import ClientConfig, create_client
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+)
+from google.protobuf import json_format
+
+from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
+from agentic_sandbox.controller.config import load_config
+from tests.controller.a2a.helpers import Agent, new_agent
+from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller, wait_operation
+from tests.podman_service import PodmanStorage
+
+EXECUTORS = Path(__file__).resolve().parent.parent / "agent" / "agents" / "a2a_executors.py"
+BINDINGS = {"jsonrpc": [], "http-json": ["HTTP+JSON"]}
+
+
+def run_in_asyncio(fn: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
+    return trio.to_thread.run_sync(lambda: asyncio.run(fn()))  # type: ignore[arg-type,return-value]
+
+
+async def add_loadout(admin: httpx.AsyncClient, name: str, command: list[str], **fields: Any) -> None:
+    manifest = {"name": name, "version": "1", "runtime": "host", "command": command, **fields}
+    response = await admin.post("/api/v2/admin/loadouts", json={"name": name, "manifest": yaml.safe_dump(manifest)})
+    assert response.status_code in (200, 201), response.text
+
+
+async def executor_agent(admin: httpx.AsyncClient, controller: LiveController, executor: str) -> Agent:
+    """A host instance whose tasks run ``executor`` of the test executors through the adapter."""
+    name = f"a2a-{executor.lower()}"
+    await add_loadout(admin, name, [sys.executable, "-m", "agentic_sandbox_agent.a2a", f"{EXECUTORS}:{executor}"])
+    return await new_agent(admin, controller, name, loadout=name)
+
+
+def user_message(*parts: Part, **fields: Any) -> Message:
+    return Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=list(parts), **fields)
+
+
+def as_json(obj: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(obj)
+
+
+async def client_for(agent: Agent, http: httpx.AsyncClient, binding: str, streaming: bool) -> Any:
+    config = ClientConfig(httpx_client=http, streaming=streaming, supported_protocol_bindings=BINDINGS[binding])
+    return await create_client(agent.base, client_config=config)
+
+
+def headers(agent: Agent) -> dict[str, str]:
+    return {"Authorization": f"Bearer {agent.token}", "A2A-Extensions": RUNTIME_EXTENSION}
+
+
+async def send(client: Any, message: Message, **config: Any) -> list[dict[str, Any]]:
+    request = SendMessageRequest(message=message, configuration=SendMessageConfiguration(**config))
+    return [as_json(event) async for event in client.send_message(request)]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["send", "stream"])
+@pytest.mark.parametrize("binding", sorted(BINDINGS))
+async def test_every_part_kind_and_state_from_an_unmodified_executor(
+    admin: httpx.AsyncClient, controller: LiveController, binding: str, streaming: bool
+) -> None:
+    agent = await executor_agent(admin, controller, "PartsExecutor")
+    raw = b"\x00\x01\x02 input file"
+
+    async def scenario() -> dict[str, Any]:
+        async with httpx.AsyncClient(headers=headers(agent), timeout=30) as http:
+            client = await client_for(agent, http, binding, streaming)
+            events = await send(
+                client,
+                user_message(
+                    Part(text="hi there"),
+                    Part(raw=raw, filename="in.bin", media_type="application/octet-stream"),
+                    Part(data=json_format.ParseDict({"n": 1}, Part().data), media_type="application/json"),
+                ),
+            )
+            task_id = events[0].get("task", {}).get("id") or events[-1]["statusUpdate"]["taskId"]
+            task = as_json(await client.get_task(GetTaskRequest(id=task_id)))
+            await client.close()
+            return {"events": events, "task": task}
+
+    out = await run_in_asyncio(scenario)
+    task = out["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert task["status"]["message"]["parts"] == [{"text": "done"}, {"data": {"ok": True}}]
+    assert task["metadata"]["agent_protocol"] == 2
+    artifacts = {a["artifactId"]: a for a in task["artifacts"]}
+    assert "stdout" not in artifacts and "stderr" not in artifacts  # the agent spoke the protocol
+    seen = artifacts["context"]["parts"][0]["data"]
+    assert seen["taskId"] == task["id"] and seen["contextId"] == task["contextId"] and seen["text"] == "hi there"
+    assert seen["extensions"] == [RUNTIME_EXTENSION]
+    assert [p["kind"] for p in seen["parts"]] == ["text", "raw", "data"]
+    assert seen["parts"][1] == {
+        "kind": "raw", "filename": "in.bin", "mediaType": "application/octet-stream",
+        "sha256": hashlib.sha256(raw).hexdigest(),
+    }  # fmt: skip
+    kinds = artifacts["kinds"]
+    assert kinds["name"] == "all the kinds" and kinds["extensions"] == ["https://example.com/ext/v1"]
+    assert kinds["metadata"]["origin"] == "test"
+    text, blob, url, data = kinds["parts"]
+    assert text == {"text": "plain text", "mediaType": "text/markdown", "metadata": {"lang": "en"}}
+    assert base64.b64decode(blob["raw"]) == b"\x00\x01binary\xff" and blob["filename"] == "blob.bin"
+    assert (url["url"], url["filename"], url["mediaType"]) == ("https://example.com/f.pdf", "f.pdf", "application/pdf")
+    assert data["data"] == {"answer": 42, "list": [1, "two", None, True]}
+    assert artifacts["stream"]["parts"] == [{"text": "chunk 1 chunk 2 chunk 3"}]  # appended chunks, one text
+    if streaming:
+        members = [next(iter(e)) for e in out["events"]]
+        assert members[0] == "task" and members[-1] == "statusUpdate"
+        chunks = [e["artifactUpdate"] for e in out["events"] if "artifactUpdate" in e]
+        stream = [c for c in chunks if c["artifact"]["artifactId"] == "stream"]
+        assert [c.get("append", False) for c in stream] == [False, True, True] and stream[-1]["lastChunk"]
+        states = [e["statusUpdate"]["status"]["state"] for e in out["events"] if "statusUpdate" in e]
+        assert states[-1] == "TASK_STATE_COMPLETED" and "TASK_STATE_WORKING" in states
+    else:
+        assert [next(iter(e)) for e in out["events"]] == ["task"]
+
+
+@pytest.mark.parametrize("binding", sorted(BINDINGS))
+async def test_follow_up_message_answer_cancel_and_the_other_states(
+    admin: httpx.AsyncClient, controller: LiveController, binding: str
+) -> None:
+    agents = {
+        name: await executor_agent(admin, controller, name)
+        for name in ("InputExecutor", "MessageExecutor", "SlowExecutor", "RejectExecutor", "AuthExecutor")
+    }
+
+    async def scenario() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, agent in agents.items():
+            async with httpx.AsyncClient(headers=headers(agent), timeout=30) as http:
+                client = await client_for(agent, http, binding, streaming=False)
+                if name == "InputExecutor":
+                    [first] = await send(client, user_message(Part(text="start")))
+                    task = first["task"]
+                    out["asked"] = task["status"]
+                    [second] = await send(client, user_message(Part(text="Ada"), task_id=task["id"]))
+                    out["greeted"] = second["task"]
+                elif name == "MessageExecutor":
+                    out["answer"] = await send(client, user_message(Part(text="ping")))
+                elif name == "SlowExecutor":
+                    [started] = await send(client, user_message(Part(text="go")), return_immediately=True)
+                    task_id = started["task"]["id"]
+                    for _ in range(200):
+                        got = as_json(await client.get_task(GetTaskRequest(id=task_id)))
+                        if got["status"].get("message"):
+                            break
+                        await asyncio.sleep(0.05)
+                    out["canceled"] = as_json(await client.cancel_task(CancelTaskRequest(id=task_id)))
+                elif name == "RejectExecutor":
+                    out["rejected"] = (await send(client, user_message(Part(text="no"))))[0]["task"]
+                else:
+                    [first] = await send(client, user_message(Part(text="who")))
+                    out["auth"] = first["task"]["status"]
+                    [second] = await send(client, user_message(Part(text="token"), task_id=first["task"]["id"]))
+                    out["authorized"] = second["task"]["status"]
+                await client.close()
+        return out
+
+    out = await run_in_asyncio(scenario)
+    assert out["asked"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert out["asked"]["message"]["parts"] == [{"text": "What is your name?"}]
+    greeted = out["greeted"]
+    assert greeted["status"]["state"] == "TASK_STATE_COMPLETED"
+    greeting = next(a for a in greeted["artifacts"] if a["artifactId"] == "greeting")
+    assert greeting["parts"][0] == {"text": "hello Ada"}
+    assert [next(iter(e)) for e in out["answer"]] == ["message"]  # a Message, not a task
+    assert out["answer"][0]["message"]["parts"] == [{"text": "echo: ping"}]
+    assert out["answer"][0]["message"]["role"] == "ROLE_AGENT"
+    canceled = out["canceled"]["status"]
+    assert canceled["state"] == "TASK_STATE_CANCELED"
+    assert canceled["message"]["parts"] == [{"text": "stopped on request"}]  # the executor's cancel() said so
+    assert out["rejected"]["status"]["state"] == "TASK_STATE_REJECTED"
+    assert out["rejected"]["status"]["message"]["parts"] == [{"text": "will not do it"}]
+    assert out["auth"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+    assert out["auth"]["message"]["parts"] == [{"url": "https://auth.example.com/login"}]
+    assert out["authorized"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_a_file_past_a_line_is_one_file_fetched_by_its_url(
+    admin: httpx.AsyncClient, controller: LiveController
+) -> None:
+    agent = await executor_agent(admin, controller, "BigFileExecutor")
+    async with agent.client(controller) as client:
+        response = await client.post("/message:send", json={"message": message("big")})
+        task = response.json()["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+        digest = task["status"]["message"]["parts"][0]["text"]
+        [big] = [a for a in task["artifacts"] if a["artifactId"] == "big"]
+        [part] = big["parts"]
+        assert part["filename"] == "big.bin" and part["mediaType"] == "application/octet-stream"
+        assert part["metadata"]["size"] == 1_500_000
+        assert part["url"].startswith(f"{agent.base}/tasks/{task['id']}/files/")
+        fetched = await client.get(part["url"])
+        assert fetched.status_code == 200 and fetched.headers["content-type"] == "application/octet-stream"
+        assert fetched.headers["content-disposition"].startswith('attachment; filename="big.bin"')
+        assert hashlib.sha256(fetched.content).hexdigest() == digest
+        # Only with the agent's token, and only files its tasks hold.
+        assert (await client.get(part["url"], headers={"Authorization": "Bearer nope"})).status_code == 401
+        assert (await client.get(f"{agent.base}/tasks/{task['id']}/files/..%2F..%2Fetc")).status_code == 404
+        other = await executor_agent(admin, controller, "MessageExecutor")
+        stranger = part["url"].replace(agent.instance_id, other.instance_id)
+        async with other.client(controller) as theirs:
+            assert (await theirs.get(stranger)).status_code == 404
+
+
+async def test_the_agents_output_is_its_log_read_by_the_admin(
+    admin: httpx.AsyncClient, controller: LiveController, tmp_path: Path
+) -> None:
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "import agentic_sandbox_agent as agent, sys\n"
+        "channel = agent.connect(name='logger')\n"
+        "print('step one', flush=True)\n"
+        "print('warning: two', file=sys.stderr, flush=True)\n"
+        "channel.complete('logged')\n"
+    )
+    await add_loadout(admin, "logger", [sys.executable, str(script)])
+    agent = await new_agent(admin, controller, "logger", loadout="logger")
+    async with agent.client(controller) as client:
+        task = (await client.post("/message:send", json={"message": message("go")})).json()["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED" and "artifacts" not in task
+    logs = await admin.get(f"/api/v2/admin/tasks/{task['id']}/logs")
+    assert logs.status_code == 200 and logs.headers["content-type"].startswith("text/plain")
+    assert "step one\n" in logs.text and "warning: two\n" in logs.text
+    assert (await admin.get(f"/api/v2/admin/tasks/{uuid.uuid4()}/logs")).status_code == 404
+    async with httpx.AsyncClient(base_url=controller.url, headers={"Authorization": f"Bearer {agent.token}"}) as a:
+        assert (await a.get(f"/api/v2/admin/tasks/{task['id']}/logs")).status_code in (401, 403)
+
+
+def message(text: str, **fields: Any) -> dict[str, Any]:
+    return {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}], **fields}
+
+
+# -- a container instance ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def python_podman(
+    short_dir: Path, tmp_path: Path, podman_storage: PodmanStorage
+) -> AsyncIterator[tuple[httpx.AsyncClient, LiveController]]:
+    """A hostd with its own podman service on the test storage, which holds the Python agent image,
+    and a controller on it."""
+    from tests.podman_service import python_agent_image
+
+    image = python_agent_image(podman_storage, EXECUTORS)
+    live = LiveHostd(short_dir, env=podman_storage.hostd_env(short_dir / "podman.sock"))
+    await live.start()
+    try:
+        config = load_config(env=controller_env(tmp_path / "controller", live.socket_path))
+        async with serve_controller(config) as controller, controller.client() as client:
+            manifest = {
+                "name": "a2a-container", "version": "1", "runtime": "docker", "image": image,
+                "command": ["python3", "-m", "agentic_sandbox_agent.a2a", "/opt/agents/a2a_executors.py:PartsExecutor"],
+            }  # fmt: skip
+            body = {"name": "a2a-container", "manifest": yaml.safe_dump(manifest)}
+            response = await client.post("/api/v2/admin/loadouts", json=body)
+            assert response.status_code in (200, 201), response.text
+            yield client, controller
+    finally:
+        await live.close()
+
+
+@pytest.mark.podman
+async def test_an_unmodified_executor_in_a_container_instance(
+    python_podman: tuple[httpx.AsyncClient, LiveController],
+) -> None:
+    admin, controller = python_podman
+    response = await admin.post(
+        "/api/v2/admin/instances", json={"name": "boxed", "runtime": "container", "loadout": "a2a-container"}
+    )
+    assert response.status_code == 202, response.text
+    op = await wait_operation(admin, response.json()["id"], timeout=120)
+    assert op["state"] == "succeeded", op
+    instance_id = op["result"]["instance_id"]
+    agent = Agent(instance_id, response.json()["a2a_token"], f"{controller.url}/agents/{instance_id}")
+    card = (await admin.get(f"/agents/{instance_id}/.well-known/agent-card.json")).json()
+    assert card  # served
+    async with agent.client(controller) as client:
+        sent = await client.post("/message:send", json={"message": message("from a container")}, timeout=60)
+        task = sent.json()["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+    assert task["metadata"]["agent_protocol"] == 2 and task["metadata"]["runtime.kind"] == "container"
+    seen = next(a for a in task["artifacts"] if a["artifactId"] == "context")["parts"][0]["data"]
+    assert seen["text"] == "from a container" and seen["taskId"] == task["id"]
+    kinds = next(a for a in task["artifacts"] if a["artifactId"] == "kinds")
+    assert [next(k for k in ("text", "raw", "url", "data") if k in p) for p in kinds["parts"]] == [
+        "text", "raw", "url", "data",
+    ]  # fmt: skip
