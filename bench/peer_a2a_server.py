@@ -1,17 +1,20 @@
 """The peer for bench_a2a.py: a2a-sdk's own server (its Starlette REST routes on uvicorn) with an
 agent executor that runs ``/bin/echo`` per task, as the controller runs a process per task.
 
-``python bench/peer_a2a_server.py PORT [SQLITE_FILE]`` serves ``http://127.0.0.1:PORT/agents/peer``;
-it prints ``ready`` once listening. Its tasks are kept in memory (``InMemoryTaskStore``, what the
-SDK's samples use) unless a SQLite file is given: then in the SDK's ``DatabaseTaskStore`` on that
-file, in WAL mode with ``synchronous=NORMAL`` as the controller keeps its store, so that a task it
-answered survives a crash as the controller's do. Needs ``a2a-sdk[http-server]`` and ``uvicorn``,
-and for the SQLite store ``a2a-sdk[sqlite]`` (all in the ``bench`` extra).
+``python bench/peer_a2a_server.py PORT [SQLITE_FILE] [--executor module:Class]`` serves
+``http://127.0.0.1:PORT/agents/peer``; it prints ``ready`` once listening. ``--executor`` runs
+another executor in place of the echo one (bench_agents.py:
+``timestamp_executor:TimestampExecutor``). Its tasks are kept in memory (``InMemoryTaskStore``,
+what the SDK's samples use) unless a SQLite file is given: then in the SDK's ``DatabaseTaskStore``
+on that file, in WAL mode with ``synchronous=NORMAL`` as the controller keeps its store, so that a
+task it answered survives a crash as the controller's do. Needs ``a2a-sdk[http-server]`` and
+``uvicorn``, and for the SQLite store ``a2a-sdk[sqlite]`` (all in the ``bench`` extra).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import sys
 
 import uvicorn
@@ -63,8 +66,15 @@ def sqlite_store(path: str) -> TaskStore:
 
 
 def main() -> None:
-    port = int(sys.argv[1])
-    store = sqlite_store(sys.argv[2]) if len(sys.argv) > 2 else InMemoryTaskStore()
+    args = sys.argv[1:]
+    executor: AgentExecutor = EchoExecutor()
+    if "--executor" in args:
+        at = args.index("--executor")
+        module, name = args[at + 1].split(":")
+        executor = getattr(importlib.import_module(module), name)()
+        del args[at : at + 2]
+    port = int(args[0])
+    store = sqlite_store(args[1]) if len(args) > 1 else InMemoryTaskStore()
     url = f"http://127.0.0.1:{port}/agents/peer"
     card = AgentCard(
         name="peer",
@@ -76,7 +86,7 @@ def main() -> None:
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id="echo", name="echo", description="runs /bin/echo", tags=["echo"])],
     )
-    handler = DefaultRequestHandler(agent_executor=EchoExecutor(), task_store=store, agent_card=card)
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=store, agent_card=card)
     app = Starlette(routes=create_rest_routes(handler, path_prefix="/agents/peer"))
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)

@@ -104,8 +104,10 @@ async def test_sends_are_lines_and_never_interleave(pair: Pair) -> None:
 
 async def test_a_message_over_the_input_limit_is_refused_and_nothing_sent(pair: Pair) -> None:
     with pytest.raises(RpcError) as refused:
-        await pair.channel.send({"pad": "x" * m.MAX_INPUT_BYTES})
-    assert refused.value.code is ErrorCode.INPUT_TOO_LARGE and refused.value.details == {"limit": m.MAX_INPUT_BYTES}
+        await pair.channel.send({"pad": "x" * m.MAX_CONTROL_MESSAGE_BYTES})
+    assert refused.value.code is ErrorCode.INPUT_TOO_LARGE and refused.value.details == {
+        "limit": m.MAX_CONTROL_MESSAGE_BYTES
+    }
     await pair.channel.send({"small": True})
     assert await pair.child.receive_some() == b'{"small":true}\n'
 

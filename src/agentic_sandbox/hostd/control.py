@@ -219,14 +219,16 @@ class ControlChannel:
     async def send(self, message: dict[str, object]) -> None:
         """Send one message as a line; concurrent sends never interleave.
 
-        Raises ``INPUT_TOO_LARGE`` (nothing sent) for a message over ``MAX_INPUT_BYTES``;
+        Raises ``INPUT_TOO_LARGE`` (nothing sent) for a message over ``MAX_CONTROL_MESSAGE_BYTES``;
         ``trio.BrokenResourceError``/``trio.ClosedResourceError`` propagate when the child closed
         its end or the channel was closed: the caller knows whether the exec has exited.
         """
         payload = msgspec.json.encode(message) + b"\n"
-        if len(payload) > m.MAX_INPUT_BYTES:
+        if len(payload) > m.MAX_CONTROL_MESSAGE_BYTES:
             raise RpcError(
-                ErrorCode.INPUT_TOO_LARGE, f"control message is {len(payload)} bytes", limit=m.MAX_INPUT_BYTES
+                ErrorCode.INPUT_TOO_LARGE,
+                f"control message is {len(payload)} bytes",
+                limit=m.MAX_CONTROL_MESSAGE_BYTES,
             )
         async with self._send_lock:
             await self._connected.wait()  # a listening channel: once the child has connected

@@ -30,6 +30,7 @@ import builtins
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -123,6 +124,17 @@ class _Exec(Child):
         )
 
 
+def _listen(path: str, instance_id: str) -> socket.socket:
+    try:
+        return control.listen(path)
+    except OSError as exc:
+        raise RpcError(
+            ErrorCode.CONTROL_UNAVAILABLE,
+            f"instance {instance_id!r}: cannot open the control socket {path}: {exc}",
+            instance_id=instance_id,
+        ) from exc
+
+
 class ExecRegistry(ChildRegistry[_Exec]):
     """Every exec of this hostd; reader, writer and waiter tasks live in ``nursery``.
 
@@ -169,12 +181,12 @@ class ExecRegistry(ChildRegistry[_Exec]):
             spec = placement.spawn_spec(req.argv, req.cwd, env, tty=False)
             cgroup = self._make_cgroup(spec.cgroup_parent, exec_id)
             host_env = dict(spec.env)
-            if where is not None:
-                listener = control.listen(where.host_path)
-            elif req.control:
-                parent_sock, child_sock = control.socketpair()
-                host_env[control.CONTROL_FD_ENV] = str(child_sock.fileno())
             try:
+                if where is not None:
+                    listener = _listen(where.host_path, req.instance_id)
+                elif req.control:
+                    parent_sock, child_sock = control.socketpair()
+                    host_env[control.CONTROL_FD_ENV] = str(child_sock.fileno())
                 proc = await procspawn.spawn(
                     spec.argv,
                     cwd=spec.cwd,

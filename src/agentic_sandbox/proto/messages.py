@@ -30,8 +30,11 @@ PROTOCOL_VERSION = 1
 
 #: Upper bound for one frame's body unless configured otherwise (both directions).
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
-#: Upper bound for one input write (PTY input, exec stdin, control message).
+#: Upper bound for one input write (PTY input, exec stdin).
 MAX_INPUT_BYTES = 1024 * 1024
+#: Upper bound for one control message to a child, as a line (an agent's ``task`` line carries the
+#: task's whole first message, raw parts in base64).
+MAX_CONTROL_MESSAGE_BYTES = 4 * 1024 * 1024
 #: Terminal sizes accepted for PTYs.
 MAX_TERMINAL_DIM = 1024
 #: argv and env bounds.
@@ -703,9 +706,10 @@ class ContainerDetail(msgspec.Struct, kw_only=True):
     limits: ResourceLimits | None = None
     #: An image hostd made for this container (a fork's commit of its source), removed with it.
     owned_image: str | None = None
-    #: The host directory bound at ``/run/aiwg`` inside, where each exec with a
-    #: control channel gets its socket (None: a container made before there was one, no channel).
-    control_dir: str | None = None
+    #: Made with a control directory: ``<instance_dir>/control`` bound at ``/run/aiwg`` inside,
+    #: where each exec with a control channel gets its socket (False: a container made before
+    #: there was one, no channel).
+    control: bool = False
 
 
 class HostDetail(msgspec.Struct, kw_only=True):

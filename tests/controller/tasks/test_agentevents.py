@@ -42,14 +42,14 @@ def events(tmp_path: Path) -> AgentEvents:
     return AgentEvents(working_task("t1", exec_id="x"), TaskFiles(tmp_path / "files"), AgentLimits(), [])
 
 
-def test_hello_sets_the_version_it_speaks(events: AgentEvents) -> None:
-    events.hello(line(type="hello", version=2, agent={"name": "a", "version": "1"}))
-    assert events.speaks == 2
-    later = AgentEvents(events.task, events.files, AgentLimits(), [])
-    later.hello({"type": "hello", "version": 7})  # a newer agent: we speak ours
-    assert later.speaks == 2
+def test_hello_says_the_version_to_speak_once(events: AgentEvents) -> None:
+    assert events.hello(line(type="hello", version=2, agent={"name": "a", "version": "1"})) == 2
+    assert events.hello({"type": "hello", "version": 7}) == 2  # a newer agent: we speak ours
+    assert events.hello({"type": "hello", "version": 1}) == 0
+    events.speaks = 2  # the runner sets it once the agent has its task
+    assert events.hello(line(type="hello", version=2)) == 0  # a second hello changes nothing
     with pytest.raises(Refused, match="hello"):
-        later.hello({"type": "hello", "version": "two"})
+        events.hello({"type": "hello", "version": "two"})
 
 
 @pytest.mark.parametrize(

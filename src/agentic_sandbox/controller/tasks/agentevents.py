@@ -172,10 +172,13 @@ class AgentEvents:
         if not self._budget.take():
             raise Fault(f"the agent sent more than {self.limits.events_per_s:g} events a second")
 
-    def hello(self, line: dict[str, Any]) -> None:
+    def hello(self, line: dict[str, Any]) -> int:
+        """The version a ``hello`` asks for, if it changes anything (0: it does not); the caller
+        sets :attr:`speaks` once the agent has been handed its task."""
         hello = read_line("hello", line, HelloLine)
-        if self.speaks == 0 and hello.version >= 2:
-            self.speaks = min(hello.version, VERSION)
+        if self.speaks or self.ended or hello.version < 2:
+            return 0
+        return min(hello.version, VERSION)
 
     def _open(self, kind: str) -> None:
         if self.ended:

@@ -218,7 +218,13 @@ class Runner:
                     changes += self._output(event.stream, text, event.seq)
             elif isinstance(event, m.ExecControlMessage):
                 if self.fault is None:
-                    changes += await self._control(event)
+                    try:
+                        changes += await self._control(event)
+                    except _HandOverLater as later:
+                        # The link went down: what came before is stored, the hello comes again.
+                        self.task.exec_seq = later.seq - 1
+                        await self._record(changes)
+                        raise Unavailable("hostd.unavailable", "hostd went away while the agent said hello") from later
                 else:
                     self.task.exec_seq = event.seq
                 self.unacked += 1
@@ -311,27 +317,33 @@ class Runner:
         return []
 
     async def _hello(self, message: dict[str, Any], seq: int) -> list[Append]:
-        """The agent speaks the protocol: it is handed its ``task`` line (before the hello is
-        stored, so a restart hands it over again rather than never), and the task records the
-        version (a working status carrying it), so a restarted controller knows its output is a log."""
-        before = self.agent.speaks
-        self.agent.hello(message)
-        if self.agent.speaks == before or self.agent.ended:
+        """The agent speaks the protocol: it is handed its ``task`` line before the hello is stored
+        (so a restart or a lost link hands it over again rather than never), and the task records
+        the version (a working status carrying it), so a restarted controller knows its output is
+        a log."""
+        version = self.agent.hello(message)
+        if not version:
             return []
         first = await self.first_message(self.task.id)
         metadata = self.task.metadata
-        await self._tell_agent(
-            {
-                "type": "task",
-                "version": VERSION,
-                "taskId": self.task.id,
-                "contextId": self.task.context_id,
-                "message": first or {},
-                "extensions": list(metadata.get(EXTENSIONS) or []),
-                "metadata": strip_owned({k: v for k, v in metadata.items() if k not in OUTCOME_KEYS}) or {},
-            }
-        )
-        metadata = {**metadata, AGENT_PROTOCOL: self.agent.speaks}
+        line: dict[str, object] = {
+            "type": "task",
+            "version": VERSION,
+            "taskId": self.task.id,
+            "contextId": self.task.context_id,
+            "message": first or {},
+            "extensions": list(metadata.get(EXTENSIONS) or []),
+            "metadata": strip_owned({k: v for k, v in metadata.items() if k not in OUTCOME_KEYS}) or {},
+        }
+        assert self.task.exec_id is not None
+        try:
+            await self.link.call(m.ExecControlSendRequest(exec_id=self.task.exec_id, message=line))
+        except ControllerError as exc:
+            if "hostd_code" in exc.details:  # hostd said no for good (the agent is gone, the line too long)
+                raise Fault(f"the agent could not be handed its task: {exc.message}") from None
+            raise _HandOverLater(seq) from exc
+        self.agent.speaks = version
+        metadata = {**metadata, AGENT_PROTOCOL: version}
         return [status_change(self.task, "TASK_STATE_WORKING", metadata=metadata, exec_seq=seq, unless_terminal=True)]
 
     async def _prompt(self, line: dict[str, Any], seq: int) -> list[Append]:
@@ -424,6 +436,14 @@ async def _drain(events: AsyncIterator[m.Event]) -> None:
                 pass
         except ControllerError:
             pass
+
+
+class _HandOverLater(Exception):
+    """The ``task`` line could not be sent now (the link to hostd is down): resume before the hello."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(seq)
+        self.seq = seq
 
 
 def _size(event: m.Event) -> int:

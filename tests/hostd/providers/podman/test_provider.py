@@ -117,9 +117,20 @@ async def test_container_lifecycle_limits_execs_and_a_pty_session(
             "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
         )
         assert code == 0 and out.split() == [b"100", str(64 * 1024 * 1024).encode(), b"50000"], out
-        with pytest.raises(HostdRemoteError) as no_control:
-            await client.call(m.ExecStartRequest(instance_id=info.instance_id, argv=["true"], control=True))
-        assert no_control.value.code == "exec.control_unavailable"
+        # A control channel: a socket in the directory bound at /run/aiwg, named in the exec's env
+        # (busybox cannot connect to it; the agent tests do, tests/scenarios/test_agents_speak_a2a.py).
+        assert "exec.control" in info.capabilities
+        code, out, _ = await run_exec(
+            client,
+            info.instance_id,
+            "sh",
+            "-c",
+            'echo "$AIWG_CONTROL_SOCKET"; ls -l "$AIWG_CONTROL_SOCKET"',
+            control=True,
+        )
+        path, listing = out.decode().splitlines()
+        assert code == 0 and path.startswith("/run/aiwg/") and path.endswith(".sock") and listing.startswith("s")
+        assert os.listdir(Path(info.instance_dir) / "control") == []  # gone with its exec, never taken
 
         # A PTY session: typed commands answer, replay from 1 gives the same bytes, kill ends the
         # process inside the container (not only the podman client).

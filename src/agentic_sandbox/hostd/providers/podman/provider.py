@@ -81,7 +81,7 @@ CAPABILITIES = [
     "session.pty",
     "exec",
 ]
-#: Where a container sees its control directory (``ContainerDetail.control_dir`` bound there): each
+#: Where a container sees its control directory (``<instance_dir>/control``, bound there): each
 #: exec with a control channel gets its socket in it (``AIWG_CONTROL_SOCKET``).
 CONTROL_DIR_INSIDE = "/run/aiwg"
 
@@ -142,7 +142,7 @@ class PodmanProvider(Provider):
 
     def instance_capabilities(self, info: m.InstanceInfo) -> list[str]:
         # A container made with a control directory gives its execs a control channel.
-        control = info.container is not None and info.container.control_dir is not None
+        control = info.container is not None and info.container.control
         return [*CAPABILITIES, "exec.control"] if control else list(CAPABILITIES)
 
     def availability(self) -> str | None:
@@ -226,9 +226,7 @@ class PodmanProvider(Provider):
         control_dir.mkdir(mode=0o711, exist_ok=True)  # a non-root user inside reaches its socket
         control_dir.chmod(0o711)
         name = f"aiwg-{info.instance_id}"
-        info.container = m.ContainerDetail(
-            container_name=name, image=image_name, limits=req.limits, control_dir=str(control_dir)
-        )
+        info.container = m.ContainerDetail(container_name=name, image=image_name, limits=req.limits, control=True)
         self._known[info.instance_id] = instance
         env = {**_identity_env(info), **instance.env}
         labels = {
@@ -487,8 +485,10 @@ class PodmanProvider(Provider):
         return SpawnSpec(argv=command, cwd=info.instance_dir, env=host_env, shown_cwd=shown, proxied=True)
 
     def control_socket(self, instance: Instance, exec_id: str) -> ControlSocket | None:
-        control_dir = container_detail(instance).control_dir
-        if control_dir is None:
+        if not container_detail(instance).control:
             return None
+        # Under the instance's directory as it is now (a claimed pool slot's directory is renamed:
+        # the container's bind follows the directory itself).
         name = f"{exec_id}.sock"
-        return ControlSocket(host_path=f"{control_dir}/{name}", inside_path=f"{CONTROL_DIR_INSIDE}/{name}")
+        host_path = f"{instance.info.instance_dir}/control/{name}"
+        return ControlSocket(host_path=host_path, inside_path=f"{CONTROL_DIR_INSIDE}/{name}")
