@@ -3,7 +3,8 @@
 
 Inputs (``scripts/install-system-deps.sh`` installs them): the Debian cloud kernel
 (``linux-image-cloud-amd64``: ``/boot/vmlinuz-*-cloud-amd64`` and its virtio modules),
-``busybox-static`` and ``qemu-guest-agent`` with the libraries ``ldd`` lists for it.
+``busybox-static`` and ``qemu-guest-agent`` with the libraries ``ldd`` lists for it, and the agent
+channel's helper ``scripts/guest/aiwg-guest.c``, compiled here statically with ``gcc``.
 
 Output, in ``--out`` (default ``$AIWG_VM_IMAGE_DIR``, else ``/var/cache/agentic-sandbox/guest-image``,
 hostd's default; outside hostd's 0700 state dir, since QEMU runs as libvirt's own user):
@@ -14,8 +15,10 @@ written last, so a build cut short is redone.
 
 The guest's ``/init`` mounts /proc, /sys, /dev, loads the virtio modules in dependency order
 (``virtio`` before ``virtio_ring`` fails on unknown symbols), starts ``qemu-ga`` on the virtio port
-of the ``org.qemu.guest_agent.0`` channel, and runs a login-less shell on the serial console
-(``setsid cttyhack sh``), respawned when it exits.
+of the ``org.qemu.guest_agent.0`` channel, ``aiwg-guest daemon`` on the port of the
+``org.aiwg.agent.0`` channel (each exec's control channel, see the C source), and runs a login-less
+shell on the serial console (``setsid cttyhack sh``), respawned when it exits. The manifest says
+``"agent_channel": "org.aiwg.agent.0"``: hostd offers ``exec.control`` on VMs booted from it.
 
 Prints the output directory. Exit 1 with a message when an input is missing.
 """
@@ -33,10 +36,11 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 #: Layout version of the output (the script's own text is an input too, see inputs_digest).
-FORMAT = 1
+FORMAT = 2
 MODULES = [
     "kernel/drivers/virtio/virtio_ring.ko",
     "kernel/drivers/virtio/virtio.ko",
@@ -48,6 +52,8 @@ MODULES = [
 BUSYBOX = Path("/bin/busybox")
 QEMU_GA = Path("/usr/sbin/qemu-ga")
 CMDLINE = "console=ttyS0 quiet panic=-1"
+GUEST_HELPER = Path(__file__).resolve().parent / "guest" / "aiwg-guest.c"
+AGENT_CHANNEL = "org.aiwg.agent.0"
 PROMPT = "aiwg-vm# "
 
 INIT = f"""#!/bin/busybox sh
@@ -60,15 +66,18 @@ mkdir -p /dev/pts /tmp /run /var/run
 mount -t devpts devpts /dev/pts
 for m in {" ".join(Path(p).stem for p in MODULES)}; do insmod /lib/modules/$m.ko; done
 hostname aiwg-vm
-port=""
-for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-  for p in /sys/class/virtio-ports/*; do
-    [ "$(cat $p/name 2>/dev/null)" = org.qemu.guest_agent.0 ] && port=/dev/$(basename $p)
+port_of() {{
+  for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+    for p in /sys/class/virtio-ports/*; do
+      [ "$(cat $p/name 2>/dev/null)" = "$1" ] && echo /dev/$(basename $p) && return
+    done
+    sleep 0.1
   done
-  [ -n "$port" ] && break
-  sleep 0.1
-done
+}}
+port=$(port_of org.qemu.guest_agent.0)
 [ -n "$port" ] && qemu-ga -m virtio-serial -p "$port" -d -t /run
+agent_port=$(port_of {AGENT_CHANNEL})
+[ -n "$agent_port" ] && setsid aiwg-guest daemon "$agent_port" </dev/null >/dev/null 2>&1 &
 export PS1='{PROMPT}'
 echo "aiwg guest ready"
 while true; do setsid cttyhack sh; done
@@ -107,6 +116,8 @@ def inputs() -> dict[str, Path]:
             raise BuildError(f"{path} is missing: install busybox-static and qemu-guest-agent")
     files["bin/busybox"] = BUSYBOX
     files["usr/sbin/qemu-ga"] = QEMU_GA
+    if shutil.which("gcc") is None:
+        raise BuildError("gcc is missing (it compiles the guest's agent helper): install gcc")
     for lib in libraries(QEMU_GA):
         files[str(lib).lstrip("/")] = lib.resolve()
     for guest, host in files.items():
@@ -123,9 +134,24 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def compile_helper() -> bytes:
+    """``aiwg-guest``, static (the guest has no C library of its own)."""
+    with tempfile.TemporaryDirectory(prefix="aiwg-guest-") as tmp:
+        binary = Path(tmp) / "aiwg-guest"
+        built = subprocess.run(
+            ["gcc", "-static", "-Os", "-s", "-Wall", "-o", str(binary), str(GUEST_HELPER)],
+            capture_output=True,
+            text=True,
+        )
+        if built.returncode != 0:
+            raise BuildError(f"cannot compile {GUEST_HELPER}: {built.stderr.strip()}")
+        return binary.read_bytes()
+
+
 def inputs_digest(files: dict[str, Path]) -> str:
-    # This script itself is an input: a change of /init or of the layout rebuilds the image.
-    h = hashlib.sha256(f"format {FORMAT}\n".encode() + Path(__file__).read_bytes())
+    # This script itself is an input: a change of /init or of the layout rebuilds the image; so
+    # is the helper's source.
+    h = hashlib.sha256(f"format {FORMAT}\n".encode() + Path(__file__).read_bytes() + GUEST_HELPER.read_bytes())
     for guest in sorted(files):
         h.update(f"{guest} {sha256_file(files[guest])}\n".encode())
     return h.hexdigest()
@@ -181,6 +207,7 @@ def build(out: Path, *, force: bool = False) -> Path:
     for d in ("proc", "sys", "dev", "tmp", "run", "sbin", "usr/bin"):
         archive.directory(d)
     archive.file("init", INIT.encode())
+    archive.file("bin/aiwg-guest", compile_helper())
     for guest, host in sorted(files.items()):
         if guest != "vmlinuz":
             archive.file(guest, host.read_bytes(), 0o644 if guest.endswith(".ko") else 0o755)
@@ -200,6 +227,7 @@ def build(out: Path, *, force: bool = False) -> Path:
         "prompt": PROMPT,
         "kernel_release": kernel_release(),
         "inputs_sha256": digest,
+        "agent_channel": AGENT_CHANNEL,
     }
     tmp_manifest = out / "manifest.json.tmp"
     tmp_manifest.write_text(json.dumps(manifest, indent=2) + "\n")

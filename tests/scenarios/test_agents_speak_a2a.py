@@ -2,7 +2,8 @@
 bindings: a live hostd and controller, a loadout running ``python -m agentic_sandbox_agent.a2a``,
 the agent protocol v2 on the instance's control channel. Every part kind, state, chunked artifact,
 a Message answer, a follow-up, cancel, a file past what a line holds (fetched by its URL), the
-agent's log read by the admin; then the same agent in a container instance.
+agent's log read by the admin; then the same agent in a container instance, and a shell agent in a
+real QEMU VM over the guest's agent channel.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
 from agentic_sandbox.controller.config import load_config
 from tests.controller.a2a.helpers import Agent, new_agent
 from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller, wait_operation
+from tests.libvirt_service import guest_image, libvirt_system
 from tests.podman_service import PodmanStorage
 
 EXECUTORS = Path(__file__).resolve().parent.parent / "agent" / "agents" / "a2a_executors.py"
@@ -312,3 +314,85 @@ async def test_an_unmodified_executor_in_a_container_instance(
     assert [next(k for k in ("text", "raw", "url", "data") if k in p) for p in kinds["parts"]] == [
         "text", "raw", "url", "data",
     ]  # fmt: skip
+
+
+# -- a VM instance ------------------------------------------------------------------------------------
+
+#: A busybox shell agent for the tiny guest (it has no Python): the protocol on fd 3 with echo and read.
+VM_AGENT = r"""
+echo '{"type": "hello", "version": 2}' >&3
+read -r task <&3
+echo "the task line: $task"
+echo '{"type": "artifact", "artifactId": "task", "parts": [{"data": '"$task"'}]}' >&3
+part='{"text": "'"$(uname -r)"'", "mediaType": "text/plain"}'
+echo '{"type": "artifact", "artifactId": "kernel", "parts": ['"$part"'], "lastChunk": true}' >&3
+echo '{"type": "status", "state": "TASK_STATE_INPUT_REQUIRED", "message": {"parts": [{"text": "and then?"}]}}' >&3
+read -r follow <&3
+echo '{"type": "artifact", "artifactId": "follow-up", "parts": [{"data": '"$follow"'}]}' >&3
+echo '{"type": "status", "state": "TASK_STATE_COMPLETED", "message": {"parts": [{"text": "done in a VM"}]}}' >&3
+"""
+
+
+@pytest.fixture
+async def vm_controller(
+    short_dir: Path, tmp_path: Path, libvirt_system: str, guest_image: Path
+) -> AsyncIterator[tuple[httpx.AsyncClient, LiveController]]:
+    live = LiveHostd(short_dir, env={"AIWG_LIBVIRT_URI": libvirt_system, "AIWG_VM_IMAGE_DIR": str(guest_image)})
+    await live.start()
+    try:
+        config = load_config(env=controller_env(tmp_path / "controller", live.socket_path))
+        async with serve_controller(config) as controller, controller.client() as client:
+            manifest = {"name": "vm-agent", "version": "1", "runtime": "qemu", "command": ["/bin/sh", "-c", VM_AGENT]}
+            response = await client.post(
+                "/api/v2/admin/loadouts", json={"name": "vm-agent", "manifest": yaml.safe_dump(manifest)}
+            )
+            assert response.status_code in (200, 201), response.text
+            yield client, controller
+    finally:
+        await live.close()
+
+
+async def test_a_shell_agent_in_a_vm_instance_over_the_agent_channel(
+    vm_controller: tuple[httpx.AsyncClient, LiveController],
+) -> None:
+    admin, controller = vm_controller
+    response = await admin.post(
+        "/api/v2/admin/instances", json={"name": "vm1", "runtime": "qemu", "loadout": "vm-agent", "start": True}
+    )
+    assert response.status_code == 202, response.text
+    op = await wait_operation(admin, response.json()["id"], timeout=120)
+    assert op["state"] == "succeeded", op
+    instance_id = op["result"]["instance_id"]
+    agent = Agent(instance_id, response.json()["a2a_token"], f"{controller.url}/agents/{instance_id}")
+    view = (await admin.get(f"/api/v2/admin/instances/{instance_id}")).json()
+    assert "exec.control" in view["capabilities"]
+
+    async def scenario() -> dict[str, Any]:
+        async with httpx.AsyncClient(headers=headers(agent), timeout=120) as http:
+            client = await client_for(agent, http, "jsonrpc", streaming=False)
+            [first] = await send(client, user_message(Part(text="hello VM")))
+            [second] = await send(client, user_message(Part(text="finish"), task_id=first["task"]["id"]))
+            await client.close()
+            return {"first": first["task"], "second": second["task"]}
+
+    out = await run_in_asyncio(scenario)
+    first, second = out["first"], out["second"]
+    assert first["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", first
+    assert first["status"]["message"]["parts"] == [{"text": "and then?"}]
+    assert second["status"]["state"] == "TASK_STATE_COMPLETED", second
+    assert second["status"]["message"]["parts"] == [{"text": "done in a VM"}]
+    assert second["metadata"]["agent_protocol"] == 2 and second["metadata"]["runtime.kind"] == "vm"
+    artifacts = {a["artifactId"]: a for a in second["artifacts"]}
+    task_line = artifacts["task"]["parts"][0]["data"]
+    assert task_line["type"] == "task" and task_line["message"]["parts"] == [{"text": "hello VM"}]
+    assert artifacts["kernel"]["parts"][0]["text"].endswith("cloud-amd64")
+    follow_up = artifacts["follow-up"]["parts"][0]["data"]
+    assert follow_up["type"] == "message" and follow_up["message"]["parts"] == [{"text": "finish"}]
+    # A VM's output arrives when its process has ended (qemu-guest-agent), after the task did.
+    with trio.fail_after(60):
+        while "the task line: " not in (await admin.get(f"/api/v2/admin/tasks/{second['id']}/logs")).text:
+            await trio.sleep(0.2)
+    await admin.post(f"/api/v2/admin/instances/{instance_id}/destroy")
+
+
+__all__ = ["guest_image", "libvirt_system"]  # fixtures this module uses

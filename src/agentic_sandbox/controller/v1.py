@@ -125,6 +125,45 @@ async def mission_stream(task_id: str) -> Any:
     return await rest.subscribe(rec.instance_id, task_id)
 
 
+@v1.get("/agent-output/chat")
+async def agent_output_chat() -> Any:
+    """agent-output/v1: a task's Claude Code stream as a chat (:mod:`controller.a2a.agentoutput`);
+    ``command_id`` is the task id, read with a token that may read its instance."""
+    from .a2a import agentoutput
+    from .a2a.edge import authenticate, begin
+    from .a2a.sse import sse_response
+    from .errors import TASK_NOT_FOUND, ValidationFailed
+    from .errors import NotFound as TaskMissing
+
+    authenticate()  # 401 before anything is looked up
+    command_id = request.args.get("command_id", "")
+    if not command_id:
+        raise ValidationFailed([{"field": "command_id", "message": "the task to project", "code": "required"}])
+    try:
+        resume = agentoutput.parse_last_event_id(request.headers.get("Last-Event-ID"))
+    except ValueError as exc:
+        raise ValidationFailed([{"field": "Last-Event-ID", "message": str(exc), "code": "format"}]) from None
+    state = app_state()
+    rec = await state.a2a.find_task(command_id)
+    if rec is None:
+        if resume is not None:  # a resume of an expired command ends at once, never hangs
+            response = Response(agentoutput.error_frame(f"command {command_id[:256]} is gone"), status=200)
+            response.content_type = "text/event-stream"
+            return response
+        raise TaskMissing(TASK_NOT_FOUND, f"no command {command_id[:256]!r}")
+    caller = await begin(rec.instance_id, legacy_path=True, enforce_extensions=False)
+    body = agentoutput.chat(
+        state.tasks.store,
+        state.tasks.hub,
+        rec.id,
+        session=request.args.get("session_id") or rec.id,
+        resume=resume,
+        replay=request.args.get("replay", "").lower() in ("1", "true"),
+        keepalive_s=state.config.sse_keepalive_s,
+    )
+    return sse_response(caller, body)
+
+
 @v1.route("/hitl/<task_id>", methods=["GET", "POST"])
 async def hitl(task_id: str) -> Any:
     from .a2a import v1hitl

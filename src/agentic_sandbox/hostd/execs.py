@@ -176,9 +176,11 @@ class ExecRegistry(ChildRegistry[_Exec]):
                 )
             env["AIWG_EXEC_ID"] = exec_id
             where = placement.control_socket(exec_id) if req.control else None
+            argv = list(req.argv)
             if where is not None:
-                env[control.CONTROL_SOCKET_ENV] = where.inside_path
-            spec = placement.spawn_spec(req.argv, req.cwd, env, tty=False)
+                env.update(where.inside_env)
+                argv = [*where.argv_prefix, *argv]
+            spec = placement.spawn_spec(argv, req.cwd, env, tty=False)
             cgroup = self._make_cgroup(spec.cgroup_parent, exec_id)
             host_env = dict(spec.env)
             try:

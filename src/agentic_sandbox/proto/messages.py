@@ -737,6 +737,9 @@ class VmDetail(msgspec.Struct, kw_only=True):
     image_ref: str | None = None
     memory_mib: int = 192
     vcpus: int = 1
+    #: The guest runs the agent channel's helper (the built guest image does): execs get a
+    #: control channel through the domain's ``org.aiwg.agent.0`` port.
+    agent_channel: bool = False
 
 
 class CheckpointInfo(msgspec.Struct, kw_only=True):

@@ -26,7 +26,7 @@ from ..store import InstanceRecord, SigningKeyRecord, Store, TaskRecord, TaskSna
 from ..tasks.agentevents import ANSWERED_WITH
 from ..tasks.model import Id, Metadata, SendMessageRequest
 from ..tasks.service import ListQuery, TaskService
-from . import hitl, ptyext, tenancy
+from . import agentoutput, hitl, ptyext, tenancy
 from .caller import Caller
 from .card import build_card, instance_url, sign_card
 from .idempotencycache import IdempotencyCache
@@ -111,6 +111,7 @@ class A2AService:
             hitl.card_extension(),
             tenancy.card_extension(),
             ptyext.card_extension(),
+            agentoutput.card_extension(),
         ]
         key_rec, key = await self._credentials.signing_key(rec.id)
         jku = f"{instance_url(base_url, rec.id)}/.well-known/jwks.json"

@@ -56,11 +56,15 @@ class SpawnSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ControlSocket(msgspec.Struct, frozen=True, kw_only=True):
-    """Where an exec's control channel is reached when an fd cannot cross into the instance: hostd
-    listens at ``host_path``, the child connects to ``inside_path`` (``AIWG_CONTROL_SOCKET``)."""
+    """How an exec's control channel reaches into the instance when an fd cannot: hostd listens at
+    ``host_path``, and the child (whose environment gets ``inside_env``, and whose argv starts with
+    ``argv_prefix``) ends up connected to it: a container's child connects to the path bound into
+    it (``AIWG_CONTROL_SOCKET``); a VM's is started by the guest's helper, whose channel the
+    provider relays to ``host_path``."""
 
     host_path: str
-    inside_path: str
+    inside_env: dict[str, str] = {}
+    argv_prefix: list[str] = []
 
 
 class Instance:

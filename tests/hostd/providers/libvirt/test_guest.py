@@ -170,6 +170,42 @@ async def test_exec_runs_in_the_guest_with_its_exit_code(guest: Guest) -> None:
         assert code == 125 and b"guest-exec of '/no/such/program' failed" in err
 
 
+async def test_an_exec_in_the_guest_has_a_control_channel_through_the_agent_channel(guest: Guest) -> None:
+    # A busybox shell agent on fd 3, as the guest's helper hands it over (the guest has no Python).
+    script = (
+        'echo "fd=$AIWG_CONTROL_FD"; echo \'{"type": "hello", "version": 2}\' >&3; '
+        'read -r line <&3; echo "got $line"; echo \'{"type": "bye"}\' >&3'
+    )
+    async with open_hostd(guest.proc.socket_path) as client:
+        info = (await client.call(m.InstanceGetRequest(instance_id=IID))).instance
+        assert info.vm is not None and info.vm.agent_channel and "exec.control" in info.capabilities
+        started = await client.call(
+            m.ExecStartRequest(
+                instance_id=IID, argv=["/bin/sh", "-c", script], control=True, control_flow=True, timeout_s=BOOT_WAIT_S
+            )
+        )
+        exec_id = started.exec.exec_id
+        messages, out, code = [], bytearray(), None
+        with trio.fail_after(BOOT_WAIT_S):
+            async with client.stream(m.ExecSubscribeRequest(exec_id=exec_id, from_seq=1)) as events:
+                async for ev in events:
+                    if isinstance(ev, m.ExecControlMessage):
+                        messages.append(ev.message)
+                        if ev.message.get("type") == "hello":
+                            await client.call(
+                                m.ExecControlSendRequest(exec_id=exec_id, message={"type": "task", "n": 1})
+                            )
+                    elif isinstance(ev, m.ExecOutput) and ev.stream == "stdout":
+                        out += ev.data
+                    elif isinstance(ev, m.ExecExited):
+                        code = ev.exit_code
+        assert messages == [{"type": "hello", "version": 2}, {"type": "bye"}], (bytes(out), code)
+        assert (code, bytes(out)) == (0, b'fd=3\ngot {"type":"task","n":1}\n')
+        # Without asking for a channel the agent runs as before: no fd 3, no helper in between.
+        code, out, _err = await run_exec(client, ["/bin/sh", "-c", 'echo "fd=${AIWG_CONTROL_FD:-none}"'])
+        assert (code, out) == (0, b"fd=none\n")
+
+
 async def test_checkpoint_and_restore_keep_the_guest_memory(guest: Guest) -> None:
     async with open_hostd(guest.proc.socket_path) as client:
         code, _out, _err = await run_exec(client, ["/bin/sh", "-c", "echo before-save > /tmp/marker"])

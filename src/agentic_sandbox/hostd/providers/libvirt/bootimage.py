@@ -30,6 +30,7 @@ import trio
 from agentic_sandbox.proto import ErrorCode
 
 from ...errors import RpcError
+from . import domain
 
 DEFAULT_CMDLINE = "console=ttyS0 quiet panic=-1"
 _PINNED = re.compile(r"(/[^@,\s]+)@sha256:([0-9a-f]{64})")
@@ -41,6 +42,8 @@ class BootImage(msgspec.Struct, frozen=True, kw_only=True):
     initrd: str | None = None
     cmdline: str | None = None
     disk: str | None = None
+    #: The guest runs the agent channel's helper (the manifest of the built image says so).
+    agent_channel: bool = False
 
 
 def _invalid(image_ref: str, why: str) -> RpcError:
@@ -95,6 +98,7 @@ def _default(image_dir: Path) -> tuple[BootImage, list[tuple[str, str]]]:
         initrd = str(image_dir / data["initrd"])
         pins = [(kernel, str(data["kernel_sha256"])), (initrd, str(data["initrd_sha256"]))]
         cmdline = str(data.get("cmdline") or DEFAULT_CMDLINE)
+        agent_channel = data.get("agent_channel") == domain.AGENT_CHANNEL
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RpcError(
             ErrorCode.PROVIDER_UNAVAILABLE,
@@ -102,7 +106,8 @@ def _default(image_dir: Path) -> tuple[BootImage, list[tuple[str, str]]]:
             image_dir=str(image_dir),
         ) from None
     ref = f"direct://{pins[0][0]}@sha256:{pins[0][1]},{pins[1][0]}@sha256:{pins[1][1]}"
-    return BootImage(image_ref=ref, kernel=kernel, initrd=initrd, cmdline=cmdline), pins
+    image = BootImage(image_ref=ref, kernel=kernel, initrd=initrd, cmdline=cmdline, agent_channel=agent_channel)
+    return image, pins
 
 
 async def resolve(image_ref: str | None, default_dir: Path) -> BootImage:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -179,3 +180,17 @@ def is_active(dom: Any) -> bool:
 def is_no_domain(exc: BaseException) -> bool:
     libvirt = libvirt_module()
     return isinstance(exc, libvirt.libvirtError) and exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN
+
+
+def channel_path(conn: Any, vm: m.VmDetail, name: str) -> str | None:
+    """The host end (a unix socket libvirt made) of the running domain's virtio channel ``name``;
+    None when the domain is not running or has no such channel."""
+    dom = lookup(conn, vm.uuid or "")
+    if dom is None or not is_active(dom):
+        return None
+    root = ET.fromstring(dom.XMLDesc(0))
+    for channel in root.iterfind("devices/channel"):
+        target, source = channel.find("target"), channel.find("source")
+        if target is not None and target.get("name") == name and source is not None:
+            return source.get("path")
+    return None

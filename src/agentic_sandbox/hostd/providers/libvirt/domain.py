@@ -2,8 +2,9 @@
 
 One template for every VM: the loadout's sizes (memory, vCPUs) and the instance's image fill it
 in. What this machine needs (DESIGN.md §6): no ``<graphics>``, a ``<serial type='pty'>`` plus
-``<console type='pty'>`` (the console session's stream), and a ``<channel type='unix'>`` named
-``org.qemu.guest_agent.0`` for qemu-guest-agent (task execs). The domain ``type`` is a setting:
+``<console type='pty'>`` (the console session's stream), a ``<channel type='unix'>`` named
+``org.qemu.guest_agent.0`` for qemu-guest-agent (task execs), and one named ``org.aiwg.agent.0``
+for the agent channel (execs' control channels, :mod:`.agentmux`). The domain ``type`` is a setting:
 ``kvm`` in production, ``qemu`` (software emulation) where KVM guests do not run.
 
 Every domain hostd defines carries ``<aiwg:instance>`` in its ``<metadata>`` (namespace
@@ -23,6 +24,8 @@ import msgspec
 METADATA_NS = "https://agentic-sandbox.dev/hostd/vm/1"
 METADATA_PREFIX = "aiwg"
 GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
+#: The agent channel's port: execs' control channels, multiplexed (:mod:`.agentmux`).
+AGENT_CHANNEL = "org.aiwg.agent.0"
 
 
 class DomainSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,6 +112,9 @@ def render(spec: DomainSpec) -> str:
     channel = _sub(devices, "channel", type="unix")
     _sub(channel, "source", mode="bind")
     _sub(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
+    agent = _sub(devices, "channel", type="unix")
+    _sub(agent, "source", mode="bind")  # libvirt picks the path; hostd reads it from the live XML
+    _sub(agent, "target", type="virtio", name=AGENT_CHANNEL)
     _sub(devices, "memballoon", model="none")
     return ET.tostring(dom, encoding="unicode")
 

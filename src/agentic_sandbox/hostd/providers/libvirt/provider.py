@@ -53,9 +53,10 @@ from agentic_sandbox.proto import messages as m
 
 from ...config import HostdConfig
 from ...errors import RpcError
-from ..base import EndChildren, Instance, Provider, Saved, SpawnSpec
+from ..base import ControlSocket, EndChildren, Instance, Provider, Saved, SpawnSpec
 from ..host import directory
 from . import bootimage, connection, domain
+from .agentmux import AgentMux
 from .connection import LONG_CALL_TIMEOUT_S, LibvirtLink
 from .copies import FORK, VmCopies, make_dir, vm_detail
 
@@ -70,6 +71,8 @@ _CHECKPOINTS = ["instance.snapshot", "instance.restore", "warm_pool.manage"]
 MAX_STRAYS = 64
 #: The environment variable carrying the guest env of an exec to ``hostd.providers.libvirt.guestexec``.
 GUEST_ENV = "AIWG_GUEST_ENV"
+#: The agent channel's launcher in the built guest image (scripts/guest/aiwg-guest.c).
+GUEST_HELPER = "/bin/aiwg-guest"
 
 
 class VmProvider(Provider):
@@ -88,6 +91,9 @@ class VmProvider(Provider):
             config, self._link, self._instances, emulated=self._emulated, capabilities=self.instance_capabilities
         )
         self._strays: list[str] = []
+        self._nursery = nursery
+        #: The agent channel of each VM whose execs asked for a control channel (:mod:`.agentmux`).
+        self._muxes: dict[str, AgentMux] = {}
         nursery.start_soon(self._watch)
 
     pool_form = "saved"
@@ -100,7 +106,10 @@ class VmProvider(Provider):
     def instance_capabilities(self, info: m.InstanceInfo) -> list[str]:
         # A disk's state is not in a memory image: such a VM cannot be forked (saveimage refuses it).
         disk = info.vm is not None and (info.vm.image_ref or "").startswith("qcow2://")
-        return [c for c in self.capabilities() if not (disk and c == FORK)]
+        found = [c for c in self.capabilities() if not (disk and c == FORK)]
+        if "exec" in found and info.vm is not None and info.vm.agent_channel:
+            found.append("exec.control")  # its guest runs the agent channel's helper
+        return found
 
     def describe(self, *, default: bool) -> m.ProviderInfo:
         info = super().describe(default=default)
@@ -140,7 +149,7 @@ class VmProvider(Provider):
         info.instance_dir = str(self._config.instances_dir / info.instance_id)
         self._instances[info.instance_id] = instance
         image = await bootimage.resolve(req.image, self._config.guest_image_dir)
-        info.vm.image_ref = image.image_ref
+        info.vm.image_ref, info.vm.agent_channel = image.image_ref, image.agent_channel
         await trio.to_thread.run_sync(make_dir, Path(info.instance_dir))
         xml = domain.render(
             domain.DomainSpec(
@@ -330,6 +339,41 @@ class VmProvider(Provider):
             env={**helper_env, GUEST_ENV: json.dumps({**instance.env, **env})},
             shown_cwd=cwd or "/",
         )
+
+    def control_socket(self, instance: Instance, exec_id: str) -> ControlSocket | None:
+        """Through the guest's agent channel (:mod:`.agentmux`), where its image has one."""
+        vm = vm_detail(instance)
+        if not vm.agent_channel or self._emulated:
+            return None
+        control_dir = Path(instance.info.instance_dir) / "control"
+        control_dir.mkdir(mode=0o700, exist_ok=True)
+        self._ensure_mux(instance)
+        return ControlSocket(
+            host_path=str(control_dir / f"{exec_id}.sock"), argv_prefix=[GUEST_HELPER, "exec", exec_id, "--"]
+        )
+
+    def _ensure_mux(self, instance: Instance) -> None:
+        instance_id = instance.id
+        if instance_id in self._muxes:
+            return
+
+        async def port_path() -> str | None:
+            vm = vm_detail(instance)
+            return await self._link.call(lambda conn: connection.channel_path(conn, vm, domain.AGENT_CHANNEL))
+
+        def alive() -> bool:
+            return self._instances.get(instance_id) is instance and instance.info.state in ("starting", "running")
+
+        mux = AgentMux(instance_id, port_path, lambda: Path(instance.info.instance_dir) / "control", alive)
+        self._muxes[instance_id] = mux
+
+        async def run() -> None:
+            try:
+                await mux.run()
+            finally:
+                self._muxes.pop(instance_id, None)
+
+        self._nursery.start_soon(run)
 
     # -- helpers (in worker threads) ------------------------------------------------------------
 

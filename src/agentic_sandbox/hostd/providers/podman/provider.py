@@ -45,6 +45,7 @@ from agentic_sandbox.proto import ErrorCode
 from agentic_sandbox.proto import messages as m
 
 from ...config import HostdConfig
+from ...control import CONTROL_SOCKET_ENV
 from ...errors import RpcError
 from ...proctree import TREE_ENV
 from ...statefile import mkdir_private
@@ -491,4 +492,4 @@ class PodmanProvider(Provider):
         # the container's bind follows the directory itself).
         name = f"{exec_id}.sock"
         host_path = f"{instance.info.instance_dir}/control/{name}"
-        return ControlSocket(host_path=host_path, inside_path=f"{CONTROL_DIR_INSIDE}/{name}")
+        return ControlSocket(host_path=host_path, inside_env={CONTROL_SOCKET_ENV: f"{CONTROL_DIR_INSIDE}/{name}"})
