@@ -158,7 +158,9 @@ def test_a_successful_run_event_by_event(start: Any) -> None:
     ]
     (call,) = texts_of(write)
     assert call["name"] == "Write" and call["tool_id"] == WRITE_ID and call["input"]["file_path"] == "notes/out.md"
-    assert texts_of(last_text) == ["I wrote the notes to `notes/out.md`: the directory holds a README and a `src/` folder."]
+    assert texts_of(last_text) == [
+        "I wrote the notes to `notes/out.md`: the directory holds a README and a `src/` folder."
+    ]
 
     bash_result = next(line for line in lines if line.get("artifactId") == f"tool-result-{BASH_ID}")
     assert bash_result == {
@@ -372,7 +374,7 @@ def test_a_prompt_like_an_option_stays_the_prompt(start: Any) -> None:
 
 def test_lines_too_long_for_the_channel_are_cut(start: Any, tmp_path: Path) -> None:
     max_line = 20000  # AIWG_AGENT_MAX_LINE: the same cutting as at 1 MiB, with small lines
-    output = "é\x01\"\\ 😀 line\n" * 4000  # escapes and multibyte characters: 1 to 6 bytes each
+    output = 'é\x01"\\ 😀 line\n' * 4000  # escapes and multibyte characters: 1 to 6 bytes each
     big = "x" * 50000
     events = [
         {"type": "system", "subtype": "init", "session_id": "s", "model": "m"},
@@ -385,7 +387,10 @@ def test_lines_too_long_for_the_channel_are_cut(start: Any, tmp_path: Path) -> N
                 ]
             },
         },
-        {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "toolu_w", "content": output}]}},
+        {
+            "type": "user",
+            "message": {"content": [{"type": "tool_result", "tool_use_id": "toolu_w", "content": output}]},
+        },
         {"type": "result", "subtype": "success", "is_error": False, "result": "done"},
     ]
     transcript = tmp_path / "long.jsonl"
@@ -407,7 +412,9 @@ def test_lines_too_long_for_the_channel_are_cut(start: Any, tmp_path: Path) -> N
     assert result[0]["name"] == "Write result" and all("metadata" not in line for line in result[1:])
     statuses = [line for line in lines if line["type"] == "status"]
     (text,) = texts_of(statuses[1])
-    assert text.startswith("tttt") and text.endswith("[truncated here: the whole text is in the claude-stream artifact]")
+    assert text.startswith("tttt") and text.endswith(
+        "[truncated here: the whole text is in the claude-stream artifact]"
+    )
     (call,) = texts_of(statuses[2])
     assert call["truncated"] is True and call["input"]["file_path"] == "b"
     assert call["input"]["content"].endswith("[... 45904 more characters]")

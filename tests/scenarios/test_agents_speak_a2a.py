@@ -222,6 +222,8 @@ async def test_a_file_past_a_line_is_one_file_fetched_by_its_url(
         assert fetched.status_code == 200 and fetched.headers["content-type"] == "application/octet-stream"
         assert fetched.headers["content-disposition"].startswith('attachment; filename="big.bin"')
         assert hashlib.sha256(fetched.content).hexdigest() == digest
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {agent.token}"}) as plain:
+            assert (await plain.get(part["url"])).content == fetched.content  # a plain GET, no A2A headers
         # Only with the agent's token, and only files its tasks hold.
         assert (await client.get(part["url"], headers={"Authorization": "Bearer nope"})).status_code == 401
         assert (await client.get(f"{agent.base}/tasks/{task['id']}/files/..%2F..%2Fetc")).status_code == 404
@@ -396,3 +398,31 @@ async def test_a_shell_agent_in_a_vm_instance_over_the_agent_channel(
 
 
 __all__ = ["guest_image", "libvirt_system"]  # fixtures this module uses
+
+
+async def test_cancel_asks_the_agent_first_then_kills_one_that_does_not_end(
+    admin: httpx.AsyncClient, controller: LiveController, tmp_path: Path
+) -> None:
+    script = tmp_path / "stubborn.py"
+    script.write_text(
+        "import json, os, socket, sys\n"
+        "channel = socket.socket(fileno=int(os.environ['AIWG_CONTROL_FD'])).makefile('rwb', buffering=0)\n"
+        'channel.write(b\'{"type": "hello", "version": 2}\\n\')\n'
+        "for line in channel:\n"
+        "    print('heard', json.loads(line)['type'], flush=True)  # and does nothing about it\n"
+    )
+    await add_loadout(admin, "stubborn", [sys.executable, str(script)])
+    agent = await new_agent(admin, controller, "stubborn", loadout="stubborn")
+    async with agent.client(controller) as client:
+        body = {"message": message("work"), "configuration": {"returnImmediately": True}}
+        task = (await client.post("/message:send", json=body)).json()["task"]
+        with trio.fail_after(10):
+            while (await client.get(f"/tasks/{task['id']}")).json()["metadata"].get("agent_protocol") != 2:
+                await trio.sleep(0.05)
+        started = trio.current_time()
+        canceled = (await client.post(f"/tasks/{task['id']}:cancel", timeout=30)).json()
+        waited = trio.current_time() - started
+    assert canceled["status"]["state"] == "TASK_STATE_CANCELED", canceled
+    assert 4.0 <= waited < 15  # the grace (AIWG_AGENT_CANCEL_GRACE_S, 5 s), then its tree was killed
+    log = (await admin.get(f"/api/v2/admin/tasks/{task['id']}/logs")).text
+    assert "heard task\n" in log and "heard cancel\n" in log

@@ -157,7 +157,8 @@ async def subscribe(instance_id: str, task_id: str) -> Response:
 @a2a.get(f"{P}/tasks/<task_id>/files/<file_id>")
 async def task_file(instance_id: str, task_id: str, file_id: str) -> Response:
     """A file an agent returned (an artifact's ``url`` part points here), streamed from disk."""
-    caller = await begin(instance_id, legacy_path=False, enforce_extensions=False)
+    # A plain resource, fetched as any URL is: no A2A-Version needed (one that is sent is checked).
+    caller = await begin(instance_id, legacy_path=True, enforce_extensions=False)
     found = await app_state().a2a.task_file(caller, task_id, file_id)
 
     async def body() -> AsyncIterator[bytes]:

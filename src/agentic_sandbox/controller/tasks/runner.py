@@ -140,6 +140,7 @@ class Runner:
         #: The message that started a task, as stored (for the agent's ``task`` line).
         self.first_message = first_message
         self.fault: str | None = None
+        self.killed = False
         self.unacked = 0
         self.unacked_bytes = 0
 
@@ -242,7 +243,8 @@ class Runner:
         await self._record(changes)
         if acked_to is not None and (self.unacked >= ACK_EVERY or self.unacked_bytes >= ACK_EVERY_BYTES):
             await self._ack(acked_to)
-        if self.fault is not None and not exited:
+        if self.fault is not None and not exited and not self.killed:
+            self.killed = True
             await self._kill()
         return exited
 
