@@ -42,6 +42,8 @@ from tests.podman_service import PodmanStorage
 
 EXECUTORS = Path(__file__).resolve().parent.parent / "agent" / "agents" / "a2a_executors.py"
 BINDINGS = {"jsonrpc": [], "http-json": ["HTTP+JSON"]}
+#: Where the container image holds the executors.
+INSIDE = f"/opt/agents/{EXECUTORS.name}"
 
 
 def run_in_asyncio(fn: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
@@ -280,7 +282,7 @@ async def python_podman(
         async with serve_controller(config) as controller, controller.client() as client:
             manifest = {
                 "name": "a2a-container", "version": "1", "runtime": "docker", "image": image,
-                "command": ["python3", "-m", "agentic_sandbox_agent.a2a", "/opt/agents/a2a_executors.py:PartsExecutor"],
+                "command": ["python3", "-m", "agentic_sandbox_agent.a2a", f"{INSIDE}:RoutingExecutor"],
             }  # fmt: skip
             body = {"name": "a2a-container", "manifest": yaml.safe_dump(manifest)}
             response = await client.post("/api/v2/admin/loadouts", json=body)
@@ -290,9 +292,59 @@ async def python_podman(
         await live.close()
 
 
+async def routed_scenarios(agent: Agent, binding: str) -> dict[str, Any]:
+    """Every kind of exchange with RoutingExecutor (the first word picks the executor), through the
+    a2a-sdk client: parts, a follow-up, a Message answer, cancel."""
+
+    async def scenario() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with httpx.AsyncClient(headers=headers(agent), timeout=60) as http:
+            client = await client_for(agent, http, binding, streaming=False)
+            events = await send(client, user_message(Part(text="parts please")))
+            task_id = events[0].get("task", {}).get("id") or events[-1]["statusUpdate"]["taskId"]
+            out["parts"] = as_json(await client.get_task(GetTaskRequest(id=task_id)))
+            asked = await send(client, user_message(Part(text="ask")))
+            asked_id = asked[0].get("task", {}).get("id") or asked[-1]["statusUpdate"]["taskId"]
+            out["asked"] = as_json(await client.get_task(GetTaskRequest(id=asked_id)))["status"]
+            await send(client, user_message(Part(text="Grace"), task_id=asked_id))
+            out["greeted"] = as_json(await client.get_task(GetTaskRequest(id=asked_id)))
+            out["answer"] = await send(client, user_message(Part(text="answer me")))
+            [started] = await send(client, user_message(Part(text="slow")), return_immediately=True)
+            slow_id = started.get("task", {}).get("id") or started["statusUpdate"]["taskId"]
+            for _ in range(400):
+                if as_json(await client.get_task(GetTaskRequest(id=slow_id)))["status"].get("message"):
+                    break
+                await asyncio.sleep(0.05)
+            out["canceled"] = as_json(await client.cancel_task(CancelTaskRequest(id=slow_id)))["status"]
+            await client.close()
+        return out
+
+    return dict(await run_in_asyncio(scenario))
+
+
+def check_routed(out: dict[str, Any], kind: str) -> None:
+    parts = out["parts"]
+    assert parts["status"]["state"] == "TASK_STATE_COMPLETED", parts
+    assert parts["metadata"]["agent_protocol"] == 2 and parts["metadata"]["runtime.kind"] == kind
+    kinds = next(a for a in parts["artifacts"] if a["artifactId"] == "kinds")
+    assert [next(k for k in ("text", "raw", "url", "data") if k in p) for p in kinds["parts"]] == [
+        "text", "raw", "url", "data",
+    ]  # fmt: skip
+    assert out["asked"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    greeting = next(a for a in out["greeted"]["artifacts"] if a["artifactId"] == "greeting")
+    assert out["greeted"]["status"]["state"] == "TASK_STATE_COMPLETED" and greeting["parts"][0] == {
+        "text": "hello Grace"
+    }
+    assert [next(iter(e)) for e in out["answer"]] == ["message"]
+    assert out["answer"][0]["message"]["parts"] == [{"text": "echo: answer me"}]
+    assert out["canceled"]["state"] == "TASK_STATE_CANCELED"
+    assert out["canceled"]["message"]["parts"] == [{"text": "stopped on request"}]
+
+
 @pytest.mark.podman
+@pytest.mark.parametrize("binding", sorted(BINDINGS))
 async def test_an_unmodified_executor_in_a_container_instance(
-    python_podman: tuple[httpx.AsyncClient, LiveController],
+    python_podman: tuple[httpx.AsyncClient, LiveController], binding: str
 ) -> None:
     admin, controller = python_podman
     response = await admin.post(
@@ -303,19 +355,13 @@ async def test_an_unmodified_executor_in_a_container_instance(
     assert op["state"] == "succeeded", op
     instance_id = op["result"]["instance_id"]
     agent = Agent(instance_id, response.json()["a2a_token"], f"{controller.url}/agents/{instance_id}")
-    card = (await admin.get(f"/agents/{instance_id}/.well-known/agent-card.json")).json()
-    assert card  # served
-    async with agent.client(controller) as client:
-        sent = await client.post("/message:send", json={"message": message("from a container")}, timeout=60)
-        task = sent.json()["task"]
-    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
-    assert task["metadata"]["agent_protocol"] == 2 and task["metadata"]["runtime.kind"] == "container"
-    seen = next(a for a in task["artifacts"] if a["artifactId"] == "context")["parts"][0]["data"]
-    assert seen["text"] == "from a container" and seen["taskId"] == task["id"]
-    kinds = next(a for a in task["artifacts"] if a["artifactId"] == "kinds")
-    assert [next(k for k in ("text", "raw", "url", "data") if k in p) for p in kinds["parts"]] == [
-        "text", "raw", "url", "data",
-    ]  # fmt: skip
+    check_routed(await routed_scenarios(agent, binding), "container")
+
+
+async def test_the_same_scenarios_on_a_host_instance(admin: httpx.AsyncClient, controller: LiveController) -> None:
+    agent = await executor_agent(admin, controller, "RoutingExecutor")
+    for binding in sorted(BINDINGS):
+        check_routed(await routed_scenarios(agent, binding), "host")
 
 
 # -- a VM instance ------------------------------------------------------------------------------------
@@ -426,3 +472,36 @@ async def test_cancel_asks_the_agent_first_then_kills_one_that_does_not_end(
     assert 4.0 <= waited < 15  # the grace (AIWG_AGENT_CANCEL_GRACE_S, 5 s), then its tree was killed
     log = (await admin.get(f"/api/v2/admin/tasks/{task['id']}/logs")).text
     assert "heard task\n" in log and "heard cancel\n" in log
+
+
+async def test_claude_code_through_its_adapter_and_its_chat_projection(
+    admin: httpx.AsyncClient, controller: LiveController
+) -> None:
+    # The real CLI needs credentials and the network: a recorded transcript played by a stand-in.
+    agents = EXECUTORS.parent
+    fake = f"{sys.executable} {agents / 'fake_claude.py'}"
+    transcript = agents.parent / "transcripts" / "success.jsonl"
+    command = [
+        "/usr/bin/env", f"AIWG_CLAUDE_COMMAND={fake}", f"FAKE_CLAUDE_TRANSCRIPT={transcript}",
+        sys.executable, "-m", "agentic_sandbox_agent.claude",
+    ]  # fmt: skip
+    await add_loadout(admin, "claude-fake", command)
+    agent = await new_agent(admin, controller, "claude-fake", loadout="claude-fake")
+    async with agent.client(controller) as client:
+        body = {"message": message("Write notes/out.md"), "metadata": {"return_files": True}}
+        task = (await client.post("/message:send", json=body, timeout=60)).json()["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+    assert task["metadata"]["claude.session_id"] and task["metadata"]["agent_protocol"] == 2
+    artifacts = {a["artifactId"]: a for a in task["artifacts"]}
+    stream = "".join(p["text"] for p in artifacts["claude-stream"]["parts"])
+    assert stream == transcript.read_text()  # the raw stream, kept as the CLI printed it
+    assert any(name.startswith("tool-result-") for name in artifacts)
+    files = [a for a in artifacts.values() if a["artifactId"].startswith("file-")]
+    assert files and files[0]["parts"][0]["filename"] == "out.md"
+    auth = {"Authorization": f"Bearer {agent.token}"}
+    async with httpx.AsyncClient(base_url=controller.url, headers=auth, timeout=30) as client:
+        params = {"command_id": task["id"], "replay": "true"}
+        async with client.stream("GET", "/api/v1/agent-output/chat", params=params) as response:
+            events = [line[7:] async for line in response.aiter_lines() if line.startswith("event: ")]
+    assert events[0] == "status" and events[-1] == "done"
+    assert {"delta", "tool_call", "tool_result"} <= set(events)

@@ -218,3 +218,31 @@ class TaskObjectExecutor(_NoCancel):
 
 class NotAnExecutor:
     pass
+
+
+class RoutingExecutor(AgentExecutor):
+    """The executor the first word of the task's first message names (``parts``, ``ask``,
+    ``answer``, ``slow``, ``big``): one loadout, one container image, every scenario."""
+
+    ROUTES: dict[str, type[AgentExecutor]] = {
+        "parts": PartsExecutor,
+        "ask": InputExecutor,
+        "answer": MessageExecutor,
+        "slow": SlowExecutor,
+        "big": BigFileExecutor,
+    }
+
+    def __init__(self) -> None:
+        self._chosen: AgentExecutor | None = None
+
+    def _pick(self, context: RequestContext) -> AgentExecutor:
+        if self._chosen is None:  # the first turn decides; a follow-up goes to the same one
+            words = (context.get_user_input() or "").split()
+            self._chosen = self.ROUTES.get(words[0] if words else "", PartsExecutor)()
+        return self._chosen
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await self._pick(context).execute(context, event_queue)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await self._pick(context).cancel(context, event_queue)

@@ -28,7 +28,7 @@ def service(tmp_path: Path) -> LoadoutService:
 
 def test_builtins(service: LoadoutService) -> None:
     names = [lo.name for lo in service.list()]
-    assert names[:5] == ["busybox", "echo", "prompt", "shell", "tiny-vm"]
+    assert names[:6] == ["busybox", "claude-code", "echo", "prompt", "shell", "tiny-vm"]
     busybox = service.get("busybox")
     assert busybox is not None and busybox.runtime == "docker" and busybox.image == "localhost/busybox:latest"
     assert msgspec.to_builtins(busybox.view())["compatibility"][0]["runtime_kind"] == "container"
@@ -177,7 +177,7 @@ async def test_routes(controller: LiveController, admin: httpx.AsyncClient, host
         assert (await anon.get("/api/v2/admin/loadouts")).status_code == 401
 
     names = [item["name"] for item in (await admin.get("/api/v2/admin/loadouts")).json()["items"]]
-    assert names == ["busybox", "echo", "prompt", "shell", "tiny-vm", "reviewer", "yaml-one"]
+    assert names == ["busybox", "claude-code", "echo", "prompt", "shell", "tiny-vm", "reviewer", "yaml-one"]
 
 
 async def test_provisioning_supervises_the_loadout_service_not_its_command(
