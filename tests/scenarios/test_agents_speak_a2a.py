@@ -505,3 +505,84 @@ async def test_claude_code_through_its_adapter_and_its_chat_projection(
             events = [line[7:] async for line in response.aiter_lines() if line.startswith("event: ")]
     assert events[0] == "status" and events[-1] == "done"
     assert {"delta", "tool_call", "tool_result"} <= set(events)
+
+
+# -- misbehaving agents -----------------------------------------------------------------------------
+
+BAD_AGENTS = {
+    # name: (what it does after hello, what its task's status says)
+    "flood": ("while True:\n    send(type='status', text='spam')\n", "more than 100 events a second"),
+    "hog": (
+        "chunk = base64.b64encode(b'x' * 262144).decode()\n"
+        "for i in range(8):\n"
+        "    send(type='artifact', artifactId='big', parts=[{'raw': chunk}], append=i > 0)\n"
+        "time.sleep(30)\n",
+        "files add up to more than 1048576 bytes (artifact 'big')",
+    ),
+    "liar": (  # every line refused, the task goes on and ends as the agent ends it
+        "lines.write(b'not json\\n'); receive()\n"
+        'lines.write(b\'{"type": "status", "state": "TASK_STATE_SUBMITTED"}\\n\'); receive()\n'
+        "lines.write(b'x' * (2 * 1024 * 1024) + b'\\n'); receive()\n"
+        "send(type='status', state='TASK_STATE_COMPLETED', message={'parts': [{'text': 'survived'}]})\n"
+        "send(type='status', state='TASK_STATE_WORKING')\n"
+        "time.sleep(1)\n",
+        "survived",
+    ),
+}
+PRELUDE = (
+    "import base64, json, os, socket, time\n"
+    "lines = socket.socket(fileno=int(os.environ['AIWG_CONTROL_FD'])).makefile('rwb', buffering=0)\n"
+    "def send(**fields):\n    lines.write(json.dumps(fields).encode() + b'\\n')\n"
+    "def receive():\n    return json.loads(lines.readline())\n"
+    "send(type='hello', version=2)\nreceive()\n"
+)
+
+
+@pytest.fixture
+async def strict_controller(
+    hostd: LiveHostd, tmp_path: Path
+) -> AsyncIterator[tuple[httpx.AsyncClient, LiveController]]:
+    """A controller with tight agent limits: 100 events a second, 1 MiB of files a task."""
+    env = controller_env(
+        tmp_path / "strict", hostd.socket_path, AIWG_AGENT_EVENTS_PER_S="100", AIWG_AGENT_MAX_FILE_BYTES="1048576"
+    )
+    async with serve_controller(load_config(env=env)) as controller, controller.client() as client:
+        yield client, controller
+
+
+async def test_misbehaving_agents_fail_their_own_tasks_and_nothing_else(
+    strict_controller: tuple[httpx.AsyncClient, LiveController], tmp_path: Path
+) -> None:
+    admin, controller = strict_controller
+    agents = {}
+    for name, (body, _) in BAD_AGENTS.items():
+        script = tmp_path / f"{name}.py"
+        script.write_text(PRELUDE + body)
+        await add_loadout(admin, name, [sys.executable, str(script)])
+        agents[name] = await new_agent(admin, controller, name, loadout=name)
+    await add_loadout(admin, "steady", ["/bin/sh", "-c", "sleep 2; echo steady"])
+    steady = await new_agent(admin, controller, "steady", loadout="steady")
+    results: dict[str, dict[str, Any]] = {}
+
+    async def run(name: str, agent: Agent) -> None:
+        async with agent.client(controller) as client:
+            response = await client.post("/message:send", json={"message": message(name)}, timeout=60)
+            results[name] = response.json()["task"]
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            for name, agent in {**agents, "steady": steady}.items():
+                nursery.start_soon(run, name, agent)
+    for name in ("flood", "hog"):
+        status = results[name]["status"]
+        assert status["state"] == "TASK_STATE_FAILED", (name, status)
+        assert BAD_AGENTS[name][1] in status["message"]["parts"][0]["text"]
+        assert results[name]["metadata"]["fail_kind"] == "application"
+    liar = results["liar"]
+    assert liar["status"]["state"] == "TASK_STATE_COMPLETED" and liar["status"]["message"]["parts"] == [
+        {"text": "survived"}
+    ]
+    steady_task = results["steady"]
+    assert steady_task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert steady_task["artifacts"][0]["parts"] == [{"text": "steady\n"}]
+    assert (await admin.get("/readyz")).status_code == 200  # the controller and its hostd carry on
