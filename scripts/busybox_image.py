@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 BUSYBOX = Path("/bin/busybox")
@@ -60,27 +60,44 @@ def rootfs_tar(path: Path) -> None:
                 tar.addfile(info)
 
 
-def ensure(env: Mapping[str, str], *, image: str = IMAGE, force: bool = False) -> str:
-    """Import ``image`` unless it exists (or ``force``); return its id."""
-    if not BUSYBOX.exists():
-        raise SystemExit("busybox_image: busybox-static is not installed (/bin/busybox)")
+def import_image(
+    env: Mapping[str, str],
+    image: str,
+    build: Callable[[Path], None],
+    *,
+    force: bool = False,
+    changes: Sequence[str] = (),
+    who: str = "busybox_image",
+) -> str:
+    """Import the rootfs tarball ``build`` writes as ``image`` unless it exists (or ``force``), into
+    the storage ``env`` names; return its id. Exits with a message naming ``who`` on failure."""
     argv = podman_argv(env)
     for name in ("AIWG_PODMAN_ROOT", "AIWG_PODMAN_RUNROOT"):
         if env.get(name):
             os.makedirs(env[name], mode=0o700, exist_ok=True)
     if force or subprocess.run([*argv, "image", "exists", image], capture_output=True, timeout=TIMEOUT_S).returncode:
-        with tempfile.TemporaryDirectory(prefix="aiwg-busybox-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="aiwg-image-") as tmp:
             tarball = Path(tmp) / "rootfs.tar"
-            rootfs_tar(tarball)
-            imported = subprocess.run([*argv, "import", str(tarball), image], capture_output=True, timeout=TIMEOUT_S)
+            build(tarball)
+            change_args = [arg for change in changes for arg in ("--change", change)]
+            imported = subprocess.run(
+                [*argv, "import", *change_args, str(tarball), image], capture_output=True, timeout=TIMEOUT_S
+            )
             if imported.returncode != 0:
-                raise SystemExit(f"busybox_image: podman import failed: {imported.stderr.decode(errors='replace')}")
+                raise SystemExit(f"{who}: podman import failed: {imported.stderr.decode(errors='replace')}")
     inspected = subprocess.run(
         [*argv, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True, timeout=TIMEOUT_S
     )
     if inspected.returncode != 0:
-        raise SystemExit(f"busybox_image: {image} is not there after the import: {inspected.stderr}")
+        raise SystemExit(f"{who}: {image} is not there after the import: {inspected.stderr}")
     return inspected.stdout.strip()
+
+
+def ensure(env: Mapping[str, str], *, image: str = IMAGE, force: bool = False) -> str:
+    """Import ``image`` unless it exists (or ``force``); return its id."""
+    if not BUSYBOX.exists():
+        raise SystemExit("busybox_image: busybox-static is not installed (/bin/busybox)")
+    return import_image(env, image, rootfs_tar, force=force)
 
 
 def main(argv: list[str] | None = None) -> int:

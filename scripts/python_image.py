@@ -30,16 +30,14 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from busybox_image import podman_argv, rootfs_tar
+from busybox_image import import_image, rootfs_tar
 
 IMAGE = "localhost/aiwg-python-agent:latest"
 MODULES = ("agentic_sandbox_agent", "agentic_sandbox_agent.a2a")
-TIMEOUT_S = 300
 SKIPPED_STDLIB = {"test", "idlelib", "tkinter", "ensurepip", "lib2to3", "turtledemo", "__pycache__", "site-packages"}
 _LDD_LINE = re.compile(r"(/\S+) \(0x")
 
@@ -122,26 +120,11 @@ def ensure(
     files: Mapping[str, Path] | None = None,
     force: bool = False,
 ) -> str:
-    argv = podman_argv(env)
-    for name in ("AIWG_PODMAN_ROOT", "AIWG_PODMAN_RUNROOT"):
-        if env.get(name):
-            os.makedirs(env[name], mode=0o700, exist_ok=True)
-    if force or subprocess.run([*argv, "image", "exists", image], capture_output=True, timeout=TIMEOUT_S).returncode:
-        with tempfile.TemporaryDirectory(prefix="aiwg-python-image-") as tmp:
-            tarball = Path(tmp) / "rootfs.tar"
-            build_tar(tarball, modules, files)
-            change = "ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8"
-            imported = subprocess.run(
-                [*argv, "import", "--change", change, str(tarball), image], capture_output=True, timeout=TIMEOUT_S
-            )
-            if imported.returncode != 0:
-                raise SystemExit(f"python_image: podman import failed: {imported.stderr.decode(errors='replace')}")
-    inspected = subprocess.run(
-        [*argv, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True, timeout=TIMEOUT_S
-    )
-    if inspected.returncode != 0:
-        raise SystemExit(f"python_image: {image} is not there after the import: {inspected.stderr}")
-    return inspected.stdout.strip()
+    def build(tarball: Path) -> None:
+        build_tar(tarball, modules, files)
+
+    changes = ["ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8"]
+    return import_image(env, image, build, force=force, changes=changes, who="python_image")
 
 
 def main(argv: list[str] | None = None) -> int:
