@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -34,6 +34,30 @@ log = logging.getLogger(__name__)
 MAX_LINE = 4 * 1024 * 1024 + 128
 _READ = 65536
 _RETRY_S = 0.5
+
+
+async def _lines(stream: trio.SocketStream) -> AsyncIterator[bytes]:
+    """The stream's lines (without their newline) until it ends; a line longer than
+    :data:`MAX_LINE` is dropped whole."""
+    buf = bytearray()
+    skipping = False
+    while True:
+        try:
+            data = await stream.receive_some(_READ)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        if not data:
+            return
+        start = len(buf)
+        buf += data
+        while (nl := buf.find(b"\n", start)) >= 0:
+            if not skipping:
+                yield bytes(buf[:nl])
+            skipping = False
+            del buf[: nl + 1]
+            start = 0
+        if len(buf) > MAX_LINE:
+            skipping, buf = True, bytearray()
 
 
 async def _connect(path: Path) -> trio.SocketStream:
@@ -85,25 +109,8 @@ class AgentMux:
                 await port.send_all(line)
 
         async with trio.open_nursery() as nursery:
-            buf = bytearray()
-            skipping = False
-            while True:
-                try:
-                    data = await port.receive_some(_READ)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
-                if not data:
-                    break
-                start = len(buf)
-                buf += data
-                while (nl := buf.find(b"\n", start)) >= 0:
-                    if not skipping:
-                        await self._from_guest(bytes(buf[:nl]), nursery, to_guest)
-                    skipping = False
-                    del buf[: nl + 1]
-                    start = 0
-                if len(buf) > MAX_LINE:
-                    skipping, buf = True, bytearray()
+            async for line in _lines(port):
+                await self._from_guest(line, nursery, to_guest)
             nursery.cancel_scope.cancel()  # the guest went away: its relays with it
         for relay in self._relays.values():
             relay.socket.close()
@@ -151,23 +158,9 @@ class AgentMux:
     ) -> None:
         """What hostd writes on the exec's channel, line by line, to the guest; then ``C``."""
         prefix = f"D {exec_id} ".encode()
-        buf = bytearray()
         try:
-            while True:
-                try:
-                    data = await relay.receive_some(_READ)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
-                if not data:
-                    break
-                start = len(buf)
-                buf += data
-                while (nl := buf.find(b"\n", start)) >= 0:
-                    await to_guest(prefix + bytes(buf[: nl + 1]))
-                    del buf[: nl + 1]
-                    start = 0
-                if len(buf) > MAX_LINE:
-                    buf.clear()
+            async for line in _lines(relay):
+                await to_guest(prefix + line + b"\n")
             await to_guest(f"C {exec_id}\n".encode())
         finally:
             self._relays.pop(exec_id, None)
