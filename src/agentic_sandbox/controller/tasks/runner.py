@@ -305,7 +305,8 @@ class Runner:
                 raise Refused(f"not a JSON object of at most 1 MiB: {str(message.get('raw'))[:80]!r}")
         except Refused as exc:
             log.info("task %s: the agent's %s is refused: %s", self.task.id, kind, exc)
-            await self._tell_agent({"type": "error", "error": str(exc), "event": str(kind)[:64]})
+            if self.agent.speaks:  # version 1 agents were never told (their next line may be an answer)
+                await self._tell_agent({"type": "error", "error": str(exc), "event": str(kind)[:64]})
         except Fault as exc:
             log.warning("task %s: the agent is at fault: %s", self.task.id, exc)
             self.fault = str(exc)
