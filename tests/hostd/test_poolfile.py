@@ -62,20 +62,7 @@ def test_a_failed_write_is_logged_not_raised(tmp_path: Path, caplog: pytest.LogC
     assert "cannot write warm pool file" in caplog.text
 
 
-@pytest.mark.parametrize(
-    "durable",
-    [
-        True,
-        pytest.param(
-            False,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug: poolfile.write's quick path ignores a short os.write (disk full, size limit) "
-                "and renames the truncated file in: the next start logs it unreadable and drops every pool",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("durable", [True, False])
 def test_a_write_cut_short_leaves_the_previous_file_whole(tmp_path: Path, durable: bool) -> None:
     path = tmp_path / "warm-pools.json"
     poolfile.write(path, pools(), durable=True)

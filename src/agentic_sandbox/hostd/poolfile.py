@@ -66,7 +66,12 @@ def write(path: Path, records: list[PoolRecord], *, durable: bool) -> None:
         tmp = path.with_name(f".{path.name}.quick")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, data)
+            view = memoryview(data)
+            while view:  # a short write (disk full, a size limit) must not rename a cut file in
+                written = os.write(fd, view)
+                if written <= 0:
+                    raise OSError(f"wrote {len(data) - len(view)} of {len(data)} bytes")
+                view = view[written:]
         finally:
             os.close(fd)
         os.replace(tmp, path)
