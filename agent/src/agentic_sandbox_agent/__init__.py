@@ -769,10 +769,8 @@ class Channel:
         last_chunk: bool = False,
     ) -> str:
         """An artifact of one text part; returns its id (a new one unless given, to append later)."""
-        artifact_id = artifact_id or str(uuid.uuid4())
         part = text_part(text, media_type=media_type)
-        self.artifact(artifact_id, [part], name=name, metadata=metadata, append=append, last_chunk=last_chunk)
-        return artifact_id
+        return self._one_part(part, artifact_id, name=name, metadata=metadata, append=append, last_chunk=last_chunk)
 
     def send_data(
         self,
@@ -786,9 +784,12 @@ class Channel:
         last_chunk: bool = False,
     ) -> str:
         """An artifact of one ``data`` part (any JSON value); returns its id."""
-        artifact_id = artifact_id or str(uuid.uuid4())
         part = data_part(data, media_type=media_type)
-        self.artifact(artifact_id, [part], name=name, metadata=metadata, append=append, last_chunk=last_chunk)
+        return self._one_part(part, artifact_id, name=name, metadata=metadata, append=append, last_chunk=last_chunk)
+
+    def _one_part(self, part: dict[str, Any], artifact_id: str | None, **fields: Any) -> str:
+        artifact_id = artifact_id or str(uuid.uuid4())
+        self.artifact(artifact_id, [part], **fields)
         return artifact_id
 
     def send_file(

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import msgspec
 import trio
@@ -52,24 +52,29 @@ def socketpair() -> tuple[socket.socket, socket.socket]:
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
 
 
-def listen(path: str) -> socket.socket:
-    """A listening socket at ``path`` that anyone inside the instance may connect to.
+@contextlib.contextmanager
+def socket_address(path: str) -> Iterator[str]:
+    """An address for the unix socket at ``path``, to bind or connect to while the block runs: the
+    path itself, or one through ``/proc/self/fd`` of its directory when the path is longer than a
+    socket address holds (108 bytes), so deep state directories work too."""
+    if len(os.fsencode(path)) < 100:
+        yield path
+        return
+    dirfd = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{dirfd}/{os.path.basename(path)}"
+    finally:
+        os.close(dirfd)
 
-    A path longer than a socket address holds (108 bytes) is bound through ``/proc/self/fd`` of
-    its directory, so deep state directories work too.
-    """
+
+def listen(path: str) -> socket.socket:
+    """A listening socket at ``path`` (however long) that anyone inside the instance may connect to."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        if len(os.fsencode(path)) < 100:
-            sock.bind(path)
-        else:
-            dirfd = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)
-            try:
-                sock.bind(f"/proc/self/fd/{dirfd}/{os.path.basename(path)}")
-            finally:
-                os.close(dirfd)
+        with socket_address(path) as address:
+            sock.bind(address)
         os.chmod(path, 0o666)
         sock.listen(1)
     except BaseException:

@@ -10,12 +10,11 @@ start of a log says how the agent began, which is what a failed task needs). One
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import trio
 
-_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+from .files import SAFE_ID
 
 
 class TaskLogs:
@@ -24,7 +23,7 @@ class TaskLogs:
         self.limit = limit
 
     def path(self, task_id: str) -> Path | None:
-        return self.root / f"{task_id}.log" if _ID.match(task_id) else None
+        return self.root / f"{task_id}.log" if SAFE_ID.match(task_id) else None
 
     async def append(self, task_id: str, chunks: list[bytes]) -> None:
         """Add output to the task's log, up to the limit (past it, only a count is kept)."""

@@ -27,7 +27,8 @@ import trio
 INLINE_BYTES = 256 * 1024
 #: What a download reads at a time.
 READ_CHUNK = 256 * 1024
-_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: The ids a path under a root may be made of (task and file ids are the controller's own UUIDs).
+SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class TaskFiles:
@@ -36,7 +37,7 @@ class TaskFiles:
 
     def path(self, task_id: str, file_id: str) -> Path | None:
         """Where a file is, or None for ids that cannot be ours (nothing outside ``root``)."""
-        if not _ID.match(task_id) or not _ID.match(file_id):
+        if not SAFE_ID.match(task_id) or not SAFE_ID.match(file_id):
             return None
         return self.root / task_id / file_id
 
@@ -73,7 +74,7 @@ class TaskFiles:
 
         def remove() -> None:
             for task_id in task_ids:
-                if _ID.match(task_id):
+                if SAFE_ID.match(task_id):
                     shutil.rmtree(self.root / task_id, ignore_errors=True)
 
         await trio.to_thread.run_sync(remove)

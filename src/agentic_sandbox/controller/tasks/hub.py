@@ -23,14 +23,17 @@ TAIL_EVENTS = 256
 TAIL_BYTES = 4 * 1024 * 1024
 
 
-def _weight(event: TaskEvent) -> int:
-    """About the bytes an event holds: its artifact's text and raw content, else a little."""
-    artifact = event.body.get("artifact") if event.kind == "artifact" else None
-    if not isinstance(artifact, dict):
+def parts_weight(parts: object) -> int:
+    """About the bytes a list of A2A parts holds (their text and raw content), plus a little for the
+    rest: what bounds the tail here and the runner's batches."""
+    if not isinstance(parts, list):
         return 256
-    return 256 + sum(
-        len(p.get("raw") or p.get("text") or "") for p in artifact.get("parts") or () if isinstance(p, dict)
-    )
+    return 256 + sum(len(p.get("raw") or p.get("text") or "") for p in parts if isinstance(p, dict))
+
+
+def _weight(event: TaskEvent) -> int:
+    artifact = event.body.get("artifact") if event.kind == "artifact" else None
+    return parts_weight(artifact.get("parts") if isinstance(artifact, dict) else None)
 
 
 class _Entry:

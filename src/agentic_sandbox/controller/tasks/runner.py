@@ -40,6 +40,7 @@ from . import prompts
 from .agentevents import VERSION, AgentEvents, Fault, Refused
 from .agentio import EXTENSIONS, OUTCOME_KEYS, strip_owned
 from .agentlogs import TaskLogs
+from .hub import parts_weight
 
 log = logging.getLogger(__name__)
 
@@ -451,12 +452,7 @@ class _HandOverLater(Exception):
 
 def _size(event: m.Event) -> int:
     """About how many bytes a control message holds (its parts' text and raw); 0 for the rest."""
-    if not isinstance(event, m.ExecControlMessage):
-        return 0
-    parts = event.message.get("parts")
-    if not isinstance(parts, list):
-        return 256
-    return 256 + sum(len(p.get("raw") or p.get("text") or "") for p in parts if isinstance(p, dict))
+    return parts_weight(event.message.get("parts")) if isinstance(event, m.ExecControlMessage) else 0
 
 
 def now() -> float:

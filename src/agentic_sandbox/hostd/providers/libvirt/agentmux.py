@@ -22,11 +22,12 @@ port's socket goes away (a reboot) and ends when the provider forgets the instan
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import trio
+
+from ...control import socket_address
 
 log = logging.getLogger(__name__)
 
@@ -58,18 +59,6 @@ async def _lines(stream: trio.SocketStream) -> AsyncIterator[bytes]:
             start = 0
         if len(buf) > MAX_LINE:
             skipping, buf = True, bytearray()
-
-
-async def _connect(path: Path) -> trio.SocketStream:
-    """A connection to ``path``, through ``/proc/self/fd`` of its directory when the path is longer
-    than a socket address holds (deep state directories)."""
-    if len(os.fsencode(path)) < 100:
-        return await trio.open_unix_socket(str(path))
-    dirfd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
-    try:
-        return await trio.open_unix_socket(f"/proc/self/fd/{dirfd}/{path.name}")
-    finally:
-        os.close(dirfd)
 
 
 class AgentMux:
@@ -140,7 +129,8 @@ class AgentMux:
         if "/" in exec_id or exec_id in self._relays:
             return
         try:
-            relay = await _connect(path)
+            with socket_address(str(path)) as address:  # the state dir may be deep
+                relay = await trio.open_unix_socket(address)
         except OSError as exc:
             log.info(
                 "instance %s: the guest opened a channel for exec %s, which has none: %s",
