@@ -113,7 +113,7 @@ async def test_every_part_kind_and_state_from_an_unmodified_executor(
     task = out["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert task["status"]["message"]["parts"] == [{"text": "done"}, {"data": {"ok": True}}]
-    assert task["metadata"]["agent_protocol"] == 2
+    assert task["metadata"]["agentProtocol"] == 2
     artifacts = {a["artifactId"]: a for a in task["artifacts"]}
     assert "stdout" not in artifacts and "stderr" not in artifacts  # the agent spoke the protocol
     seen = artifacts["context"]["parts"][0]["data"]
@@ -325,7 +325,7 @@ async def routed_scenarios(agent: Agent, binding: str) -> dict[str, Any]:
 def check_routed(out: dict[str, Any], kind: str) -> None:
     parts = out["parts"]
     assert parts["status"]["state"] == "TASK_STATE_COMPLETED", parts
-    assert parts["metadata"]["agent_protocol"] == 2 and parts["metadata"]["runtime.kind"] == kind
+    assert parts["metadata"]["agentProtocol"] == 2 and parts["metadata"]["runtime.kind"] == kind
     kinds = next(a for a in parts["artifacts"] if a["artifactId"] == "kinds")
     assert [next(k for k in ("text", "raw", "url", "data") if k in p) for p in kinds["parts"]] == [
         "text", "raw", "url", "data",
@@ -429,7 +429,7 @@ async def test_a_shell_agent_in_a_vm_instance_over_the_agent_channel(
     assert first["status"]["message"]["parts"] == [{"text": "and then?"}]
     assert second["status"]["state"] == "TASK_STATE_COMPLETED", second
     assert second["status"]["message"]["parts"] == [{"text": "done in a VM"}]
-    assert second["metadata"]["agent_protocol"] == 2 and second["metadata"]["runtime.kind"] == "vm"
+    assert second["metadata"]["agentProtocol"] == 2 and second["metadata"]["runtime.kind"] == "vm"
     artifacts = {a["artifactId"]: a for a in second["artifacts"]}
     task_line = artifacts["task"]["parts"][0]["data"]
     assert task_line["type"] == "task" and task_line["message"]["parts"] == [{"text": "hello VM"}]
@@ -463,7 +463,7 @@ async def test_cancel_asks_the_agent_first_then_kills_one_that_does_not_end(
         body = {"message": message("work"), "configuration": {"returnImmediately": True}}
         task = (await client.post("/message:send", json=body)).json()["task"]
         with trio.fail_after(10):
-            while (await client.get(f"/tasks/{task['id']}")).json()["metadata"].get("agent_protocol") != 2:
+            while (await client.get(f"/tasks/{task['id']}")).json()["metadata"].get("agentProtocol") != 2:
                 await trio.sleep(0.05)
         started = trio.current_time()
         canceled = (await client.post(f"/tasks/{task['id']}:cancel", timeout=30)).json()
@@ -491,7 +491,7 @@ async def test_claude_code_through_its_adapter_and_its_chat_projection(
         body = {"message": message("Write notes/out.md"), "metadata": {"return_files": True}}
         task = (await client.post("/message:send", json=body, timeout=60)).json()["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
-    assert task["metadata"]["claude.session_id"] and task["metadata"]["agent_protocol"] == 2
+    assert task["metadata"]["claude.session_id"] and task["metadata"]["agentProtocol"] == 2
     artifacts = {a["artifactId"]: a for a in task["artifacts"]}
     stream = "".join(p["text"] for p in artifacts["claude-stream"]["parts"])
     assert stream == transcript.read_text()  # the raw stream, kept as the CLI printed it
@@ -577,7 +577,7 @@ async def test_misbehaving_agents_fail_their_own_tasks_and_nothing_else(
         status = results[name]["status"]
         assert status["state"] == "TASK_STATE_FAILED", (name, status)
         assert BAD_AGENTS[name][1] in status["message"]["parts"][0]["text"]
-        assert results[name]["metadata"]["fail_kind"] == "application"
+        assert results[name]["metadata"]["failKind"] == "application"
     liar = results["liar"]
     assert liar["status"]["state"] == "TASK_STATE_COMPLETED" and liar["status"]["message"]["parts"] == [
         {"text": "survived"}

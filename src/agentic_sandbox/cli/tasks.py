@@ -81,7 +81,8 @@ def outcome_status(task: dict[str, Any]) -> int:
     if state == "TASK_STATE_CANCELED":
         return 130
     if state == "TASK_STATE_FAILED":
-        code = task.get("metadata", {}).get("exit_code")
+        metadata = task.get("metadata", {})
+        code = metadata.get("exitCode", metadata.get("exit_code"))  # 1.0 spelling; upstream (0.3) spelling
         return code if isinstance(code, int) and 0 < code < 256 else 1
     return 1
 

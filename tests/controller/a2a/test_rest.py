@@ -78,7 +78,8 @@ async def test_shell_outcomes_streams_and_caller_owned_keys(
         assert text_of(ok, "stdout") == "out\n" and text_of(ok, "stderr") == "err\n"
         failed = (await send(client, "exit 3")).json()["task"]
         assert failed["status"]["state"] == "TASK_STATE_FAILED"
-        assert failed["metadata"]["fail_kind"] == "application" and failed["metadata"]["exit_code"] == 3
+        assert failed["metadata"]["failKind"] == "application" and failed["metadata"]["exitCode"] == 3
+        assert not {"fail_kind", "exit_code"} & set(failed["metadata"])  # camelCase on the 1.0 wire
         assert failed["status"]["message"]["role"] == "ROLE_AGENT"
         forged = message("true", metadata={"kagent.dev/a2a/timeline-position": "1999-01-01T00:00:00Z"})
         task = (await client.post("/message:send", json={"message": forged})).json()["task"]
@@ -219,4 +220,4 @@ async def test_hostd_gone_fails_the_send_closed_and_the_task_with_infrastructure
         assert response.status_code == 503 and response.json()["error"]["status"] == "UNAVAILABLE"
         [task] = (await client.get("/tasks")).json()["tasks"]
         assert task["status"]["state"] == "TASK_STATE_FAILED"
-        assert task["metadata"]["fail_kind"] == "infrastructure"
+        assert task["metadata"]["failKind"] == "infrastructure"

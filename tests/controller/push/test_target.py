@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentic_sandbox.controller.errors import ValidationFailed
-from agentic_sandbox.controller.push.target import forbidden, parse_url, resolve
+from agentic_sandbox.controller.push.target import check_literal, forbidden, parse_url, resolve
 
 
 @pytest.mark.parametrize(
@@ -52,3 +52,28 @@ async def test_resolution_checks_the_address_it_returns() -> None:
         await resolve(parse_url("http://127.0.0.1:9/"), allow_private=False)
     target = await resolve(parse_url("http://127.0.0.1:9/"), allow_private=True)
     assert target.address == "127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "http://127.0.0.1/x",
+        "http://10.1.2.3/x",
+        "http://[::1]:8/x",
+        "http://[fe80::1%25eth0]/x",
+        "http://localhost/x",
+        "http://a.localhost./x",
+    ],
+)
+def test_creation_refuses_private_literals_and_loopback_names(raw: str) -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        check_literal(raw, allow_private=False)
+    assert caught.value.code == "push.invalid_url"
+    assert check_literal(raw, allow_private=True).path == "/x"
+
+
+def test_creation_takes_names_unresolved_and_public_literals() -> None:
+    assert check_literal("https://no-such-host.invalid/hook", allow_private=False).host == "no-such-host.invalid"
+    assert check_literal("http://93.184.216.34/x", allow_private=False).port == 80
+    with pytest.raises(ValidationFailed):
+        check_literal("ftp://hooks.example.com/x", allow_private=False)

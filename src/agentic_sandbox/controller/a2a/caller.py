@@ -12,6 +12,9 @@ from ..store import InstanceRecord
 from ..tasks.prompts import activated
 from .card import MULTI_TENANT_EXTENSION
 
+WIRE_1_0 = "1.0"
+WIRE_0_3 = "0.3"
+
 
 @dataclass
 class Caller:
@@ -21,6 +24,9 @@ class Caller:
     extensions: list[str] = field(default_factory=list)
     #: The origin the caller reached us at (what a card it is handed names).
     base_url: str = ""
+    #: The A2A version the request speaks on the wire (:data:`WIRE_1_0` or :data:`WIRE_0_3`): the
+    #: service answers in 1.0 and the binding's edge translates a 0.3 answer.
+    wire: str = "1.0"
 
     @property
     def discloses_host(self) -> bool:

@@ -40,7 +40,7 @@ from ..pty.frames import PTY_EXTENSIONS_URI
 from ..state import app_state
 from ..store import InstanceRecord
 from ..tasks.prompts import HITL_EXTENSION
-from .caller import Caller
+from .caller import WIRE_1_0, Caller
 from .card import IDEMPOTENCY_EXTENSION, MULTI_TENANT_EXTENSION, RUNTIME_EXTENSION
 
 A2A_JSON = "application/a2a+json"
@@ -57,25 +57,26 @@ def _version_error(message: str) -> ControllerError:
     return ValidationFailed([], message, code=VERSION_NOT_SUPPORTED)
 
 
-def check_version(*, legacy_path: bool) -> None:
-    raw = (request.headers.get("A2A-Version") or request.args.get("A2A-Version") or "").strip()
+def check_version(raw: str | None, *, legacy_path: bool) -> str:
+    """The A2A version a request speaks (``"1.0"``), from its ``A2A-Version`` value."""
+    raw = (raw or "").strip()
     if not raw:
         if legacy_path:
-            return
+            return WIRE_1_0
         raise _version_error("no A2A-Version given, which means 0.3; this agent speaks A2A 1.0 (send A2A-Version: 1.0)")
     match = _VERSION_RE.match(raw)
     if match is None or match.group(1) != "1":
         raise _version_error(f"A2A-Version {raw[:32]!r} is not supported; this agent speaks A2A 1.0")
+    return WIRE_1_0
 
 
-def requested_extensions() -> list[str]:
-    values = request.headers.getlist("A2A-Extensions")
+def split_extensions(values: list[str]) -> list[str]:
+    """``A2A-Extensions`` values (repeated, each comma-separated) as one list of URIs."""
     return [uri.strip() for value in values for uri in value.split(",") if uri.strip()]
 
 
-def activate_extensions(*, enforce: bool) -> list[str]:
+def activate_extensions(requested: list[str], *, enforce: bool) -> list[str]:
     declared = {uri.lower(): uri for uri in DECLARED_EXTENSIONS}
-    requested = requested_extensions()
     for uri in requested:
         if uri.lower() in WEBSOCKET_EXTENSIONS:
             raise ValidationFailed(
@@ -98,11 +99,15 @@ def activate_extensions(*, enforce: bool) -> list[str]:
     return activated
 
 
-def authenticate() -> Principal:
-    principal = app_state().auth.authenticate(request.headers.get("Authorization"))
+def principal_of(authorization: str | None) -> Principal:
+    principal = app_state().auth.authenticate(authorization)
     if principal is None:
         raise Unauthenticated("auth.unauthorized", "a valid bearer token is required")
     return principal
+
+
+def authenticate() -> Principal:
+    return principal_of(request.headers.get("Authorization"))
 
 
 async def instance_for(principal: Principal, instance_id: str) -> InstanceRecord:
@@ -111,11 +116,36 @@ async def instance_for(principal: Principal, instance_id: str) -> InstanceRecord
     return await app_state().a2a.instance(instance_id)
 
 
-async def begin(instance_id: str, *, legacy_path: bool = False, enforce_extensions: bool = True) -> Caller:
-    principal = authenticate()
+async def open_caller(
+    *,
+    authorization: str | None,
+    instance_id: str,
+    version: str | None,
+    extensions: list[str],
+    base_url: str,
+    legacy_path: bool = False,
+    enforce_extensions: bool = True,
+) -> Caller:
+    """Every binding's edge, given what its request carried (header or gRPC metadata values):
+    the token, then the instance, then the version, then the extensions (module docstring)."""
+    principal = principal_of(authorization)
     rec = await instance_for(principal, instance_id)
-    check_version(legacy_path=legacy_path)
-    return Caller(principal, rec, activate_extensions(enforce=enforce_extensions), base_url())
+    wire = check_version(version, legacy_path=legacy_path)
+    activated = activate_extensions(extensions, enforce=enforce_extensions)
+    return Caller(principal, rec, activated, base_url, wire=wire)
+
+
+async def begin(instance_id: str, *, legacy_path: bool = False, enforce_extensions: bool = True) -> Caller:
+    """:func:`open_caller` for the HTTP request being served."""
+    return await open_caller(
+        authorization=request.headers.get("Authorization"),
+        instance_id=instance_id,
+        version=request.headers.get("A2A-Version") or request.args.get("A2A-Version"),
+        extensions=split_extensions(request.headers.getlist("A2A-Extensions")),
+        base_url=base_url(),
+        legacy_path=legacy_path,
+        enforce_extensions=enforce_extensions,
+    )
 
 
 def is_legacy_path() -> bool:

@@ -21,7 +21,7 @@ from ..loadouts.service import LoadoutService
 from ..push import PushService
 from ..push.configs import ConfigRef, ListParams, PushConfigIn, convert
 from ..push.configs import view as push_view
-from ..push.target import parse_url, resolve
+from ..push.target import check_literal
 from ..store import InstanceRecord, SigningKeyRecord, Store, TaskRecord, TaskSnapshot
 from ..tasks.agentevents import ANSWERED_WITH
 from ..tasks.model import Id, Metadata, SendMessageRequest
@@ -141,6 +141,7 @@ class A2AService:
             disclose_host=caller.discloses_host,
             prompts=caller.sees_prompts,
             base_url=caller.base_url,
+            wire=caller.wire,
         )
 
     async def send(self, caller: Caller, req: SendMessageRequest) -> Any:
@@ -153,7 +154,7 @@ class A2AService:
                 caller.instance, req, prompts_active=caller.sees_prompts, extensions=caller.extensions
             )
         push = convert(config.task_push_notification_config, PushConfigIn)
-        await resolve(parse_url(push.url), allow_private=self._push_allow_private)
+        check_literal(push.url, allow_private=self._push_allow_private)
         from_seq = 0
         if req.message.task_id is not None:
             from_seq = (await self._tasks.get(caller.instance.id, req.message.task_id)).last_seq

@@ -26,12 +26,11 @@ import trio
 from ..errors import ControllerError
 from ..store import Store
 from ..store.tasks import INTERRUPTED, TERMINAL, rfc3339_us
-from ..tasks.agentio import OUTCOME_KEYS
 from ..tasks.hub import TaskHub
 from ..tasks.prompts import shown_event
 from .caller import Caller
 from .errors import A2AError, internal_error, to_a2a
-from .views import read_snapshot, task_view
+from .views import WIRE_KEYS_1_0, read_snapshot, task_view
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +39,7 @@ KIND_MEMBER = {"status": "statusUpdate", "artifact": "artifactUpdate"}
 
 
 KEEPALIVE = b": keep-alive\n\n"
+_OUTCOME_SPELLINGS = frozenset(WIRE_KEYS_1_0) | frozenset(WIRE_KEYS_1_0.values())
 
 
 class Framing:
@@ -52,6 +52,11 @@ class Framing:
     def error(self, error: A2AError) -> bytes:
         return b"event: error\ndata: " + msgspec.json.encode(error.body()) + b"\n\n"
 
+    def keepalive(self) -> bytes:
+        """Written when the stream has been idle ``sse_keepalive_s``; empty bytes write nothing
+        (gRPC keeps its connections alive itself and learns of a departed client without it)."""
+        return KEEPALIVE
+
 
 async def creation_view(store: Store, caller: Caller, task_id: str) -> tuple[dict[str, Any], int]:
     """The Task as it was created (submitted, its first message), and the sequence it stands at."""
@@ -62,9 +67,11 @@ async def creation_view(store: Store, caller: Caller, task_id: str) -> tuple[dic
         disclose_host=caller.discloses_host,
         prompts=caller.sees_prompts,
         base_url=caller.base_url,
+        wire=caller.wire,
     )
     view["status"] = {"state": "TASK_STATE_SUBMITTED", "timestamp": rfc3339_us(snap.record.created_at)}
-    view["metadata"] = {k: v for k, v in view["metadata"].items() if k not in OUTCOME_KEYS}  # not set yet then
+    # The outcome was not set yet then (in either spelling).
+    view["metadata"] = {k: v for k, v in view["metadata"].items() if k not in _OUTCOME_SPELLINGS}
     [first] = await store.tasks.events_after(task_id, 0, limit=1)
     view["history"] = [first.body]
     return view, first.seq
@@ -104,6 +111,7 @@ class TaskStreams:
                         disclose_host=caller.discloses_host,
                         prompts=caller.sees_prompts,
                         base_url=caller.base_url,
+                        wire=caller.wire,
                     )
                     seq = snap.record.last_seq
                 yield framing.data({"task": view})
@@ -127,7 +135,7 @@ class TaskStreams:
                     with trio.move_on_after(keepalive):
                         await changed.wait()
                     if not changed.is_set():
-                        yield KEEPALIVE
+                        yield framing.keepalive()
                     changed = watch.changed()
             except ControllerError as exc:
                 yield framing.error(to_a2a(exc))

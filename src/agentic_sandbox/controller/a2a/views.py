@@ -5,6 +5,11 @@ binding, equal to the card's params (``runtime.instance_id``, ``runtime.kind``,
 ``runtime.provider``). ``runtime.host`` is added only where policy allows (operator callers, see
 :attr:`controller.a2a.edge.Caller.discloses_host`) and is then the host's name; otherwise absent.
 A hitl-prompt/v1 envelope on the status is shown only to callers that activated the extension.
+
+The metadata keys this project adds (:data:`~agentic_sandbox.controller.tasks.agentio.OUTCOME_KEYS`,
+stored as upstream names them: ``fail_kind``, ``exit_code`` ...) are camelCase on the 1.0 wire, as
+every other key of an A2A 1.0 object is (``failKind``, ``exitCode`` ...); a 0.3 caller gets upstream's
+names. Keys an extension's spec names (``runtime.*``, ``kagent.dev/...``) are shown as spelled.
 """
 
 from __future__ import annotations
@@ -13,12 +18,30 @@ import socket
 from typing import Any
 
 from ..store import InstanceRecord, Store, TaskSnapshot
+from ..tasks.agentio import OUTCOME_KEYS
 from ..tasks.prompts import shown
 from ..tasks.service import task_not_found
+from .caller import WIRE_1_0
 from .card import instance_url, runtime_params
 
 #: History a Task carries when the request does not say (``historyLength`` unset).
 DEFAULT_HISTORY = 100
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+#: Our metadata keys as the 1.0 wire spells them.
+WIRE_KEYS_1_0 = {key: _camel(key) for key in OUTCOME_KEYS}
+
+
+def wire_metadata(metadata: dict[str, Any], wire: str) -> dict[str, Any]:
+    """Task metadata with our keys as the caller's A2A version spells them (module docstring)."""
+    if wire != WIRE_1_0 or not any(key in WIRE_KEYS_1_0 for key in metadata):
+        return metadata
+    return {WIRE_KEYS_1_0.get(key, key): value for key, value in metadata.items()}
 
 
 def runtime_metadata(instance: InstanceRecord, *, disclose_host: bool) -> dict[str, Any]:
@@ -42,6 +65,7 @@ def task_view(
     disclose_host: bool,
     prompts: bool,
     base_url: str,
+    wire: str = WIRE_1_0,
 ) -> dict[str, Any]:
     """The Task, with the artifacts the snapshot holds; ``prompts``: the caller activated
     hitl-prompt/v1 (else a prompt envelope is left out). A file an agent returned that is kept on
@@ -53,7 +77,7 @@ def task_view(
         task["artifacts"] = [_with_file_urls(artifact, files) for artifact in snap.artifacts]
     if snap.history:
         task["history"] = snap.history
-    task["metadata"] = {**rec.metadata, **runtime_metadata(instance, disclose_host=disclose_host)}
+    task["metadata"] = {**wire_metadata(rec.metadata, wire), **runtime_metadata(instance, disclose_host=disclose_host)}
     return task
 
 

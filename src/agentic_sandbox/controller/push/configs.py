@@ -18,7 +18,7 @@ from ..decoding import validation_failure
 from ..errors import NotFound, ValidationFailed
 from ..store import PushConfigRecord, Store
 from ..tasks.model import Id
-from .target import parse_url, resolve
+from .target import check_literal
 
 CONFIG_NOT_FOUND = "push.config_not_found"
 #: Configs one task may have.
@@ -85,7 +85,7 @@ class PushConfigs:
         ``extensions`` activated when it was made allow (hitl-prompt/v1's envelopes)."""
         if cfg.task_id and cfg.task_id != task_id:
             raise ValidationFailed([{"field": "taskId", "message": "differs from the task's id", "code": "mismatch"}])
-        await resolve(parse_url(cfg.url), allow_private=self.allow_private)
+        check_literal(cfg.url, allow_private=self.allow_private)
         auth = cfg.authentication
         rec = PushConfigRecord(
             id=cfg.id or new_id(),

@@ -6,6 +6,11 @@ unspecified) unless the operator allows private targets. :class:`Target` keeps t
 chosen, and the sender connects to that address itself (sending the name as ``Host`` and as TLS
 SNI), so a name that resolves differently the second time (DNS rebinding) cannot move a delivery
 to an address that was never checked.
+
+When a config is made only what cannot change is judged (:func:`check_literal`): the URL's form, and
+a host that is an address literal (or ``localhost``, RFC 6761's loopback names). A name is not
+resolved then: DNS can be down for a moment, and a config must not be lost to it; delivery resolves
+and checks it every time it connects (and retries when it does not resolve).
 """
 
 from __future__ import annotations
@@ -75,6 +80,26 @@ def forbidden(address: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return not ip.is_global or ip.is_multicast or ip.is_reserved or ip.is_unspecified
+
+
+def check_literal(raw: str, *, allow_private: bool) -> Url:
+    """``raw`` parsed, refused if its host is a forbidden address literal or a loopback name."""
+    url = parse_url(raw)
+    if allow_private:
+        return url
+    host = url.host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        raise url_error(f"url's host {url.host!r} is loopback (AIWG_PUSH_ALLOW_PRIVATE=1 allows it)")
+    try:
+        literal = forbidden(host.split("%", 1)[0])  # an IPv6 zone id is no part of the address
+    except ValueError:
+        return url  # a name: checked where it matters, at delivery
+    if literal:
+        raise url_error(
+            f"url's host {url.host!r} is a loopback, private, link-local, multicast or reserved address"
+            " (AIWG_PUSH_ALLOW_PRIVATE=1 allows them)"
+        )
+    return url
 
 
 async def resolve(url: Url, *, allow_private: bool) -> Target:

@@ -44,8 +44,13 @@ OWNED_PREFIXES = ("runtime.",)
 OUTCOME_KEYS = frozenset({"fail_kind", "exit_code", "output_truncated", "answered_with", "agent_protocol"})
 #: The extensions the send that started the task activated (what its agent's ``task`` line names).
 EXTENSIONS = "agentic-sandbox/extensions"
+#: The outcome keys as the A2A 1.0 wire spells them (``controller.a2a.views``): a caller's value
+#: under that spelling would shadow the controller's.
+OUTCOME_KEYS_1_0 = frozenset({"failKind", "exitCode", "outputTruncated", "answeredWith", "agentProtocol"})
 OWNED_KEYS = (
-    frozenset({"kagent.dev/a2a/timeline-position", "kagent.dev/a2a/task-created-at", EXTENSIONS}) | OUTCOME_KEYS
+    frozenset({"kagent.dev/a2a/timeline-position", "kagent.dev/a2a/task-created-at", EXTENSIONS})
+    | OUTCOME_KEYS
+    | OUTCOME_KEYS_1_0
 )
 
 
