@@ -9,6 +9,10 @@ what the SDK's samples use) unless a SQLite file is given: then in the SDK's ``D
 on that file, in WAL mode with ``synchronous=NORMAL`` as the controller keeps its store, so that a
 task it answered survives a crash as the controller's do. Needs ``a2a-sdk[http-server]`` and
 ``uvicorn``, and for the SQLite store ``a2a-sdk[sqlite]`` (all in the ``bench`` extra).
+
+``--grpc`` serves the SDK's gRPC binding instead (its ``GrpcHandler`` on a ``grpc.aio`` server) at
+``127.0.0.1:PORT``, the same handler and executor behind it (needs only grpcio, a dependency of the
+project itself).
 """
 
 from __future__ import annotations
@@ -17,17 +21,14 @@ import asyncio
 import importlib
 import sys
 
-import uvicorn
 from a2a.server.agent_execution.agent_executor import AgentExecutor
 from a2a.server.agent_execution.context import RequestContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes.rest_routes import create_rest_routes
 from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
 from a2a.server.tasks.task_store import TaskStore
 from a2a.server.tasks.task_updater import TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part, Task, TaskState, TaskStatus
-from starlette.applications import Starlette
 
 
 class EchoExecutor(AgentExecutor):
@@ -65,6 +66,19 @@ def sqlite_store(path: str) -> TaskStore:
     return DatabaseTaskStore(engine)
 
 
+async def serve_grpc(handler: DefaultRequestHandler, target: str) -> None:
+    import grpc
+    from a2a.server.request_handlers.grpc_handler import GrpcHandler
+    from a2a.types import a2a_pb2_grpc
+
+    server = grpc.aio.server()
+    a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
+    server.add_insecure_port(target)
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+
+
 def main() -> None:
     args = sys.argv[1:]
     executor: AgentExecutor = EchoExecutor()
@@ -73,20 +87,31 @@ def main() -> None:
         module, name = args[at + 1].split(":")
         executor = getattr(importlib.import_module(module), name)()
         del args[at : at + 2]
+    grpc_mode = "--grpc" in args
+    if grpc_mode:
+        args.remove("--grpc")
     port = int(args[0])
     store = sqlite_store(args[1]) if len(args) > 1 else InMemoryTaskStore()
-    url = f"http://127.0.0.1:{port}/agents/peer"
+    url = f"127.0.0.1:{port}" if grpc_mode else f"http://127.0.0.1:{port}/agents/peer"
+    binding = "GRPC" if grpc_mode else "HTTP+JSON"
     card = AgentCard(
         name="peer",
         description="a2a-sdk echo peer",
         version="1",
-        supported_interfaces=[AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0")],
+        supported_interfaces=[AgentInterface(url=url, protocol_binding=binding, protocol_version="1.0")],
         capabilities=AgentCapabilities(streaming=True),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id="echo", name="echo", description="runs /bin/echo", tags=["echo"])],
     )
     handler = DefaultRequestHandler(agent_executor=executor, task_store=store, agent_card=card)
+    if grpc_mode:
+        asyncio.run(serve_grpc(handler, url))
+        return
+    import uvicorn
+    from a2a.server.routes.rest_routes import create_rest_routes
+    from starlette.applications import Starlette
+
     app = Starlette(routes=create_rest_routes(handler, path_prefix="/agents/peer"))
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)

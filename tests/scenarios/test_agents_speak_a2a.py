@@ -1,4 +1,4 @@
-"""Unmodified a2a-sdk AgentExecutors hosted in instances, driven by the a2a-sdk client over both
+"""Unmodified a2a-sdk AgentExecutors hosted in instances, driven by the a2a-sdk client over all
 bindings: a live hostd and controller, a loadout running ``python -m agentic_sandbox_agent.a2a``,
 the agent protocol v2 on the instance's control channel. Every part kind, state, chunked artifact,
 a Message answer, a follow-up, cancel, a file past what a line holds (fetched by its URL), the
@@ -35,15 +35,24 @@ from google.protobuf import json_format
 
 from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
 from agentic_sandbox.controller.config import load_config
+from tests.controller.a2a.grpcclient import grpc_config, interceptors
 from tests.controller.a2a.helpers import Agent, new_agent
 from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller, wait_operation
 from tests.libvirt_service import guest_image, libvirt_system
 from tests.podman_service import PodmanStorage
 
 EXECUTORS = Path(__file__).resolve().parent.parent / "agent" / "agents" / "a2a_executors.py"
-BINDINGS = {"jsonrpc": [], "http-json": ["HTTP+JSON"]}
+BINDINGS = {"jsonrpc": [], "http-json": ["HTTP+JSON"], "grpc": ["GRPC"]}
 #: Where the container image holds the executors.
 INSIDE = f"/opt/agents/{EXECUTORS.name}"
+
+
+@pytest.fixture
+async def controller(hostd: LiveHostd, tmp_path: Path) -> AsyncIterator[LiveController]:
+    """The conftest's controller with the gRPC binding on: every binding is driven here."""
+    env = controller_env(tmp_path / "controller", hostd.socket_path, AIWG_GRPC_LISTEN="127.0.0.1:0")
+    async with serve_controller(load_config(env=env)) as live:
+        yield live
 
 
 def run_in_asyncio(fn: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
@@ -72,6 +81,11 @@ def as_json(obj: Any) -> dict[str, Any]:
 
 
 async def client_for(agent: Agent, http: httpx.AsyncClient, binding: str, streaming: bool) -> Any:
+    if binding == "grpc":  # token and runtime/v1 as gRPC metadata, through the SDK's interceptors
+        config = grpc_config(http, streaming=streaming)
+        return await create_client(
+            agent.base, client_config=config, interceptors=interceptors(agent.token, RUNTIME_EXTENSION)
+        )
     config = ClientConfig(httpx_client=http, streaming=streaming, supported_protocol_bindings=BINDINGS[binding])
     return await create_client(agent.base, client_config=config)
 
@@ -278,7 +292,8 @@ async def python_podman(
     live = LiveHostd(short_dir, env=podman_storage.hostd_env(short_dir / "podman.sock"))
     await live.start()
     try:
-        config = load_config(env=controller_env(tmp_path / "controller", live.socket_path))
+        env = controller_env(tmp_path / "controller", live.socket_path, AIWG_GRPC_LISTEN="127.0.0.1:0")
+        config = load_config(env=env)
         async with serve_controller(config) as controller, controller.client() as client:
             manifest = {
                 "name": "a2a-container", "version": "1", "runtime": "docker", "image": image,

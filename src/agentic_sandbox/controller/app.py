@@ -9,7 +9,8 @@ Resource handling: ``create_app`` opens the SQLite store and resolves the tokens
 errors surface before serving). Background services live in the app's nursery (quart-trio's
 ``app.nursery``, which exists while the app is served): the store's WAL checkpoints
 (:mod:`controller.store.wal`), the hostd link, the operation purge timer, the hostd watch (instance
-exits and sessions, :mod:`controller.instances.watch`) and every operation's work.
+exits and sessions, :mod:`controller.instances.watch`), the A2A gRPC server when ``AIWG_GRPC_LISTEN``
+is set (:mod:`controller.a2a.grpcbinding`) and every operation's work.
 The event bus and the log ring are attached to the run while serving, and the log ring's handler
 sits on the root logger only then. ``after_serving`` closes the store; at shutdown the nursery is cancelled at
 once (``BACKGROUND_TASK_SHUTDOWN_TIMEOUT = None``): operations are durable and a restart marks the
@@ -29,6 +30,7 @@ from werkzeug.exceptions import HTTPException
 
 from agentic_sandbox.proto import bind_log_ids
 
+from .a2a.grpcbinding import serve_grpc
 from .a2a.idempotencycache import IdempotencyCache
 from .a2a.service import A2AService
 from .admin.views import operation_path
@@ -216,6 +218,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         await app.nursery.start(tasks.run_purger)
         push.delivery.attach(app.nursery)
         await push.delivery.recover()
+        if config.grpc_listen:  # the A2A gRPC binding; its cards list it once it listens
+            a2a_service.grpc_port = await app.nursery.start(serve_grpc, app)
         if config.conformance_mode:
             app.nursery.start_soon(_conformance_instance)
 

@@ -61,6 +61,7 @@ DEFAULT_LOG_RING_SIZE = 4096
 DEFAULT_WATCH_INTERVAL_S = 2 * SECONDS
 DEFAULT_SSE_KEEPALIVE_S = 15 * SECONDS
 DEFAULT_MAX_STREAM_FOLLOWERS = 64
+DEFAULT_GRPC_MAX_CALLS = 100
 
 
 class ConfigError(ValueError):
@@ -99,6 +100,8 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     max_stream_followers: int = DEFAULT_MAX_STREAM_FOLLOWERS
     public_url: str | None = None
     legacy_pty_listen: str | None = None
+    grpc_listen: str | None = None
+    grpc_max_calls: int = DEFAULT_GRPC_MAX_CALLS
     pty_ping_interval_s: float = 30.0
     pty_ping_timeout_s: float = 90.0
     conformance_mode: bool = False
@@ -388,7 +391,8 @@ SETTINGS = settings.SettingsTable(
             field="sse_keepalive_s",
             env="AIWG_SSE_KEEPALIVE_S",
             kind=PACE_S,
-            doc="Keep-alive comment interval of the server-sent event streams.",
+            doc="Keep-alive comment interval of the server-sent event streams (and HTTP/2 ping interval of the "
+            "gRPC port's idle connections).",
         ),
         Setting(
             field="max_stream_followers",
@@ -408,6 +412,20 @@ SETTINGS = settings.SettingsTable(
             env="AIWG_LEGACY_PTY_LISTEN",
             kind=HostPort(empty_ok=True),
             doc="Where to serve the legacy v1 PTY WebSocket (upstream's port 8121); unset or empty = not served.",
+        ),
+        Setting(
+            field="grpc_listen",
+            env="AIWG_GRPC_LISTEN",
+            kind=HostPort(empty_ok=True),
+            doc="Where to serve the A2A gRPC binding (TLS with `AIWG_TLS_CERT`/`AIWG_TLS_KEY` when set); "
+            "unset or empty = not served.",
+        ),
+        Setting(
+            field="grpc_max_calls",
+            env="AIWG_GRPC_MAX_CALLS",
+            kind=Int(minimum=1, maximum=10_000),
+            doc="gRPC calls served at once, each on a thread of its own (a stream for as long as it is open); "
+            "more are refused RESOURCE_EXHAUSTED.",
         ),
         Setting(
             field="pty_ping_interval_s",

@@ -112,6 +112,9 @@ async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
         if config.legacy_pty_listen:
             legacy = await nursery.start(serve_legacy_pty, app, config, stop)
             _say(f"  legacy v1 PTY WebSocket: {legacy[0].replace('http', 'ws', 1)}/sessions/<id>")
+        if state.a2a.grpc_port is not None:
+            host = config.grpc_listen.rsplit(":", 1)[0] if config.grpc_listen else ""
+            _say(f"  A2A gRPC:    {host}:{state.a2a.grpc_port}  (tenant: the instance id)")
         _say(f"  admin API:   {base}/api/v2/admin/instances  (Authorization: Bearer <token>)")
         _say(f"  web console: {base}/console/  (sign in with a token)")
         if config.admin_token is None:

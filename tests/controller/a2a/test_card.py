@@ -8,13 +8,17 @@ JWKS publishes.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from typing import Any
 
 import httpx
+import pytest
 import rfc8785
 from a2a.client.card_resolver import parse_agent_card
+from a2a.compat.v0_3 import types as t03
 from a2a.utils.signing import create_signature_verifier
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from jwt import PyJWK
 
@@ -31,14 +35,20 @@ def _b64(data: str) -> bytes:
 
 
 def verify_by_hand(card: dict[str, Any], jwks: dict[str, Any]) -> dict[str, Any]:
-    """JCS of the card without ``signatures``, detached JWS, EdDSA: returns the protected header."""
-    [sig] = card["signatures"]
-    header = json.loads(_b64(sig["protected"]))
-    [jwk] = [k for k in jwks["keys"] if k["kid"] == header["kid"]]
+    """JCS of the card as served without ``signatures``, detached JWS, EdDSA: one of the card's
+    signatures must verify (spec §8.4); returns its protected header."""
     payload = rfc8785.dumps({k: v for k, v in card.items() if k != "signatures"})
-    signing_input = sig["protected"].encode() + b"." + base64.urlsafe_b64encode(payload).rstrip(b"=")
-    Ed25519PublicKey.from_public_bytes(_b64(jwk["x"])).verify(_b64(sig["signature"]), signing_input)
-    return header
+    for sig in card["signatures"]:
+        header = json.loads(_b64(sig["protected"]))
+        [jwk] = [k for k in jwks["keys"] if k["kid"] == header["kid"]]
+        signing_input = sig["protected"].encode() + b"." + base64.urlsafe_b64encode(payload).rstrip(b"=")
+        try:
+            Ed25519PublicKey.from_public_bytes(_b64(jwk["x"])).verify(_b64(sig["signature"]), signing_input)
+        except InvalidSignature:
+            continue
+        assert isinstance(header, dict)
+        return header
+    raise InvalidSignature("no signature verifies over the card as served")
 
 
 async def test_card_is_v1_signed_and_verifies_with_the_sdk_and_by_hand(
@@ -52,8 +62,14 @@ async def test_card_is_v1_signed_and_verifies_with_the_sdk_and_by_hand(
     assert card["supportedInterfaces"][0]["url"] == agent.base  # no trailing slash
     assert {i["protocolBinding"] for i in card["supportedInterfaces"]} >= {"HTTP+JSON"}
     assert all(i["protocolVersion"] == "1.0" for i in card["supportedInterfaces"])
-    for gone in ("url", "preferredTransport", "protocolVersion", "additionalInterfaces", "security"):
-        assert gone not in card
+    # What a 0.3 client connects with, beside the 1.0 fields (a2a-sdk 1.x ignores them).
+    assert (card["url"], card["preferredTransport"], card["protocolVersion"]) == (agent.base, "JSONRPC", "0.3.0")
+    assert card["additionalInterfaces"] == [
+        {"url": agent.base, "transport": "JSONRPC"},
+        {"url": agent.base, "transport": "HTTP+JSON"},
+    ]
+    assert card["supportsAuthenticatedExtendedCard"] is True and card["security"] == [{"bearer": ["a2a"]}]
+    assert card["securitySchemes"]["bearer"]["type"] == "http"
     assert card["capabilities"]["pushNotifications"] is True
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
     assert "full host access" in card["description"]
@@ -77,19 +93,27 @@ async def test_card_is_v1_signed_and_verifies_with_the_sdk_and_by_hand(
     assert header["alg"] == "EdDSA" and header["kid"] == agent.instance_id
     assert header["jku"] == f"{agent.base}/.well-known/jwks.json"
 
-    # a2a-sdk: the card parsed into its proto model, verified with its own canonical form.
+    # a2a-sdk: the card parsed into its proto model (0.3's fields dropped), verified with its own
+    # canonical form. (parse_agent_card rewrites the dict it is given: it gets a copy.)
     keys = {k["kid"]: PyJWK(k) for k in jwks["keys"]}
     verifier = create_signature_verifier(lambda kid, _jku: keys[kid], ["EdDSA"])
-    verifier(parse_agent_card(card))
+    parsed = parse_agent_card(copy.deepcopy(card))
+    verifier(parsed)
+    assert [i.protocol_version for i in parsed.supported_interfaces] == ["1.0", "1.0"]
+    # A 0.3 reader: the card fits a2a-sdk's 0.3 model (a2a-sdk 0.3 itself: test_v03_clients).
+    legacy = t03.AgentCard.model_validate(card)
+    assert (legacy.url, legacy.preferred_transport) == (agent.base, "JSONRPC")
 
     # A tampered card fails both checks.
-    tampered = {**card, "name": "someone-else"}
+    tampered = {**copy.deepcopy(card), "name": "someone-else"}
     try:
-        verifier(parse_agent_card(tampered))
+        verifier(parse_agent_card(copy.deepcopy(tampered)))
     except Exception as exc:
         assert "signature" in str(exc).lower()
     else:
         raise AssertionError("the SDK verifier accepted a tampered card")
+    with pytest.raises(InvalidSignature):
+        verify_by_hand(tampered, jwks)
 
 
 async def test_card_caching_headers_and_conditional_get(

@@ -44,7 +44,7 @@ async def test_echo_send_blocks_until_done_with_output_runtime_metadata_and_hist
     async with agent.client(controller) as client:
         response = await send(client, "hello, agent", metadata={"app.key": "kept", "runtime.kind": "vm"})
         assert response.status_code == 200, response.text
-        assert response.headers["content-type"] == "application/a2a+json"
+        assert response.headers["content-type"] == "application/json"  # the media type the client used
         assert response.headers["a2a-extensions"] == RUNTIME_EXTENSION
         task = response.json()["task"]
         assert task["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -168,8 +168,9 @@ async def test_bad_input_gets_a2a_errors(admin: httpx.AsyncClient, controller: L
         ]
         for kwargs, reason in cases:
             response = await client.post("/message:send", **kwargs)
-            assert response.status_code in (400, 404), (kwargs, response.text)
+            assert response.status_code in (400, 404, 415), (kwargs, response.text)
             assert error_reason(response) == reason, (kwargs, response.text)
+            assert (response.status_code == 415) == (reason == "CONTENT_TYPE_NOT_SUPPORTED")
         typed = await client.post("/message:send", json={"message": {"messageId": 1, "role": "ROLE_USER"}})
         violations = [d for d in typed.json()["error"]["details"] if d["@type"].endswith("BadRequest")]
         assert violations and violations[0]["fieldViolations"][0]["field"].startswith("message")
@@ -195,16 +196,23 @@ async def test_v1_paths_answer_through_the_same_handlers(admin: httpx.AsyncClien
         base_url=agent.base,
         headers={"Authorization": f"Bearer {agent.token}", "A2A-Extensions": RUNTIME_EXTENSION},
         timeout=15,
-    ) as client:  # no A2A-Version: the /v1/ paths read it as 1.0
-        task = (await send(client, "sleep 30", "/v1/messages:send", configuration={"returnImmediately": True})).json()
-        tid = task["task"]["id"]
-        assert (await client.get(f"/v1/tasks/{tid}")).json()["id"] == tid
+    ) as client:  # no A2A-Version: 0.3, in upstream's shape on its /v1/ paths (kind, lowercase states)
+        body = {
+            "message": {"messageId": str(uuid.uuid4()), "role": "user", "parts": [{"kind": "text", "text": "sleep 30"}]}
+        }
+        task = (await client.post("/v1/messages:send", json=body | {"configuration": {"blocking": False}})).json()
+        assert task["kind"] == "task" and task["status"]["state"] in ("submitted", "working"), task
+        tid = task["id"]
+        got = (await client.get(f"/v1/tasks/{tid}")).json()
+        assert got["id"] == tid and got["kind"] == "task"
         assert tid in [t["id"] for t in (await client.get("/v1/tasks")).json()["tasks"]]
         canceled = await client.post(f"/v1/tasks/{tid}/cancel")
         assert canceled.status_code == 200, canceled.text
-        assert canceled.json()["status"]["state"] == "TASK_STATE_CANCELED"
-        # The standard paths still want the version header.
-        assert error_reason(await client.get(f"/tasks/{tid}")) == "VERSION_NOT_SUPPORTED"
+        status = canceled.json()["status"]
+        assert status["state"] == "canceled" and status["terminal_at"] == status["timestamp"]
+        # The same paths in 1.0 when the request says so.
+        one = await client.get(f"/v1/tasks/{tid}", headers={"A2A-Version": "1.0"})
+        assert one.json()["status"]["state"] == "TASK_STATE_CANCELED" and "kind" not in one.json()
 
 
 async def test_hostd_gone_fails_the_send_closed_and_the_task_with_infrastructure(

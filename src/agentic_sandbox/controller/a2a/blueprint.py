@@ -17,6 +17,7 @@ from ..errors import (
     TooLarge,
     ValidationFailed,
 )
+from .edge import response_media_type
 from .errors import A2AError, internal_error, to_a2a
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,9 @@ a2a = Blueprint("a2a", __name__)
 
 
 def error_response(error: A2AError) -> Response:
-    response = Response(msgspec.json.encode(error.body()), status=error.http_status, content_type="application/json")
+    """The A2A error body, in the media type the client used (as every HTTP+JSON answer is)."""
+    body = msgspec.json.encode(error.body())
+    response = Response(body, status=error.http_status, content_type=response_media_type())
     for name, value in error.headers().items():
         response.headers[name] = value
     return response

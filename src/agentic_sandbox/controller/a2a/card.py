@@ -5,7 +5,9 @@
 trailing slash), the bearer security scheme of the instance token, and the runtime/v1 extension
 with its params. :func:`sign_card` signs it per DESIGN §5: JCS (RFC 8785) of the card without
 ``signatures``, a detached JWS with the protected header ``{"alg": "EdDSA", "kid", "typ": "JOSE",
-"jku"}`` (Ed25519), stored as ``signatures[{protected, signature}]``.
+"jku"}`` (Ed25519), stored as ``signatures[{protected, signature}]``; with one more signature for
+each other form a verifier canonicalizes the card to (the card served carries 0.3's fields too:
+``card03``).
 
 A card is signed only if it holds no empty string, list or object and no ``false`` outside the
 optional capability flags (:func:`check_signable`): verifiers disagree on whether such values are
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -46,6 +49,20 @@ HOST_ACCESS = (
 
 def instance_url(base_url: str, instance_id: str) -> str:
     return f"{base_url.rstrip('/')}/agents/{instance_id}"
+
+
+def grpc_interface(base_url: str, port: int, instance_id: str) -> dict[str, Any]:
+    """The GRPC interface: ``host:port`` as a gRPC client dials it (the host the caller reached us
+    at, the gRPC port) and the instance as its ``tenant``: one gRPC service serves every instance,
+    and a2a-sdk's client puts the interface's tenant in each request (controller.a2a.grpcbinding)."""
+    host = urlsplit(base_url).hostname or "localhost"
+    host = f"[{host}]" if ":" in host else host
+    return {
+        "url": f"{host}:{port}",
+        "protocolBinding": "GRPC",
+        "protocolVersion": PROTOCOL_VERSION,
+        "tenant": instance_id,
+    }
 
 
 #: runtime/v1's forms (``params.schema.json``): a value in no form is left out, never bent into one.
@@ -163,10 +180,16 @@ def canonical_payload(card: dict[str, Any]) -> bytes:
     return payload
 
 
-def sign_card(card: dict[str, Any], key: Ed25519PrivateKey, *, kid: str, jku: str) -> dict[str, Any]:
+def sign_card(
+    card: dict[str, Any], key: Ed25519PrivateKey, *, kid: str, jku: str, also: tuple[bytes, ...] = ()
+) -> dict[str, Any]:
+    """``card`` with ``signatures``: one over its own canonical form, and one more over each other
+    payload in ``also`` (the forms other verifiers canonicalize the card to, see ``card03``)."""
     check_signable(card)
     header = {"alg": "EdDSA", "kid": kid, "typ": "JOSE", "jku": jku}
     protected = b64url(json.dumps(header, separators=(",", ":"), sort_keys=True).encode())
-    signing_input = f"{protected}.{b64url(canonical_payload(card))}".encode()
-    signature = b64url(key.sign(signing_input))
-    return {**card, "signatures": [{"protected": protected, "signature": signature}]}
+    signatures = []
+    for payload in dict.fromkeys((canonical_payload(card), *also)):
+        signature = b64url(key.sign(f"{protected}.{b64url(payload)}".encode()))
+        signatures.append({"protected": protected, "signature": signature})
+    return {**card, "signatures": signatures}

@@ -51,7 +51,7 @@ from ..state import app_state
 from ..store import CachedResponse
 from .caller import Caller
 from .card import IDEMPOTENCY_EXTENSION
-from .edge import A2A_JSON
+from .edge import JSON, echo_extensions, response_media_type
 from .idempotencycache import IdempotencyCache
 from .sse import sse_response
 
@@ -84,9 +84,10 @@ def _cache() -> IdempotencyCache:
     return app_state().idempotency
 
 
-def _replay(caller: Caller, cached: CachedResponse) -> Response:
-    response = Response(cached.body, status=cached.status, content_type=A2A_JSON)
-    response.headers["A2A-Extensions"] = ", ".join(caller.extensions)
+def _replay(caller: Caller, scope: str, cached: CachedResponse) -> Response:
+    """The stored answer again, in the binding's media type (JSON-RPC's is application/json)."""
+    media_type = JSON if scope.startswith("jsonrpc") else response_media_type()
+    response = echo_extensions(Response(cached.body, status=cached.status, content_type=media_type), caller)
     response.headers[REPLAYED_HEADER] = "true"
     return response
 
@@ -112,7 +113,7 @@ async def guarded(
     async with cache.exclusive((caller.instance.id, scope, message_id)):
         submitted, cached = await cache.lookup(caller.instance.id, scope, params, message_id, OPERATION)
         if cached is not None:
-            return _replay(caller, cached)
+            return _replay(caller, scope, cached)
         try:
             response = await run()
         except ControllerError as exc:
@@ -150,7 +151,7 @@ async def guarded_stream(
             response.headers[REPLAYED_HEADER] = "true"
             return response
         if cached is not None:
-            return _replay(caller, cached)
+            return _replay(caller, scope, cached)
         try:
             entry, body = await start()
         except ControllerError as exc:

@@ -9,7 +9,13 @@ push config methods (:mod:`controller.push`) and ``GetExtendedAgentCard``.
 Errors are JSON-RPC errors with the v1.0.1 codes (-32001 ... -32009, -32600 ... -32700) and the
 A2A error details (ErrorInfo, BadRequest) as ``error.data``. They are answered with HTTP 200, as
 JSON-RPC over HTTP does, except for what HTTP itself says: 401 without a valid token, 404 for an
-instance the caller cannot see. A batch (a JSON array) is refused (-32600).
+instance the caller cannot see. A batch (a JSON array) is refused (-32600). Every answer is
+``Content-Type: application/json`` (spec §9); a body in another media type is -32005
+(ContentTypeNotSupported).
+
+A2A 0.3's methods (``message/send`` ...) are served at the same endpoint (:mod:`.rpc03`). The
+method's version and the request's (``A2A-Version``; missing means 0.3, spec §3.6) must agree:
+a 1.0 method without ``A2A-Version: 1.0``, or a 0.3 method with it, is VERSION_NOT_SUPPORTED.
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ from typing import Any
 import msgspec
 from quart import Response, request
 
-from ..decoding import validation_failure
 from ..errors import (
     CONTENT_TYPE_NOT_SUPPORTED,
     METHOD_NOT_FOUND,
@@ -35,15 +40,14 @@ from ..push.configs import ConfigRef, ListParams, PushConfigIn
 from ..state import app_state
 from ..tasks.model import SendMessageRequest
 from ..tasks.service import ListQuery
-from . import idempotency, service
+from . import idempotency, rpc03, service
 from .blueprint import a2a
-from .caller import Caller
-from .edge import A2A_JSON, ACCEPTED_BODY_TYPES, begin
-from .errors import A2AError, to_a2a
+from .caller import WIRE_0_3, WIRE_1_0, Caller
+from .edge import ACCEPTED_BODY_TYPES, BOTH_WIRES, begin
+from .errors import to_a2a
+from .rpcframing import PARSE_ERROR, Envelope, JsonId, RpcFraming, params_of, rpc_error, rpc_response, rpc_result
 from .sse import sse_response
-from .streams import Framing
 
-JsonId = str | int | None
 #: Methods that need runtime/v1 activated (as on the HTTP+JSON binding).
 GATED = frozenset(
     {
@@ -56,51 +60,10 @@ GATED = frozenset(
         "DeleteTaskPushNotificationConfig",
     }
 )
-PARSE_ERROR = -32700
-
-
-class Envelope(msgspec.Struct, kw_only=True):
-    jsonrpc: str
-    method: str
-    id: JsonId = None
-    params: dict[str, Any] = {}
-
-
-def rpc_error(call_id: JsonId, error: A2AError, code: int | None = None) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": call_id,
-        "error": {
-            "code": error.kind.jsonrpc if code is None else code,
-            "message": error.message,
-            "data": error.details(),
-        },
-    }
-
-
-def rpc_response(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    response = Response(msgspec.json.encode(body), status=status, content_type=A2A_JSON)
-    for name, value in (headers or {}).items():
-        response.headers[name] = value
-    return response
-
-
-class RpcFraming(Framing):
-    def __init__(self, call_id: JsonId) -> None:
-        self.call_id = call_id
-
-    def data(self, obj: dict[str, Any]) -> bytes:
-        return super().data({"jsonrpc": "2.0", "id": self.call_id, "result": obj})
-
-    def error(self, error: A2AError) -> bytes:
-        return b"event: error\ndata: " + msgspec.json.encode(rpc_error(self.call_id, error)) + b"\n\n"
-
-
-def params_of(envelope: Envelope, type_: type[Any]) -> Any:
-    try:
-        return msgspec.convert(envelope.params, type_)
-    except msgspec.ValidationError as exc:
-        raise validation_failure(exc) from None
+#: The 1.0 methods (a request for one must say ``A2A-Version: 1.0``).
+METHODS_1_0 = frozenset(
+    GATED | {"SendMessage", "SendStreamingMessage", "SubscribeToTask", "GetTask", "ListTasks", "GetExtendedAgentCard"}
+)
 
 
 async def create_push_config(caller: Caller, envelope: Envelope) -> dict[str, Any]:
@@ -134,6 +97,7 @@ async def _unary(caller: Caller, envelope: Envelope) -> dict[str, Any]:
 @a2a.post("/agents/<instance_id>/")  # clients that join paths onto the base URL add the slash
 async def jsonrpc(instance_id: str) -> Response:
     call_id: JsonId = None
+    legacy = False  # a 0.3 method: its errors are 0.3's
     try:
         body = await request_body()
         if request.mimetype not in ACCEPTED_BODY_TYPES:
@@ -151,7 +115,13 @@ async def jsonrpc(instance_id: str) -> Response:
             raise MalformedInput(f"not a JSON-RPC 2.0 request: {exc}") from None
         if envelope.jsonrpc != "2.0":
             raise MalformedInput('not a JSON-RPC 2.0 request: jsonrpc must be "2.0"')
-        caller = await begin(instance_id, enforce_extensions=envelope.method in GATED)
+        legacy = envelope.method in rpc03.METHODS
+        gated = envelope.method in (rpc03.GATED if legacy else GATED)
+        # The method's version must be the request's: checked before the extensions are.
+        wires = (WIRE_0_3,) if legacy else (WIRE_1_0,) if envelope.method in METHODS_1_0 else BOTH_WIRES
+        caller = await begin(instance_id, enforce_extensions=gated, wires=wires)
+        if legacy:
+            return await rpc03.dispatch(caller, envelope, call_id, lambda e: failure(call_id, e, legacy=True))
         if envelope.method == "SubscribeToTask":
             params = params_of(envelope, service.TaskIdParams)
             return sse_response(caller, await app_state().a2a.subscribe_to_task(caller, params, RpcFraming(call_id)))
@@ -159,25 +129,23 @@ async def jsonrpc(instance_id: str) -> Response:
             return await _send_streaming(caller, envelope, call_id)
 
         async def run() -> Response:
-            result = await _unary(caller, envelope)
-            response = rpc_response({"jsonrpc": "2.0", "id": call_id, "result": result})
-            if caller.extensions:
-                response.headers["A2A-Extensions"] = ", ".join(caller.extensions)
-            return response
+            return rpc_result(call_id, await _unary(caller, envelope), caller)
 
         if envelope.method == "SendMessage":
             return await idempotency.guarded(caller, "jsonrpc", envelope.params, run, lambda e: failure(call_id, e))
         return await run()
     except ControllerError as exc:
-        return failure(call_id, exc)
+        return failure(call_id, exc, legacy=legacy)
 
 
-def failure(call_id: JsonId, exc: ControllerError) -> Response:
-    """A domain error as this binding answers it: HTTP 200 with the JSON-RPC error, except what HTTP
-    itself says (401 without a valid token, 404 for an instance the caller cannot see)."""
+def failure(call_id: JsonId, exc: ControllerError, *, legacy: bool = False) -> Response:
+    """A domain error as this binding answers it: HTTP 200 with the JSON-RPC error (0.3's for a 0.3
+    method), except what HTTP itself says (401 without a valid token, 404 for an instance the
+    caller cannot see)."""
     error = to_a2a(exc)
     status = error.http_status if exc.code in ("auth.unauthorized", "instance.not_found") else 200
-    return rpc_response(rpc_error(call_id, error), status, error.headers() if status != 200 else None)
+    body = rpc03.error_body(call_id, error) if legacy else rpc_error(call_id, error)
+    return rpc_response(body, status, error.headers() if status != 200 else None)
 
 
 async def _send_streaming(caller: Caller, envelope: Envelope, call_id: JsonId) -> Response:

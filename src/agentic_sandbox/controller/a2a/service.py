@@ -26,9 +26,9 @@ from ..store import InstanceRecord, SigningKeyRecord, Store, TaskRecord, TaskSna
 from ..tasks.agentevents import ANSWERED_WITH
 from ..tasks.model import Id, Metadata, SendMessageRequest
 from ..tasks.service import ListQuery, TaskService
-from . import agentoutput, hitl, ptyext, tenancy
+from . import agentoutput, card03, hitl, ptyext, tenancy
 from .caller import Caller
-from .card import build_card, instance_url, sign_card
+from .card import build_card, grpc_interface, instance_url, sign_card
 from .idempotencycache import IdempotencyCache
 from .streams import Framing, TaskStreams
 from .views import read_snapshot, task_view
@@ -82,6 +82,9 @@ class A2AService:
         self._idempotency = idempotency
         self._streams = TaskStreams(store, tasks.hub, keepalive_s=keepalive_s)
         self._push_allow_private = push_allow_private
+        #: The gRPC binding's port while it is served (set by the app once it listens): cards then
+        #: list the GRPC interface (controller.a2a.grpcbinding).
+        self.grpc_port: int | None = None
 
     # -- what the edge and discovery read ---------------------------------------------------------
 
@@ -106,6 +109,8 @@ class A2AService:
             streaming=STREAMING,
             bindings=BINDINGS,
         )
+        if self.grpc_port is not None:
+            card["supportedInterfaces"].append(grpc_interface(base_url, self.grpc_port, rec.id))
         card["capabilities"]["extensions"] += [
             self._idempotency.card_extension(),
             hitl.card_extension(),
@@ -115,7 +120,9 @@ class A2AService:
         ]
         key_rec, key = await self._credentials.signing_key(rec.id)
         jku = f"{instance_url(base_url, rec.id)}/.well-known/jwks.json"
-        return sign_card(card, key, kid=key_rec.kid, jku=jku), key_rec
+        served = card03.with_v03_fields(card)  # one card for 1.0 and 0.3 clients alike
+        also = tuple(card03.signing_payloads(card, served))
+        return sign_card(served, key, kid=key_rec.kid, jku=jku, also=also), key_rec
 
     async def jwks(self, instance_id: str | None = None) -> dict[str, Any]:
         """The public signing keys: one instance's, or every instance's."""

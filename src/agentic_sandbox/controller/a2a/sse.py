@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from quart import Response
 
 from .caller import Caller
+from .edge import echo_extensions
 
 
 def sse_response(caller: Caller, body: AsyncIterator[bytes]) -> Response:
@@ -15,6 +16,4 @@ def sse_response(caller: Caller, body: AsyncIterator[bytes]) -> Response:
     response.timeout = None  # a stream lasts as long as its task (quart's response timeout would cut it)
     response.headers["Cache-Control"] = "no-store"
     response.headers["X-Accel-Buffering"] = "no"
-    if caller.extensions:
-        response.headers["A2A-Extensions"] = ", ".join(caller.extensions)
-    return response
+    return echo_extensions(response, caller)
