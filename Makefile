@@ -59,4 +59,4 @@ install: $(STAMP)
 	bash scripts/install-units.sh
 
 clean:
-	rm -rf $(VENV) .run .pytest_cache console/node_modules src/agentic_sandbox/controller/console/build
+	rm -rf $(VENV) .venv-a2a03 .run .pytest_cache console/node_modules src/agentic_sandbox/controller/console/build

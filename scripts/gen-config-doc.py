@@ -53,7 +53,9 @@ Both daemons read their settings at start, one `AIWG_*` environment variable eac
 and refuse to start (exit status 2, with a message naming the variable) rather than run
 half-configured. An unset or empty variable keeps the default, except where a row says that empty
 means something. The controller also reads a TOML file (`--config FILE`), whose keys are the
-"File key" column; a variable overrides the file's key.
+"File key" column; a variable overrides the file's key. An address the controller cannot listen on
+(`AIWG_LISTEN`, `AIWG_LEGACY_PTY_LISTEN`, `AIWG_GRPC_LISTEN`: in use, not this host's) is one error
+line naming the variable and the reason, and exit status 1.
 
 `--dev` (either daemon) keeps everything under `./{hostd_config.DEV_STATE_DIR}` in the working directory,
 hostd's socket at `./{hostd_config.DEV_STATE_DIR}/hostd.sock`, and needs no root. Without it hostd

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +180,38 @@ def test_a_bad_log_format_is_a_configuration_error(module: str, short_dir: Path)
     assert done.returncode == 2, done
     assert "configuration error" in done.stderr and "AIWG_LOG_FORMAT='yaml'" in done.stderr, done.stderr
     assert not (short_dir / "hostd.sock").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ("AIWG_GRPC_LISTEN", "gRPC cannot listen on {taken}: Address already in use (AIWG_GRPC_LISTEN)"),
+        ("AIWG_LISTEN", "cannot listen on {taken}: Address already in use (AIWG_LISTEN)"),
+        ("AIWG_LEGACY_PTY_LISTEN", "cannot listen on {taken}: Address already in use (AIWG_LEGACY_PTY_LISTEN)"),
+    ],
+)
+def test_a_taken_port_is_one_line_and_exit_1(tmp_path: Path, setting: str, says: str) -> None:
+    """An address in use: one error line naming it, its setting and why, no traceback, exit 1, and
+    nothing printed as listening (the controller stops before saying anything)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = f"127.0.0.1:{holder.getsockname()[1]}"
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            **controller_env(tmp_path / "state", str(tmp_path / "no-hostd.sock"), **{setting: taken}),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "agentic_sandbox.controller.main"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr and "listening on" not in done.stdout + done.stderr, done
+    errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, done.stderr
+    assert errors[0].endswith(says.format(taken=taken)), errors

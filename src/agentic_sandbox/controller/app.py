@@ -10,7 +10,8 @@ errors surface before serving). Background services live in the app's nursery (q
 ``app.nursery``, which exists while the app is served): the store's WAL checkpoints
 (:mod:`controller.store.wal`), the hostd link, the operation purge timer, the hostd watch (instance
 exits and sessions, :mod:`controller.instances.watch`), the A2A gRPC server when ``AIWG_GRPC_LISTEN``
-is set (:mod:`controller.a2a.grpcbinding`) and every operation's work.
+is set (:mod:`controller.a2a.grpcbinding`) and every operation's work. A gRPC address that cannot be
+bound is logged in one line and left for the server to act on (:func:`startup_failure`).
 The event bus and the log ring are attached to the run while serving, and the log ring's handler
 sits on the root logger only then. ``after_serving`` closes the store; at shutdown the nursery is cancelled at
 once (``BACKGROUND_TASK_SHUTDOWN_TIMEOUT = None``): operations are durable and a restart marks the
@@ -70,6 +71,8 @@ from .tasks.files import TaskFiles
 
 log = logging.getLogger(__name__)
 
+#: ``app.extensions`` key of what kept the app from starting all it serves (see startup_failure).
+STARTUP_FAILURE = "agentic_sandbox.controller.startup_failure"
 API_PREFIX = "/api/"
 #: The instance conformance mode registers (upstream's fixed id), on the echo loadout.
 CONFORMANCE_INSTANCE_ID = "00000000-0000-7000-8000-000000000001"
@@ -89,6 +92,15 @@ def _surface(blueprint: str | None, path: str) -> str:
     if path.startswith("/agents/"):
         return "a2a"
     return "other"
+
+
+def startup_failure(app: QuartTrio) -> str | None:
+    """Why the app could not start all it serves (its gRPC listener), once its startup has run;
+    None when it did. Logged already (one line, no traceback). Not raised by the startup hook: quart
+    would log it again with a traceback, and hypercorn would go on to listen; its server (``main``)
+    asks once hypercorn has started, stops the app and exits non-zero."""
+    failure: str | None = app.extensions.get(STARTUP_FAILURE)
+    return failure
 
 
 def create_app(config: ControllerConfig) -> QuartTrio:
@@ -219,7 +231,12 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         push.delivery.attach(app.nursery)
         await push.delivery.recover()
         if config.grpc_listen:  # the A2A gRPC binding; its cards list it once it listens
-            a2a_service.grpc_port = await app.nursery.start(serve_grpc, app)
+            try:
+                a2a_service.grpc_port = await app.nursery.start(serve_grpc, app)
+            except OSError as exc:  # the port is taken, the address is not this host's
+                log.error("%s (AIWG_GRPC_LISTEN)", exc)
+                app.extensions[STARTUP_FAILURE] = str(exc)
+                return
         if config.conformance_mode:
             app.nursery.start_soon(_conformance_instance)
 

@@ -2,8 +2,10 @@
 
 Start-up order: load and validate the configuration (exit 2 with the message on error), install the
 process guard (from here on this process cannot create processes), build the app (opens the store,
-resolves tokens), then serve on ``AIWG_LISTEN`` (TLS when a cert and key are configured). Once
-listening it prints the URLs a newcomer needs; ``--dev`` also provisions (first start) or starts the
+resolves tokens), then serve on ``AIWG_LISTEN`` (TLS when a cert and key are configured), starting
+the app's services (the gRPC server on ``AIWG_GRPC_LISTEN``: an address that cannot be bound is one
+log line, and the controller stops and exits 1 before printing anything else). Once listening it
+prints the URLs a newcomer needs; ``--dev`` also provisions (first start) or starts the
 host instance ``dev`` as soon as hostd is reachable and prints its AgentCard URL.
 
 SIGINT/SIGTERM: stop accepting, give open requests ``GRACEFUL_TIMEOUT_S``, cancel background work,
@@ -25,9 +27,10 @@ from quart_trio import QuartTrio
 
 from agentic_sandbox.proto import LogConfigError, configure_logging, logs_as_json
 
-from .app import create_app
+from .app import create_app, startup_failure
 from .config import ConfigError, ControllerConfig, load_config
 from .guard import install_process_guard
+from .http.bindcheck import bind_error
 from .pty.frames import MAX_CLIENT_FRAME_BYTES
 from .pty.legacy import LegacyPort
 from .state import AppState, state_of
@@ -96,8 +99,17 @@ async def serve_legacy_pty(
     await serve(LegacyPort(app), hc, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
 
 
-async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
+async def serve_app(app: QuartTrio, config: ControllerConfig) -> int:
+    """Serve until SIGINT/SIGTERM; the exit status. 1 when the app could not start all it serves
+    (a gRPC address already in use): logged by the app, then stopped as on SIGTERM before anything
+    says it listens."""
     state = state_of(app)
+    for setting, listen in (("AIWG_LISTEN", config.listen), ("AIWG_LEGACY_PTY_LISTEN", config.legacy_pty_listen)):
+        # Before the app starts anything: hypercorn would raise from inside its lifespan.
+        reason = bind_error(listen) if listen else None
+        if reason is not None:
+            log.error("cannot listen on %s: %s (%s)", listen, reason, setting)
+            return 1
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_wait_for_signal, stop)
@@ -106,7 +118,10 @@ async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
             await serve(app, hypercorn_config(config), shutdown_trigger=stop.wait, task_status=task_status)
             nursery.cancel_scope.cancel()
 
-        binds: list[str] = await nursery.start(serve_then_stop)
+        binds: list[str] = await nursery.start(serve_then_stop)  # the app's startup has run by now
+        if startup_failure(app) is not None:
+            stop.set()
+            return 1
         base = config.public_url or binds[0]
         _say(f"agentic-controller listening on {binds[0]}")
         if config.legacy_pty_listen:
@@ -122,6 +137,7 @@ async def serve_app(app: QuartTrio, config: ControllerConfig) -> None:
         _say(f"  metrics:     {base}/metrics   readiness: {base}/readyz")
         if config.dev:
             nursery.start_soon(_dev_instance, state, base)
+    return 0
 
 
 def arg_parser() -> argparse.ArgumentParser:
@@ -145,8 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     except SchemaTooNew as exc:
         print(f"agentic-controller: {exc}", file=sys.stderr)
         return 2
-    trio.run(partial(serve_app, app, config))
-    return 0
+    return trio.run(partial(serve_app, app, config))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 import rfc8785
 from a2a.client.card_resolver import parse_agent_card
@@ -175,3 +176,23 @@ def test_runtime_params_name_the_runtime_v1_kind() -> None:
     }
     for params in kinds.values():
         validate_runtime("params", params)
+
+
+async def test_a_card_is_signed_once_per_content_and_a_change_is_signed_anew(
+    admin: httpx.AsyncClient, controller: LiveController
+) -> None:
+    agent = await new_agent(admin, controller, "card-cache", loadout="echo")
+    service = controller.state.a2a
+    rec = await service.instance(agent.instance_id)
+    first, _ = await service.signed_card(rec, controller.url)
+    again, _ = await service.signed_card(rec, controller.url)
+    assert again == first and again is not first  # the same signed card, a copy the caller may change
+    again["name"] = "changed by a caller"
+    assert (await service.signed_card(rec, controller.url))[0] == first
+    renamed, _ = await service.signed_card(msgspec.structs.replace(rec, name="card-cache-2"), controller.url)
+    elsewhere, _ = await service.signed_card(rec, "https://agents.example.com")
+    jwks = await service.jwks(agent.instance_id)
+    for card in (renamed, elsewhere):
+        assert card["signatures"] != first["signatures"]
+        verify_by_hand(card, jwks)
+    assert renamed["name"] == "card-cache-2" and elsewhere["url"].startswith("https://agents.example.com/")

@@ -53,7 +53,6 @@ from jwt import PyJWK
 
 from agentic_sandbox.controller.a2a import grpcbinding
 from agentic_sandbox.controller.a2a.card import IDEMPOTENCY_EXTENSION, RUNTIME_EXTENSION
-from agentic_sandbox.controller.a2a.grpcwire import rpc_status
 from agentic_sandbox.controller.config import load_config
 from tests.controller.a2a.grpcclient import grpc_config, interceptors
 from tests.controller.a2a.helpers import Agent, new_agent
@@ -103,29 +102,6 @@ def test_methods_are_the_services() -> None:
         assert (method.response is None) == m.server_streaming
         if method.response is not None:
             assert method.response.DESCRIPTOR is m.output_type
-
-
-def test_status_carries_error_info_and_bad_request() -> None:
-    body = {
-        "error": {
-            "code": 400,
-            "status": "INVALID_ARGUMENT",
-            "message": "bad",
-            "details": [
-                {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "INVALID_PARAMS", "domain": "d"},
-                {"@type": "type.googleapis.com/google.rpc.BadRequest", "fieldViolations": [{"field": "a"}]},
-                {"@type": "https://example.org/Other", "n": [1]},
-            ],
-        }
-    }
-    status = rpc_status(body)
-    assert status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and status.message == "bad"
-    info, bad, other = status.details
-    unpacked = error_details_pb2.ErrorInfo()
-    assert info.Unpack(unpacked) and unpacked.reason == "INVALID_PARAMS"
-    violations = error_details_pb2.BadRequest()
-    assert bad.Unpack(violations) and violations.field_violations[0].field == "a"
-    assert other.type_url.endswith("google.protobuf.Struct")
 
 
 # -- a2a-sdk's gRPC client, created from the card ----------------------------------------------------

@@ -33,6 +33,8 @@ from typing import Any, Generic, TypeVar
 import grpc
 import trio
 
+from ..http.bindcheck import bind_error
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -179,31 +181,31 @@ async def serve(
     """
     executor = ThreadPoolExecutor(max_workers=max_calls, thread_name_prefix="grpc-call")
     try:
+        server = grpc.server(
+            executor,
+            maximum_concurrent_rpcs=max_calls,
+            options=[
+                ("grpc.max_receive_message_length", max_message_bytes),
+                # Two controllers on one port would split its calls between them silently.
+                ("grpc.so_reuseport", 0),
+                # HTTP/2 pings on an idle connection, as SSE streams write keep-alive comments:
+                # a client that vanished without a word (its host gone) is noticed, and its
+                # calls end. Pings go on while streams send no data.
+                ("grpc.keepalive_time_ms", int(keepalive_s * 1000)),
+                ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+                ("grpc.http2.max_pings_without_data", 0),
+            ],
+        )
+        # Bound before the calls' nursery opens: a refusal is raised as itself, in no exception group.
+        try:
+            if credentials is None:
+                port = server.add_insecure_port(listen)
+            else:
+                port = server.add_secure_port(listen, credentials)
+        except RuntimeError as exc:  # grpcio says only "Failed to bind"; the OS says why
+            raise OSError(f"gRPC cannot listen on {listen}: {bind_error(listen) or exc}") from None
         async with trio.open_nursery() as calls:
-            bridge = ThreadBridge(trio.lowlevel.current_trio_token(), calls)
-            server = grpc.server(
-                executor,
-                handlers=make_handlers(bridge),
-                maximum_concurrent_rpcs=max_calls,
-                options=[
-                    ("grpc.max_receive_message_length", max_message_bytes),
-                    # Two controllers on one port would split its calls between them silently.
-                    ("grpc.so_reuseport", 0),
-                    # HTTP/2 pings on an idle connection, as SSE streams write keep-alive comments:
-                    # a client that vanished without a word (its host gone) is noticed, and its
-                    # calls end. Pings go on while streams send no data.
-                    ("grpc.keepalive_time_ms", int(keepalive_s * 1000)),
-                    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-                    ("grpc.http2.max_pings_without_data", 0),
-                ],
-            )
-            try:
-                if credentials is None:
-                    port = server.add_insecure_port(listen)
-                else:
-                    port = server.add_secure_port(listen, credentials)
-            except RuntimeError as exc:
-                raise OSError(f"gRPC cannot listen on {listen}: {exc}") from None
+            server.add_generic_rpc_handlers(make_handlers(ThreadBridge(trio.lowlevel.current_trio_token(), calls)))
             server.start()
             try:
                 task_status.started(port)

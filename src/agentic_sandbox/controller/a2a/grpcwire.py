@@ -89,8 +89,8 @@ def stored_failure(body: bytes) -> RpcFailed:
     """An error answer idempotency/v1 stored (the HTTP+JSON error body)."""
     try:
         return RpcFailed(rpc_status(msgspec.json.decode(body)))
-    except (msgspec.DecodeError, KeyError, TypeError, ValueError):
-        return failure(internal_error())
+    except (msgspec.DecodeError, json_format.ParseError, AttributeError, KeyError, TypeError, ValueError):
+        return failure(internal_error())  # not an error body (it is ours: this is not expected)
 
 
 def abort(context: grpc.ServicerContext, status: status_pb2.Status) -> NoReturn:

@@ -9,6 +9,7 @@ knows no HTTP: the base URL a card names comes with the caller, so it works outs
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Iterator
 from typing import Annotated, Any
 
@@ -36,6 +37,9 @@ from .views import read_snapshot, task_view
 #: The bindings served at the base URL: JSON-RPC first (what a2a-sdk clients pick by default).
 BINDINGS = ("JSONRPC", "HTTP+JSON")
 STREAMING = True
+
+#: Signed cards kept (a few per instance: one per origin it is reached at).
+SIGNED_CARDS_KEPT = 1024
 
 HistoryLength = Annotated[int, msgspec.Meta(ge=0, le=10000)]
 
@@ -85,6 +89,8 @@ class A2AService:
         #: The gRPC binding's port while it is served (set by the app once it listens): cards then
         #: list the GRPC interface (controller.a2a.grpcbinding).
         self.grpc_port: int | None = None
+        #: Signed cards by (kid, jku, the unsigned card's bytes), oldest first.
+        self._signed_cards: dict[tuple[str, str, bytes], dict[str, Any]] = {}
 
     # -- what the edge and discovery read ---------------------------------------------------------
 
@@ -121,8 +127,17 @@ class A2AService:
         key_rec, key = await self._credentials.signing_key(rec.id)
         jku = f"{instance_url(base_url, rec.id)}/.well-known/jwks.json"
         served = card03.with_v03_fields(card)  # one card for 1.0 and 0.3 clients alike
-        also = tuple(card03.signing_payloads(card, served))
-        return sign_card(served, key, kid=key_rec.kid, jku=jku, also=also), key_rec
+        # Signing (three signatures, a 0.3 model validation) costs far more than the request
+        # around it, on an endpoint anyone may call: a card is signed once per distinct content.
+        cache_key = (key_rec.kid, jku, msgspec.json.encode(served))
+        signed = self._signed_cards.get(cache_key)
+        if signed is None:
+            also = tuple(card03.signing_payloads(card, served))
+            signed = sign_card(served, key, kid=key_rec.kid, jku=jku, also=also)
+            self._signed_cards[cache_key] = signed
+            while len(self._signed_cards) > SIGNED_CARDS_KEPT:
+                self._signed_cards.pop(next(iter(self._signed_cards)))
+        return copy.deepcopy(signed), key_rec
 
     async def jwks(self, instance_id: str | None = None) -> dict[str, Any]:
         """The public signing keys: one instance's, or every instance's."""
