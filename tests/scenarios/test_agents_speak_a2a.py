@@ -356,20 +356,25 @@ def check_routed(out: dict[str, Any], kind: str) -> None:
     assert out["canceled"]["message"]["parts"] == [{"text": "stopped on request"}]
 
 
+async def container_agent(admin: httpx.AsyncClient, controller: LiveController, name: str) -> Agent:
+    """A container instance running the test executors (the ``a2a-container`` loadout)."""
+    response = await admin.post(
+        "/api/v2/admin/instances", json={"name": name, "runtime": "container", "loadout": "a2a-container"}
+    )
+    assert response.status_code == 202, response.text
+    op = await wait_operation(admin, response.json()["id"], timeout=120)
+    assert op["state"] == "succeeded", op
+    instance_id = op["result"]["instance_id"]
+    return Agent(instance_id, response.json()["a2a_token"], f"{controller.url}/agents/{instance_id}")
+
+
 @pytest.mark.podman
 @pytest.mark.parametrize("binding", sorted(BINDINGS))
 async def test_an_unmodified_executor_in_a_container_instance(
     python_podman: tuple[httpx.AsyncClient, LiveController], binding: str
 ) -> None:
     admin, controller = python_podman
-    response = await admin.post(
-        "/api/v2/admin/instances", json={"name": "boxed", "runtime": "container", "loadout": "a2a-container"}
-    )
-    assert response.status_code == 202, response.text
-    op = await wait_operation(admin, response.json()["id"], timeout=120)
-    assert op["state"] == "succeeded", op
-    instance_id = op["result"]["instance_id"]
-    agent = Agent(instance_id, response.json()["a2a_token"], f"{controller.url}/agents/{instance_id}")
+    agent = await container_agent(admin, controller, "boxed")
     check_routed(await routed_scenarios(agent, binding), "container")
 
 

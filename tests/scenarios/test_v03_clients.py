@@ -23,8 +23,8 @@ import pytest
 import trio
 
 from tests.controller.a2a.helpers import Agent
-from tests.controller.conftest import ROOT, LiveController, wait_operation
-from tests.scenarios.test_agents_speak_a2a import executor_agent, python_podman
+from tests.controller.conftest import ROOT, LiveController
+from tests.scenarios.test_agents_speak_a2a import container_agent, executor_agent, python_podman
 
 __all__ = ["python_podman"]  # the container instance's fixture, shared with the 1.x scenarios
 #: The first run installs a2a-sdk 0.3 from PyPI (its own timeout bounds that).
@@ -139,13 +139,6 @@ async def test_a2a_sdk_03_on_a_container_instance(
     a2a03_python: Path, python_podman: tuple[httpx.AsyncClient, LiveController]
 ) -> None:
     admin, controller = python_podman
-    response = await admin.post(
-        "/api/v2/admin/instances", json={"name": "boxed-03", "runtime": "container", "loadout": "a2a-container"}
-    )
-    assert response.status_code == 202, response.text
-    op = await wait_operation(admin, response.json()["id"], timeout=120)
-    assert op["state"] == "succeeded", op
-    instance_id = op["result"]["instance_id"]
-    agent = Agent(instance_id, response.json()["a2a_token"], f"{controller.url}/agents/{instance_id}")
+    agent = await container_agent(admin, controller, "boxed-03")
     for transport in TRANSPORTS:
         check(await drive(a2a03_python, agent, transport), agent, "container")

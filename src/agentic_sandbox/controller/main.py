@@ -28,9 +28,9 @@ from quart_trio import QuartTrio
 from agentic_sandbox.proto import LogConfigError, configure_logging, logs_as_json
 
 from .app import create_app, startup_failure
+from .bindcheck import bind_error
 from .config import ConfigError, ControllerConfig, load_config
 from .guard import install_process_guard
-from .http.bindcheck import bind_error
 from .pty.frames import MAX_CLIENT_FRAME_BYTES
 from .pty.legacy import LegacyPort
 from .state import AppState, state_of

@@ -9,7 +9,6 @@ each bad input the server must still answer a good call.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import uuid
@@ -36,7 +35,6 @@ from a2a.types.a2a_pb2 import (
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
-    SubscribeToTaskRequest,
     TaskPushNotificationConfig,
     TaskState,
 )
@@ -46,16 +44,15 @@ from a2a.utils.errors import (
     TaskNotFoundError,
 )
 from a2a.utils.grpc_status import status_from_call
-from a2a.utils.signing import create_signature_verifier
 from google.protobuf import json_format
 from google.rpc import error_details_pb2
-from jwt import PyJWK
 
 from agentic_sandbox.controller.a2a import grpcbinding
 from agentic_sandbox.controller.a2a.card import IDEMPOTENCY_EXTENSION, RUNTIME_EXTENSION
 from agentic_sandbox.controller.config import load_config
 from tests.controller.a2a.grpcclient import grpc_config, interceptors
 from tests.controller.a2a.helpers import Agent, new_agent
+from tests.controller.a2a.sdkflows import cancel_a_long_task, card_verifier, run_in_asyncio, user_message
 from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller
 from tests.controller.test_config import _self_signed as self_signed
 
@@ -81,14 +78,6 @@ def grpc_target(controller: LiveController) -> str:
     return f"127.0.0.1:{port}"
 
 
-def run_in_asyncio(fn: Callable[[], Any]) -> Any:
-    return trio.to_thread.run_sync(lambda: asyncio.run(fn()))
-
-
-def user_message(text: str, **fields: Any) -> Message:
-    return Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)], **fields)
-
-
 # -- pure: the method table is a2a.proto's service -------------------------------------------------
 
 
@@ -105,12 +94,6 @@ def test_methods_are_the_services() -> None:
 
 
 # -- a2a-sdk's gRPC client, created from the card ----------------------------------------------------
-
-
-async def card_verifier(agent: Agent, http: httpx.AsyncClient) -> Any:
-    jwks = (await http.get(f"{agent.base}/.well-known/jwks.json")).json()
-    keys = {k["kid"]: PyJWK(k) for k in jwks["keys"]}
-    return create_signature_verifier(lambda kid, _jku: keys[kid], ["EdDSA"])
 
 
 async def grpc_client(agent: Agent, http: httpx.AsyncClient, streaming: bool, *extensions: str) -> Any:
@@ -167,31 +150,7 @@ async def sdk_scenario(agent: Agent, streaming: bool) -> dict[str, Any]:
         verifier = await card_verifier(agent, http)
         card = await client.get_extended_agent_card(GetExtendedAgentCardRequest(), signature_verifier=verifier)
         out["card"] = json_format.MessageToDict(card)
-        # Return-immediately: the task comes back before it ends.
-        quick = SendMessageRequest(
-            message=user_message("sleep 30"), configuration=SendMessageConfiguration(return_immediately=True)
-        )
-        stream = client.send_message(quick)
-        first = await anext(stream)
-        await stream.aclose()
-        long_id = first.task.id if first.HasField("task") else first.status_update.task_id
-        out["quick_state"] = TaskState.Name(first.task.status.state) if first.HasField("task") else None
-        if streaming:
-            seen: list[str] = []
-
-            async def follow() -> None:
-                async for event in client.subscribe(SubscribeToTaskRequest(id=long_id)):
-                    seen.append(event.WhichOneof("payload"))
-
-            follower = asyncio.create_task(follow())
-            while not seen:
-                await asyncio.sleep(0.02)
-            canceled = await client.cancel_task(CancelTaskRequest(id=long_id))
-            await asyncio.wait_for(follower, 15)
-            out["subscribed"] = seen
-        else:
-            canceled = await client.cancel_task(CancelTaskRequest(id=long_id))
-        out["canceled"] = TaskState.Name(canceled.status.state)
+        out |= await cancel_a_long_task(client, streaming)  # return-immediately, then canceled
         await client.close()
         # Without runtime/v1 the SDK raises its typed error.
         client = await grpc_client(agent, http, streaming)

@@ -27,7 +27,7 @@ import trio.testing
 
 from agentic_sandbox.controller.a2a import grpcbridge
 from agentic_sandbox.controller.a2a.grpcbridge import PIPE_SIZE, Emit, Interrupted, ThreadBridge
-from agentic_sandbox.controller.http.bindcheck import bind_error
+from agentic_sandbox.controller.bindcheck import bind_error
 
 SERVICE = "t.Bridge"
 #: A call's trio side: given the request, emits the answer (unary: one item) or the stream's items.

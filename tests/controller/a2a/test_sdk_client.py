@@ -8,26 +8,18 @@ itself), and verifies the card's signature with the SDK's verifier before it is 
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import pytest
-import trio
 from a2a.client import ClientConfig, create_client
 from a2a.types import (
     CancelTaskRequest,
     GetExtendedAgentCardRequest,
     GetTaskRequest,
     ListTasksRequest,
-    Message,
-    Part,
-    Role,
-    SendMessageConfiguration,
     SendMessageRequest,
-    SubscribeToTaskRequest,
     TaskPushNotificationConfig,
     TaskState,
 )
@@ -37,26 +29,15 @@ from a2a.utils.errors import (
     TaskNotCancelableError,
     TaskNotFoundError,
 )
-from a2a.utils.signing import create_signature_verifier
-from jwt import PyJWK
 
 from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
 from tests.controller.a2a.helpers import Agent, new_agent
+from tests.controller.a2a.sdkflows import cancel_a_long_task, card_verifier, run_in_asyncio, user_message
 from tests.controller.conftest import LiveController
 
 
-def run_in_asyncio(fn: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
-    return trio.to_thread.run_sync(lambda: asyncio.run(fn()))  # type: ignore[arg-type,return-value]
-
-
-def user_message(text: str, **fields: Any) -> Message:
-    return Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)], **fields)
-
-
 async def sdk_client(agent: Agent, http: httpx.AsyncClient, bindings: list[str], streaming: bool) -> Any:
-    jwks = (await http.get(f"{agent.base}/.well-known/jwks.json")).json()
-    keys = {k["kid"]: PyJWK(k) for k in jwks["keys"]}
-    verifier = create_signature_verifier(lambda kid, _jku: keys[kid], ["EdDSA"])
+    verifier = await card_verifier(agent, http)
     config = ClientConfig(httpx_client=http, streaming=streaming, supported_protocol_bindings=bindings)
     return await create_client(agent.base, client_config=config, signature_verifier=verifier)
 
@@ -98,29 +79,7 @@ async def scenario(agent: Agent, bindings: list[str], streaming: bool) -> dict[s
                 out[name] = type(exc)
         card = await client.get_extended_agent_card(GetExtendedAgentCardRequest())
         out["card_name"] = card.name
-        # A long task: canceled, and (streaming) followed by a subscriber till it ends.
-        config = SendMessageConfiguration(return_immediately=True)
-        request = SendMessageRequest(message=user_message("sleep 30"), configuration=config)
-        stream = client.send_message(request)
-        first = await anext(stream)  # a stream lasts as long as its task: take the Task, then leave
-        await stream.aclose()
-        long_id = first.task.id if first.HasField("task") else first.status_update.task_id
-        if streaming:
-            seen: list[str] = []
-
-            async def follow() -> None:
-                async for event in client.subscribe(SubscribeToTaskRequest(id=long_id)):
-                    seen.append(event.WhichOneof("payload"))
-
-            follower = asyncio.create_task(follow())
-            while not seen:
-                await asyncio.sleep(0.02)
-            canceled = await client.cancel_task(CancelTaskRequest(id=long_id))
-            await asyncio.wait_for(follower, 15)
-            out["subscribed"] = seen
-        else:
-            canceled = await client.cancel_task(CancelTaskRequest(id=long_id))
-        out["canceled"] = TaskState.Name(canceled.status.state)
+        out |= await cancel_a_long_task(client, streaming)
         await client.close()
     # Without the runtime/v1 activation the SDK gets its mapped error.
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {agent.token}"}, timeout=30) as http:

@@ -213,6 +213,21 @@ def echoed(caller: Caller, response: Response | None = None) -> Metadata:
     return tuple(out)
 
 
+@contextlib.contextmanager
+def as_status(method: Method) -> Iterator[None]:
+    """Any failure of the block as the ``RpcFailed`` its call ends with: a domain error translated
+    once, an unexpected one logged and answered INTERNAL."""
+    try:
+        yield
+    except ControllerError as exc:
+        raise failure(to_a2a(exc)) from None
+    except RpcFailed:
+        raise
+    except Exception:
+        log.exception("gRPC %s failed", method.request.DESCRIPTOR.name)
+        raise failure(internal_error()) from None
+
+
 # -- the binding ------------------------------------------------------------------------------------
 
 
@@ -313,7 +328,7 @@ class GrpcBinding:
     async def _unary(self, method: Method, request: Request, emit: Emit[Answer]) -> None:
         bind_log_ids(instance_id=request.tenant or None)
         async with self._app.app_context():
-            try:
+            with as_status(method):
                 caller = await self._caller(method, request)
                 result = await method.run(caller, request.params)
                 if isinstance(result, Response):  # idempotency/v1's: fresh, or a replay
@@ -323,20 +338,13 @@ class GrpcBinding:
                     answer = Answer(echoed(caller, result), msgspec.json.decode(body))
                 else:
                     answer = Answer(echoed(caller), result)
-            except ControllerError as exc:
-                raise failure(to_a2a(exc)) from None
-            except RpcFailed:
-                raise
-            except Exception:
-                log.exception("gRPC %s failed", method.request.DESCRIPTOR.name)
-                raise failure(internal_error()) from None
         await emit(answer)
 
     async def _stream(self, method: Method, request: Request, emit: Emit[Head | bytes]) -> None:
         bind_log_ids(instance_id=request.tenant or None)
         frames: Any  # a Response's body, or the stream itself: closed on leaving, either way
         async with self._app.app_context():
-            try:
+            with as_status(method):
                 caller = await self._caller(method, request)
                 result = await method.run(caller, request.params)
                 if isinstance(result, Response):  # idempotency/v1's: a stream, or a stored error
@@ -345,13 +353,6 @@ class GrpcBinding:
                     head, frames = Head(echoed(caller, result)), result.response
                 else:
                     head, frames = Head(echoed(caller)), contextlib.aclosing(result)
-            except ControllerError as exc:
-                raise failure(to_a2a(exc)) from None
-            except RpcFailed:
-                raise
-            except Exception:
-                log.exception("gRPC %s failed", method.request.DESCRIPTOR.name)
-                raise failure(internal_error()) from None
             await emit(head)
             # The stream reports its own failures as RpcFailed (GrpcFraming); closed however it ends.
             async with frames as body:

@@ -33,7 +33,7 @@ from typing import Any, Generic, TypeVar
 import grpc
 import trio
 
-from ..http.bindcheck import bind_error
+from ..bindcheck import bind_error
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from agentic_sandbox.controller.http.bindcheck import bind_error
+from agentic_sandbox.controller.bindcheck import bind_error
 
 
 def test_bind_error_names_the_reason_or_none() -> None:
