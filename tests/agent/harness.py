@@ -7,6 +7,7 @@ controller. Every line either side writes is validated against docs/schemas/agen
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import os
@@ -27,6 +28,33 @@ SCHEMA = json.loads((ROOT / "docs" / "schemas" / "agent-protocol-v2.json").read_
 VALIDATOR = Draft202012Validator(SCHEMA)
 #: What a test waits at most for one line or for the agent to exit.
 TIMEOUT = 30.0
+
+
+def check_stdlib_only(source_file: Path, module: str, *, helper_import: bool) -> None:
+    """``source_file`` (module ``module`` of the helper distribution) is Python 3.9 syntax, imports
+    only the standard library (``helper_import``: and the helper, as ``from . import ...``; else no
+    relative import at all), and imported alone, without site-packages, loads nothing else."""
+    source = source_file.read_text()
+    tree = ast.parse(source, feature_version=(3, 9))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.level == 0 or not helper_import):
+            assert node.level == 0, "no relative imports"
+            imported.add((node.module or "").split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 1 and node.module is None, "only the helper, from its own package"
+    assert imported - {"__future__"} <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+    assert "from __future__ import annotations" in source
+    probe = (
+        f"import sys; sys.path.insert(0, {str(AGENT_SRC)!r}); import {module}; "
+        "print([m for m in sys.modules if m.split('.')[0] not in sys.stdlib_module_names"
+        " and m.split('.')[0] not in ('agentic_sandbox_agent', '__main__')])"
+    )
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def check_line(line: dict[str, Any]) -> None:

@@ -8,13 +8,11 @@ points at tests/agent/agents/fake_claude.py, which replays a transcript of tests
 
 from __future__ import annotations
 
-import ast
 import base64
 import json
 import mimetypes
 import os
 import shlex
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.agent.harness import AGENT_SRC, AGENTS, Agent
+from tests.agent.harness import AGENT_SRC, AGENTS, Agent, check_stdlib_only
 from tests.agent.test_helper import python_3_9
 
 pytestmark = pytest.mark.timeout(60)
@@ -422,26 +420,7 @@ def test_lines_too_long_for_the_channel_are_cut(start: Any, tmp_path: Path) -> N
 
 
 def test_the_adapter_uses_only_the_standard_library_and_python_3_9_syntax() -> None:
-    source = ADAPTER.read_text()
-    tree = ast.parse(source, feature_version=(3, 9))
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            imported.add((node.module or "").split(".")[0])
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 1 and node.module is None, "only the helper, from its own package"
-    assert imported - {"__future__"} <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
-    assert "from __future__ import annotations" in source
-    probe = (
-        f"import sys; sys.path.insert(0, {str(AGENT_SRC)!r}); import agentic_sandbox_agent.claude; "
-        "print([m for m in sys.modules if m.split('.')[0] not in sys.stdlib_module_names"
-        " and m.split('.')[0] not in ('agentic_sandbox_agent', '__main__')])"
-    )
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    check_stdlib_only(ADAPTER, "agentic_sandbox_agent.claude", helper_import=True)
 
 
 @pytest.mark.skipif(python_3_9() is None, reason="no python3.9 here")

@@ -7,7 +7,6 @@ tests/agent/agents/helper_agent.py; its task's first line names the scenario.
 
 from __future__ import annotations
 
-import ast
 import base64
 import functools
 import hashlib
@@ -17,14 +16,13 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.agent.harness import AGENT_SRC, Agent, user_message
+from tests.agent.harness import AGENT_SRC, Agent, check_stdlib_only, user_message
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -434,23 +432,4 @@ def test_the_helper_on_python_3_9(start: Any, tmp_path: Path) -> None:
 
 
 def test_the_helper_uses_only_the_standard_library_and_python_3_9_syntax() -> None:
-    source = HELPER.read_text()
-    tree = ast.parse(source, feature_version=(3, 9))
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "no relative imports"
-            imported.add((node.module or "").split(".")[0])
-    assert imported - {"__future__"} <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
-    assert "from __future__ import annotations" in source
-    # Imported in isolation, without site-packages: nothing outside the standard library loads.
-    probe = (
-        f"import sys; sys.path.insert(0, {str(AGENT_SRC)!r}); import agentic_sandbox_agent; "
-        "print([m for m in sys.modules if m.split('.')[0] not in sys.stdlib_module_names"
-        " and m.split('.')[0] not in ('agentic_sandbox_agent', '__main__')])"
-    )
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    check_stdlib_only(HELPER, "agentic_sandbox_agent", helper_import=False)

@@ -71,3 +71,14 @@ async def cancel_a_long_task(client: Any, streaming: bool) -> dict[str, Any]:
         canceled = await client.cancel_task(CancelTaskRequest(id=long_id))
     out["canceled"] = TaskState.Name(canceled.status.state)
     return out
+
+
+async def refused_without_runtime(client: Any) -> type[BaseException] | None:
+    """What the SDK raises for a send from a client that did not activate runtime/v1 (closed after)."""
+    try:
+        [e async for e in client.send_message(SendMessageRequest(message=user_message("x")))]
+    except Exception as exc:
+        return type(exc)
+    finally:
+        await client.close()
+    return None

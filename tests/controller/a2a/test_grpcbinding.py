@@ -52,7 +52,13 @@ from agentic_sandbox.controller.a2a.card import IDEMPOTENCY_EXTENSION, RUNTIME_E
 from agentic_sandbox.controller.config import load_config
 from tests.controller.a2a.grpcclient import grpc_config, interceptors
 from tests.controller.a2a.helpers import Agent, new_agent
-from tests.controller.a2a.sdkflows import cancel_a_long_task, card_verifier, run_in_asyncio, user_message
+from tests.controller.a2a.sdkflows import (
+    cancel_a_long_task,
+    card_verifier,
+    refused_without_runtime,
+    run_in_asyncio,
+    user_message,
+)
 from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller
 from tests.controller.test_config import _self_signed as self_signed
 
@@ -154,11 +160,7 @@ async def sdk_scenario(agent: Agent, streaming: bool) -> dict[str, Any]:
         await client.close()
         # Without runtime/v1 the SDK raises its typed error.
         client = await grpc_client(agent, http, streaming)
-        try:
-            [e async for e in client.send_message(SendMessageRequest(message=user_message("x")))]
-        except Exception as exc:
-            out["no_extension"] = type(exc)
-        await client.close()
+        out["no_extension"] = await refused_without_runtime(client)
     return out
 
 

@@ -32,7 +32,13 @@ from a2a.utils.errors import (
 
 from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
 from tests.controller.a2a.helpers import Agent, new_agent
-from tests.controller.a2a.sdkflows import cancel_a_long_task, card_verifier, run_in_asyncio, user_message
+from tests.controller.a2a.sdkflows import (
+    cancel_a_long_task,
+    card_verifier,
+    refused_without_runtime,
+    run_in_asyncio,
+    user_message,
+)
 from tests.controller.conftest import LiveController
 
 
@@ -84,11 +90,7 @@ async def scenario(agent: Agent, bindings: list[str], streaming: bool) -> dict[s
     # Without the runtime/v1 activation the SDK gets its mapped error.
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {agent.token}"}, timeout=30) as http:
         client = await sdk_client(agent, http, bindings, streaming)
-        try:
-            [e async for e in client.send_message(SendMessageRequest(message=user_message("x")))]
-        except Exception as exc:
-            out["no_extension"] = type(exc)
-        await client.close()
+        out["no_extension"] = await refused_without_runtime(client)
     return out
 
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import msgspec
 from quart import request
 
-from ..errors import MalformedInput
+from ..decoding import decode_json
 from . import proto03, wire03
 from .caller import WIRE_0_3, Caller
 from .edge import LEGACY_EXTENSIONS_HEADER
@@ -71,7 +71,7 @@ def send_request(caller: Caller, raw: bytes, form: Form = "json") -> bytes:
     """A send's body as the 1.0 SendMessageRequest JSON the service reads."""
     if caller.wire != WIRE_0_3:
         return raw
-    return msgspec.json.encode(proto03.send_in(raw) if form == "proto" else wire03.send_in(_decode(raw)))
+    return msgspec.json.encode(proto03.send_in(raw) if form == "proto" else wire03.send_in(decode_json(raw, Any)))
 
 
 def push_config_request(caller: Caller, raw: bytes, task_id: str, form: Form = "json") -> bytes:
@@ -81,17 +81,10 @@ def push_config_request(caller: Caller, raw: bytes, task_id: str, form: Form = "
         return raw
     if form == "proto":
         return msgspec.json.encode(proto03.push_config_in(raw, task_id))
-    body = _decode(raw)
+    body = decode_json(raw, Any)
     if isinstance(body, dict) and "pushNotificationConfig" in body:
         body = wire03.task_push_config_in(body, task_id)
     return msgspec.json.encode(body)
-
-
-def _decode(raw: bytes) -> Any:
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise MalformedInput(f"$: body is not valid JSON: {exc}") from None
 
 
 class Framing03(Framing):
