@@ -8,7 +8,7 @@ CONSOLE  := src/agentic_sandbox/controller/console/build/manifest.json
 
 export AIWG_STATE_DIR ?= $(CURDIR)/.run
 
-.PHONY: run test lint typecheck bench install sysdeps venv console clean docs
+.PHONY: run cluster test lint typecheck bench install sysdeps venv console clean docs
 
 $(PY):
 	bash scripts/install-system-deps.sh
@@ -35,6 +35,11 @@ console: $(CONSOLE)
 
 run: $(STAMP) $(CONSOLE)
 	$(PY) scripts/devrun.py
+
+# make run with three controllers (ports 8122-8124) on a private PostgreSQL server: the shared store
+# (docs/postgresql.md). Ctrl-C stops the controllers, hostd, then the database server.
+cluster: $(STAMP) $(CONSOLE)
+	$(PY) scripts/devcluster.py
 
 test: $(STAMP) $(CONSOLE)
 	$(PY) -m pytest

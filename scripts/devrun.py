@@ -7,7 +7,7 @@ A thin wrapper: both children get the same environment (so the same ``AIWG_*`` s
 * The children run in their own process group, so a Ctrl-C in the terminal reaches only this
   wrapper, which then stops them in order: the controller first, then hostd (SIGTERM, then SIGKILL
   after ``STOP_TIMEOUT_S``). SIGTERM to the wrapper does the same.
-* If either child exits on its own, the other is stopped too and the wrapper exits with the
+* If a child exits on its own, the others are stopped too and the wrapper exits with the
   child's status, so a broken half never keeps running alone.
 * Containers: unless ``AIWG_PODMAN_SOCKET`` is set, hostd gets a podman service of its own on a
   private socket (:func:`podman_env`: ``<state>/podman/``, vfs storage, started by hostd), and the
@@ -28,7 +28,8 @@ the web console's URL and where the admin token to sign in with is (the last lin
 
 Run it with the venv's python (``.venv/bin/python scripts/devrun.py``); the children are started
 with the same interpreter (``-m agentic_sandbox.hostd.main`` / ``-m agentic_sandbox.controller.main``,
-what the entry points run).
+what the entry points run). :func:`supervise` is the wrapper itself, for any number of controllers:
+``scripts/devcluster.py`` (``make cluster``) runs it with three.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import busybox_image  # beside this script
@@ -51,8 +53,11 @@ import busybox_image  # beside this script
 from agentic_sandbox.proto import dev_hostd_socket
 
 ROOT = Path(__file__).resolve().parent.parent
+#: What this wrapper calls itself in its messages (devrun, devcluster).
+PROG = Path(sys.argv[0]).stem or "devrun"
 STOP_TIMEOUT_S = 15.0
 HOSTD_WAIT_S = 10.0
+CONTROLLER_WAIT_S = 30.0
 LIBVIRT_WAIT_S = 20.0
 DEV_TOKEN_WAIT_S = 60.0
 
@@ -62,16 +67,22 @@ def _start(module: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", module, "--dev"], env=env, cwd=ROOT, process_group=0)
 
 
-def _stop(proc: subprocess.Popen[bytes], name: str) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+Child = tuple[str, subprocess.Popen[bytes]]
+
+
+def _stop(*children: Child) -> None:
+    """SIGTERM to each at once, then wait for each; SIGKILL to any left after ``STOP_TIMEOUT_S``."""
+    for _, proc in children:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for name, proc in children:
         try:
-            proc.wait(STOP_TIMEOUT_S)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            print(f"devrun: {name} did not stop within {STOP_TIMEOUT_S:g} s; killing it", file=sys.stderr)
+            print(f"{PROG}: {name} did not stop within {STOP_TIMEOUT_S:g} s; killing it", file=sys.stderr)
             proc.kill()
             proc.wait()
-    return proc.returncode
 
 
 def _wait_for_socket(path: str, hostd: subprocess.Popen[bytes]) -> None:
@@ -79,6 +90,17 @@ def _wait_for_socket(path: str, hostd: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + HOSTD_WAIT_S
     while time.monotonic() < deadline and hostd.poll() is None and not os.path.exists(path):
         time.sleep(0.05)
+
+
+def _wait_listening(env: dict[str, str], controller: subprocess.Popen[bytes]) -> None:
+    """Until the controller answers /healthz (it has read or written the admin token file by then)."""
+    deadline = time.monotonic() + CONTROLLER_WAIT_S
+    while time.monotonic() < deadline and controller.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{_base_url(env)}/healthz", timeout=1):
+                return
+        except (OSError, urllib.error.URLError):
+            time.sleep(0.1)
 
 
 def podman_env(state_dir: str) -> dict[str, str]:
@@ -94,17 +116,18 @@ def podman_env(state_dir: str) -> dict[str, str]:
     }
 
 
-def _prepare_podman(env: dict[str, str]) -> None:
+def prepare_podman(env: dict[str, str]) -> None:
+    """Give hostd a podman service of its own (see the module docstring), unless one is configured."""
     if env.get("AIWG_PODMAN_SOCKET"):
         return  # configured by hand: used as it is
     if shutil.which("podman") is None or not busybox_image.BUSYBOX.exists():
-        print("devrun: podman or busybox-static missing: no container runtime in dev mode", file=sys.stderr)
+        print(f"{PROG}: podman or busybox-static missing: no container runtime in dev mode", file=sys.stderr)
         return
     env.update(podman_env(env["AIWG_STATE_DIR"]))
     try:
         busybox_image.ensure(env)
     except (SystemExit, OSError, subprocess.SubprocessError) as exc:
-        print(f"devrun: the busybox image could not be built: {exc}", file=sys.stderr)
+        print(f"{PROG}: the busybox image could not be built: {exc}", file=sys.stderr)
 
 
 def _libvirt_answers(uri: str) -> bool:
@@ -126,20 +149,20 @@ def _vm_setup(env: dict[str, str]) -> None:
     if not uri.startswith("qemu"):
         return
     if os.geteuid() != 0:
-        print("devrun: VMs need root (qemu:///system); skipping libvirt and the guest image", file=sys.stderr)
+        print(f"{PROG}: VMs need root (qemu:///system); skipping libvirt and the guest image", file=sys.stderr)
         return
     if not _libvirt_answers(uri):
         for daemon in ("virtlogd", "libvirtd"):
             try:
                 subprocess.run([daemon, "-d"], check=False, stdin=subprocess.DEVNULL)
             except OSError as exc:
-                print(f"devrun: cannot start {daemon}: {exc}", file=sys.stderr)
+                print(f"{PROG}: cannot start {daemon}: {exc}", file=sys.stderr)
         deadline = time.monotonic() + LIBVIRT_WAIT_S
         while time.monotonic() < deadline and not _libvirt_answers(uri):
             time.sleep(0.1)
     build = [sys.executable, str(ROOT / "scripts" / "build-guest-image.py")]
     if subprocess.run(build, env=env, check=False, stdout=subprocess.DEVNULL).returncode != 0:
-        print("devrun: the guest image could not be built; VM provisions will fail", file=sys.stderr)
+        print(f"{PROG}: the guest image could not be built; VM provisions will fail", file=sys.stderr)
 
 
 def _http(method: str, url: str, token: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
@@ -191,7 +214,7 @@ def ensure_dev_token(env: dict[str, str], state_dir: str) -> None:
             break
         time.sleep(0.2)
     if instance_id is None:
-        print("devrun: the dev instance did not come up; no dev.token written", file=sys.stderr)
+        print(f"{PROG}: the dev instance did not come up; no dev.token written", file=sys.stderr)
         return
     card = f"{base}/agents/{instance_id}/extendedAgentCard"
     try:
@@ -201,7 +224,7 @@ def ensure_dev_token(env: dict[str, str], state_dir: str) -> None:
     if not current or _http("GET", card, current, {"A2A-Version": "1.0"})[0] != 200:
         status, body = _http("POST", f"{base}/api/v2/admin/instances/{instance_id}/a2a-token", admin_token)
         if status != 200:
-            print(f"devrun: could not issue the dev instance's A2A token ({status})", file=sys.stderr)
+            print(f"{PROG}: could not issue the dev instance's A2A token ({status})", file=sys.stderr)
             return
         _write_private(token_path, json.loads(body)["token"])
     print(f'dev A2A token: {token_path}  (curl -H "Authorization: Bearer $(cat {token_path})" ...)', flush=True)
@@ -215,12 +238,12 @@ def announce(env: dict[str, str], state_dir: str) -> None:
     print(f"web console: {base}/console/  (sign in with the admin token in {where})", flush=True)
 
 
-def main() -> int:
-    env = dict(os.environ)
-    env.setdefault("AIWG_STATE_DIR", str(ROOT / ".run"))
+def supervise(env: dict[str, str], controllers: list[tuple[str, dict[str, str]]], announce: Callable[[], None]) -> int:
+    """Start hostd (with ``env``), then each named controller with its environment (each once the one
+    before it listens: the first writes the dev admin token file the others read), run ``announce``
+    in a thread, and wait; stop them all as the module docstring says. The exit status."""
     state_dir = env["AIWG_STATE_DIR"]
     socket_path = env.get("AIWG_HOSTD_SOCKET") or dev_hostd_socket(state_dir)
-    _prepare_podman(env)
 
     stopping = False
 
@@ -232,19 +255,27 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    hostd = controller = None
+    hostd: subprocess.Popen[bytes] | None = None
+    started: list[Child] = []
     status = 0
     try:
         _vm_setup(env)
         hostd = _start("agentic_sandbox.hostd.main", env)
         _wait_for_socket(socket_path, hostd)
-        controller = _start("agentic_sandbox.controller.main", env)
-        threading.Thread(target=announce, args=(env, state_dir), daemon=True).start()
-        pid, raw = os.wait()  # the first child to exit ends the pair
-        name = "hostd" if pid == hostd.pid else "controller"
+        for index, (name, controller_env) in enumerate(controllers):
+            if index:
+                _wait_listening(controllers[index - 1][1], started[-1][1])
+            started.append((name, _start("agentic_sandbox.controller.main", controller_env)))
+        threading.Thread(target=announce, daemon=True).start()
+        children = {proc.pid: (name, proc) for name, proc in [("hostd", hostd), *started]}
+        while True:
+            pid, raw = os.wait()  # the first child to exit ends them all
+            if pid in children:
+                break
+        name, proc = children[pid]
         status = os.waitstatus_to_exitcode(raw)
-        (hostd if pid == hostd.pid else controller).returncode = status
-        print(f"devrun: {name} exited with status {status}; stopping the other", file=sys.stderr)
+        proc.returncode = status
+        print(f"{PROG}: {name} exited with status {status}; stopping the others", file=sys.stderr)
     except KeyboardInterrupt:
         pass
     finally:
@@ -252,13 +283,20 @@ def main() -> int:
         # child) must not cut the clean stop short and orphan hostd.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if controller is not None:
-            _stop(controller, "controller")
+        _stop(*started)
         if hostd is not None:
-            _stop(hostd, "hostd")
+            _stop(("hostd", hostd))
     if stopping:
         return 0
     return 128 - status if status < 0 else status  # a signal -N reads as 128+N, as in a shell
+
+
+def main() -> int:
+    env = dict(os.environ)
+    env.setdefault("AIWG_STATE_DIR", str(ROOT / ".run"))
+    state_dir = env["AIWG_STATE_DIR"]
+    prepare_podman(env)
+    return supervise(env, [("controller", env)], lambda: announce(env, state_dir))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ PACKAGES=(
   procps util-linux      # ps, setpriv (tests run a client under another uid)
   tmux                   # the terminal clients are tested inside a real tmux
   chromium chromium-driver  # the web console's browser tests (a real headless Chromium)
+  postgresql             # the shared store (AIWG_DATABASE_URL): a private cluster per test run
 )
 # Node and npm install xterm.js for the web console (scripts/build-console.py); any node/npm on the
 # PATH will do (a NodeSource nodejs bundles npm), else Debian's.

@@ -11,6 +11,7 @@ import pytest
 from tests.hostd_process import HostdProcess
 from tests.libvirt_service import guest_image, libvirt_system  # noqa: F401 - fixtures of the VM tests
 from tests.podman_service import PodmanStorage, busybox_storage, podman_available
+from tests.postgres_service import PgCluster, pgcluster
 from tests.processes import alive
 
 _OWN_BASETEMP = pytest.StashKey[str]()
@@ -83,3 +84,22 @@ def podman_storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanS
         yield storage
     finally:
         storage.remove()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """A private PostgreSQL server for this run (started on first use, removed at the end)."""
+    missing = pgcluster.missing()
+    if missing is not None:
+        pytest.fail(f"PostgreSQL is needed by the suite: {missing} (make test installs it)")
+    cluster = PgCluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: PgCluster) -> str:
+    """A fresh, empty database on the run's server: its URL."""
+    return str(pg_cluster.create_database())

@@ -5,12 +5,14 @@ Blueprints: ``observability`` (``/healthz``, ``/readyz``, ``/metrics``, OpenAPI)
 (under ``/agents/{id}``) and ``console`` (``/console/``, the web console's static files); the
 surfaces never share a prefix.
 
-Resource handling: ``create_app`` opens the SQLite store and resolves the tokens (so configuration
-errors surface before serving). Background services live in the app's nursery (quart-trio's
-``app.nursery``, which exists while the app is served): the store's WAL checkpoints
-(:mod:`controller.store.wal`), the hostd link, the operation purge timer, the hostd watch (instance
-exits and sessions, :mod:`controller.instances.watch`), the A2A gRPC server when ``AIWG_GRPC_LISTEN``
-is set (:mod:`controller.a2a.grpcbinding`) and every operation's work. A gRPC address that cannot be
+Resource handling: ``create_app`` opens the store (the SQLite file, or PostgreSQL at
+``AIWG_DATABASE_URL``) and resolves the tokens (so configuration errors surface before serving).
+Background services live in the app's nursery (quart-trio's ``app.nursery``, which exists while the
+app is served): the store's WAL checkpoints (SQLite, :mod:`controller.store.wal`) or the other
+controllers' news (PostgreSQL, :mod:`controller.cluster`), the task leases, the hostd link, the
+operation purge timer, the hostd watch (instance exits and sessions,
+:mod:`controller.instances.watch`), the A2A gRPC server when ``AIWG_GRPC_LISTEN`` is set
+(:mod:`controller.a2a.grpcbinding`) and every operation's work. A gRPC address that cannot be
 bound is logged in one line and left for the server to act on (:func:`startup_failure`).
 The event bus and the log ring are attached to the run while serving, and the log ring's handler
 sits on the root logger only then. ``after_serving`` closes the store; at shutdown the nursery is cancelled at
@@ -29,7 +31,7 @@ from quart import Response, g, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from agentic_sandbox.proto import bind_log_ids
+from agentic_sandbox.proto import bind_log_ids, new_id
 
 from .a2a.grpcbinding import serve_grpc
 from .a2a.idempotencycache import IdempotencyCache
@@ -37,6 +39,7 @@ from .a2a.service import A2AService
 from .admin.views import operation_path
 from .auth.credentials import InstanceCredentials
 from .auth.tokens import Authenticator, config_tokens, resolve_admin_token
+from .cluster import Cluster
 from .config import ControllerConfig
 from .console import install_console
 from .console.assets import ConsoleAssets, describe
@@ -62,7 +65,7 @@ from .pty.route import WebsocketConnection
 from .push import PushService
 from .state import EXTENSION_KEY, AppState
 from .storage import StorageService
-from .store import Store
+from .store import SqliteDatabase, Store
 from .store.wal import run_checkpoints
 from .tasks import TaskService
 from .tasks.agentevents import AgentLimits
@@ -103,6 +106,19 @@ def startup_failure(app: QuartTrio) -> str | None:
     return failure
 
 
+def open_store(config: ControllerConfig) -> Store:
+    """The SQLite file in the state dir, or PostgreSQL at ``AIWG_DATABASE_URL`` (``StoreUnavailable``
+    when it does not answer within ``AIWG_DATABASE_TIMEOUT_S``)."""
+    if config.database_url is None:
+        return Store.open(config.database_path)
+    return Store.connect(
+        config.database_url,
+        min_size=config.database_pool_min,
+        max_size=config.database_pool_max,
+        timeout_s=config.database_timeout_s,
+    )
+
+
 def create_app(config: ControllerConfig) -> QuartTrio:
     app = QuartTrio(__name__, static_folder=None)
     # Closes connections that must close and starts the keep-alive timer (see its module).
@@ -112,8 +128,11 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     app.config["BACKGROUND_TASK_SHUTDOWN_TIMEOUT"] = None
 
     metrics = Metrics()
-    events = EventBus(config.event_ring_size)
-    store = Store.open(config.database_path)
+    #: This process among the controllers of a shared store (its claims on tasks are in its name).
+    controller_id = new_id()
+    store = open_store(config)
+    log.info("controller %s: store is %s", controller_id, store.db.describe())
+    events = EventBus(config.event_ring_size, store=store)
     admin_token = resolve_admin_token(config)
     store.tokens.replace("config", config_tokens(config, admin_token))
     # The log ring never shows a configured token, whatever a line says.
@@ -135,6 +154,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         retention_s=config.operation_retention_s,
         # An operation's stored error is the admin envelope, its ``instance`` the operation's URL.
         error_body=lambda exc, op_id: error_body(exc, operation_path(op_id)),
+        owner=controller_id,
+        lease_ttl_s=config.lease_ttl_s,
     )
     loadouts = LoadoutService(Path(config.loadouts_dir))
     pools = WarmPoolService(link, operations, loadouts, config.warm_pools)
@@ -144,7 +165,15 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     )
     link.on_connected.append(instances.reconcile)
     link.on_connected.append(pools.sync)
-    watch = HostdWatch(link, instances, events, interval_s=config.watch_interval_s)
+    watch = HostdWatch(
+        link,
+        instances,
+        events,
+        interval_s=config.watch_interval_s,
+        store=store,
+        owner=controller_id,
+        lease_ttl_s=config.lease_ttl_s,
+    )
     tasks = TaskService(
         store,
         link,
@@ -155,10 +184,27 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         retention_s=config.task_retention_s,
         agent_limits=AgentLimits(events_per_s=config.agent_events_per_s, max_file_bytes=config.agent_max_file_bytes),
         agent_cancel_grace_s=config.agent_cancel_grace_s,
+        owner=controller_id,
+        lease_ttl_s=config.lease_ttl_s,
     )
-    push = PushService(store, tasks.hub, config, metrics.registry)
+    cluster = None
+    if config.database_url is not None:
+        cluster = Cluster(
+            config.database_url,
+            tasks=tasks,
+            events=events,
+            credentials=credentials,
+            poll_s=config.notify_poll_s,
+            connect_timeout_s=config.database_timeout_s,
+        )
+    push = PushService(store, tasks.hub, config, metrics.registry, owner=controller_id, lease_ttl_s=config.lease_ttl_s)
     idempotency = IdempotencyCache(
-        store, metrics, ttl_s=config.idempotency_ttl_s, max_entries=config.idempotency_max_entries
+        store,
+        metrics,
+        ttl_s=config.idempotency_ttl_s,
+        max_entries=config.idempotency_max_entries,
+        owner=controller_id,
+        lease_ttl_s=config.lease_ttl_s,
     )
     a2a_service = A2AService(
         store,
@@ -194,6 +240,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         push=push,
         a2a=a2a_service,
         idempotency=idempotency,
+        store=store,
         console=ConsoleAssets.load(),
     )
 
@@ -218,18 +265,26 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         events.ring.attach()
         logs.ring.attach()
         logs.install()
-        await app.nursery.start(run_checkpoints, store.db)  # keeps the fsyncs of checkpoints off the loop
+        if isinstance(store.db, SqliteDatabase):
+            await app.nursery.start(run_checkpoints, store.db)  # keeps the fsyncs of checkpoints off the loop
+        if cluster is not None:
+            await app.nursery.start(cluster.run)  # what the other controllers write reaches this one
+            await app.nursery.start(events.run)
         operations.attach(app.nursery)
         app.extensions[EXTENSION_KEY].rooms.attach(app.nursery)
         await operations.recover()
         await app.nursery.start(link.run)
         await app.nursery.start(operations.run_purger)
+        if store.shared:
+            await app.nursery.start(operations.run_sweeps)
         await app.nursery.start(watch.run)
         tasks.attach(app.nursery)
         await tasks.recover()
+        await app.nursery.start(tasks.run_leases)
         await app.nursery.start(tasks.run_purger)
         push.delivery.attach(app.nursery)
         await push.delivery.recover()
+        await app.nursery.start(push.delivery.run_sweeps)  # a shared store: configs whose controller died
         if config.grpc_listen:  # the A2A gRPC binding; its cards list it once it listens
             try:
                 a2a_service.grpc_port = await app.nursery.start(serve_grpc, app)

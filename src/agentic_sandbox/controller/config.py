@@ -118,6 +118,12 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     push_backoff_s: float = 0.5
     push_max_queue: int = 1024
     warm_pools: dict[str, int] = {}
+    database_url: str | None = None
+    database_pool_min: int = 1
+    database_pool_max: int = 10
+    database_timeout_s: float = 5.0
+    lease_ttl_s: float = 2.0
+    notify_poll_s: float = 1.0
     #: ``--dev`` (or ``dev = true`` in the file): see the module's doc.
     dev: bool = False
 
@@ -125,8 +131,8 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         fields = []
         for name in self.__struct_fields__:
             value = getattr(self, name)
-            if name in ("admin_token", "operator_token") and value is not None:
-                value = "***"
+            if name in ("admin_token", "operator_token", "database_url") and value is not None:
+                value = "***"  # a database URL may hold its password
             fields.append(f"{name}={value!r}")
         return f"ControllerConfig({', '.join(fields)})"
 
@@ -521,6 +527,49 @@ SETTINGS = settings.SettingsTable(
             doc="Undelivered events a push config holds; older ones are dropped beyond it.",
         ),
         Setting(
+            field="database_url",
+            env="AIWG_DATABASE_URL",
+            kind=Text(),
+            default="unset (SQLite in the state dir)",
+            doc="`postgresql://user:password@host:port/db`: keep the controller's state in PostgreSQL, "
+            "shared by every controller given the same URL (docs/postgresql.md). Unset = the embedded "
+            "SQLite file `<state dir>/controller.db`, for one controller.",
+        ),
+        Setting(
+            field="database_pool_min",
+            env="AIWG_DATABASE_POOL_MIN",
+            kind=Int(minimum=0, maximum=1000),
+            doc="PostgreSQL connections the controller keeps open when idle.",
+        ),
+        Setting(
+            field="database_pool_max",
+            env="AIWG_DATABASE_POOL_MAX",
+            kind=Int(minimum=1, maximum=1000),
+            doc="PostgreSQL connections the controller opens at most (plus one that listens for "
+            "notifications); count them against the server's `max_connections` for every controller.",
+        ),
+        Setting(
+            field="database_timeout_s",
+            env="AIWG_DATABASE_TIMEOUT_S",
+            kind=Float(minimum=0.1, maximum=HOUR),
+            doc="How long a call waits for a PostgreSQL connection (and the start for the server) before "
+            "it fails with 503.",
+        ),
+        Setting(
+            field="lease_ttl_s",
+            env="AIWG_LEASE_TTL_S",
+            kind=Float(minimum=0.2, maximum=HOUR),
+            doc="How long a controller's claim on a task's exec stream or a push config lasts unless renewed "
+            "(renewed four times as often): a controller that dies is replaced after about this long.",
+        ),
+        Setting(
+            field="notify_poll_s",
+            env="AIWG_NOTIFY_POLL_S",
+            kind=Float(minimum=0.05, maximum=HOUR),
+            doc="With PostgreSQL: how often a controller checks the store for what another controller "
+            "wrote, besides its notifications (the fallback that keeps it correct when one is missed).",
+        ),
+        Setting(
             field="warm_pools",
             env="AIWG_WARM_POOLS",
             kind=WarmPools(),
@@ -566,6 +615,11 @@ def load_config(
             raise ConfigError(f"{SETTINGS[name].env} must be at least 16 characters")
     if values.get("admin_token") and values.get("admin_token") == values.get("operator_token"):
         raise ConfigError("AIWG_OPERATOR_TOKEN must differ from AIWG_ADMIN_TOKEN")
+    url = values.get("database_url")
+    if url is not None and not re.match(r"^postgres(ql)?://", url):
+        raise ConfigError("AIWG_DATABASE_URL must be a postgresql:// URL (unset: SQLite in the state dir)")
+    if values.get("database_pool_min", 1) > values.get("database_pool_max", 10):
+        raise ConfigError("AIWG_DATABASE_POOL_MIN must not be above AIWG_DATABASE_POOL_MAX")
     public_url = values.get("public_url")
     if public_url is not None:
         if not re.match(r"^https?://[^/\s]+$", public_url.rstrip("/")):

@@ -10,6 +10,9 @@ host instance ``dev`` as soon as hostd is reachable and prints its AgentCard URL
 
 SIGINT/SIGTERM: stop accepting, give open requests ``GRACEFUL_TIMEOUT_S``, cancel background work,
 close the store, exit 0. Instances keep running on hostd.
+
+``agentic-controller migrate-store --from FILE --to URL``: copy a SQLite store into PostgreSQL
+(:mod:`controller.store.migration`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from .guard import install_process_guard
 from .pty.frames import MAX_CLIENT_FRAME_BYTES
 from .pty.legacy import LegacyPort
 from .state import AppState, state_of
-from .store import SchemaTooNew
+from .store import SchemaTooNew, StoreUnavailable
+from .store.migration import main as migrate_store
 
 log = logging.getLogger("controller")
 
@@ -149,6 +153,9 @@ def arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["migrate-store"]:  # a command of its own, before the server's flags are parsed
+        return migrate_store(argv[1:])
     args = arg_parser().parse_args(argv)
     try:
         configure_logging()  # first: loading the configuration may log
@@ -161,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     except SchemaTooNew as exc:
         print(f"agentic-controller: {exc}", file=sys.stderr)
         return 2
+    except StoreUnavailable as exc:
+        print(f"agentic-controller: {exc.message} (AIWG_DATABASE_URL)", file=sys.stderr)
+        return 1
     return trio.run(partial(serve_app, app, config))
 
 

@@ -1,8 +1,9 @@
 """Surface 3, observability (no auth): ``/healthz``, ``/readyz``, ``/metrics``, the OpenAPI document.
 
 * ``/healthz``: ``{"status": "alive"}`` while the process serves.
-* ``/readyz``: 200 ``{"ready": true}`` while the hostd link is up, else 503
-  ``{"ready": false, "reason": ...}``; it follows the link, so it recovers by itself.
+* ``/readyz``: 200 ``{"ready": true}`` while the hostd link is up and, with PostgreSQL, the
+  database answers (within :data:`READY_DATABASE_TIMEOUT_S`); else 503 ``{"ready": false,
+  "reason": ...}``. It follows both, so it recovers by itself.
 * ``/metrics``: Prometheus text from the app's own registry; the instance, session and warm pool
   figures are refreshed from hostd at scrape time when hostd is reachable (a scrape never fails
   because hostd is away: ``aiwg_hostd_up`` says so; the pools keep their last figures).
@@ -21,7 +22,7 @@ from quart import Blueprint, Response
 
 from agentic_sandbox.proto import messages as m
 
-from .errors import ControllerError
+from .errors import ControllerError, Unavailable
 from .http.responses import json_response
 from .instances.pools import CAPABILITY as WARM_POOLS
 from .metrics import CONTENT_TYPE
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 observability = Blueprint("observability", __name__)
 
 SCRAPE_HOSTD_TIMEOUT_S = 1.0
+READY_DATABASE_TIMEOUT_S = 1.0
 
 
 @observability.get("/healthz")
@@ -41,10 +43,21 @@ async def healthz() -> Response:
 
 @observability.get("/readyz")
 async def readyz() -> Response:
-    link = app_state().link
-    if link.ready:
-        return json_response({"ready": True})
-    return json_response({"ready": False, "reason": link.reason or "hostd is not reachable"}, 503)
+    state = app_state()
+    link = state.link
+    if not link.ready:
+        return json_response({"ready": False, "reason": link.reason or "hostd is not reachable"}, 503)
+    if state.store is not None and state.store.shared:
+        reason = f"the database did not answer within {READY_DATABASE_TIMEOUT_S:g} s"
+        with trio.move_on_after(READY_DATABASE_TIMEOUT_S):
+            try:
+                await state.store.db.ping()
+                reason = ""
+            except Unavailable as exc:
+                reason = exc.message
+        if reason:
+            return json_response({"ready": False, "reason": reason}, 503)
+    return json_response({"ready": True})
 
 
 @observability.get("/metrics")
@@ -61,7 +74,10 @@ async def metrics() -> Response:
                     state.metrics.set_warm_pools(listing.pools)
             except ControllerError as exc:
                 log.debug("metrics scrape could not refresh from hostd: %s", exc)
-    state.metrics.set_instances(await state.instances.count_by_state())
+    try:
+        state.metrics.set_instances(await state.instances.count_by_state())
+    except Unavailable as exc:  # the database is away: the scrape still answers, with the last counts
+        log.debug("metrics scrape could not count instances: %s", exc)
     return Response(state.metrics.render(), status=200, content_type=CONTENT_TYPE)
 
 

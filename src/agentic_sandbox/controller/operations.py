@@ -27,6 +27,13 @@ interrupted by the controller's own end. It is marked ``failed`` with code ``ope
 it is not resumed, because hostd is the source of truth for what runs and the instance catalog is
 re-read from hostd on start, so the instance itself shows its real state. Ended operations stay
 readable for ``retention_s`` (24 h by default), then a timer purges them.
+
+Several controllers (a shared store): a running operation is claimed by its controller in the
+store (a lease named ``operation:<id>``, renewed with the controller's other claims), so another
+controller's start does not take it for interrupted. An operation whose controller died is marked
+failed the same way by whichever controller notices first (:meth:`OperationService.run_sweeps`).
+Keys (``in_flight``) are per controller: two controllers may accept the same lifecycle verb at once,
+and hostd, which serialises what it does per instance, is what keeps the instance consistent.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from agentic_sandbox.proto import bind_log_ids
 from .errors import ControllerError, InternalError, NotFound
 from .events.bus import EventBus
 from .metrics import Metrics
-from .store import TERMINAL_STATES, OperationRecord, Store, StoreClosed
+from .store import TERMINAL_STATES, OperationRecord, Store, StoreClosed, StoreUnavailable
 from .ulid import new_ulid
 
 log = logging.getLogger(__name__)
@@ -57,11 +64,25 @@ def new_operation_id() -> str:
     return "op_" + new_ulid()
 
 
+def _lease(op_id: str) -> str:
+    return f"operation:{op_id}"
+
+
 class OperationService:
     def __init__(
-        self, store: Store, metrics: Metrics, events: EventBus, *, retention_s: float, error_body: ErrorBody
+        self,
+        store: Store,
+        metrics: Metrics,
+        events: EventBus,
+        *,
+        retention_s: float,
+        error_body: ErrorBody,
+        owner: str = "",
+        lease_ttl_s: float = 2.0,
     ) -> None:
         self.store = store
+        self.owner = owner
+        self.lease_ttl_s = lease_ttl_s
         self.metrics = metrics
         self.events = events
         self.retention_s = retention_s
@@ -122,6 +143,9 @@ class OperationService:
             self._inflight[key] = op.id
         self._done[op.id] = trio.Event()
         try:
+            if self.store.shared:
+                now = time.time()
+                await self.store.leases.acquire(_lease(op.id), self.owner, now + self.lease_ttl_s, now)
             await self.store.operations.save(op)
         except BaseException:
             self._release(op.id, keys)
@@ -168,17 +192,31 @@ class OperationService:
             log.info("operation %s %s %s", op.id, op.kind, op.state)
         except StoreClosed:
             log.warning("operation %s (%s) ended after the store closed; restart marks it interrupted", op.id, op.kind)
+        except StoreUnavailable as exc:
+            # Its end could not be stored: once its claim runs out it is marked interrupted (sweep).
+            log.warning("operation %s (%s) ended unrecorded: %s", op.id, op.kind, exc.message)
         finally:
             self._release(op.id, keys)
+            if self.store.shared:
+                with trio.CancelScope(shield=True):
+                    try:
+                        await self.store.leases.release(_lease(op.id), self.owner)
+                    except (StoreClosed, ControllerError):
+                        pass  # the claim runs out by itself
 
     # -- lifecycle of the records ---------------------------------------------------------------
 
     async def recover(self) -> int:
-        """Mark operations left unfinished by a previous controller process as failed."""
+        """Mark operations left unfinished by a previous controller process as failed (on a shared
+        store: those no live controller holds)."""
         count = 0
-        for op in await self.store.operations.unfinished():
-            if op.id in self._done:
-                continue  # started by this process
+        unfinished = await self.store.operations.unfinished()
+        held: set[str] = set()
+        if self.store.shared:
+            held = await self.store.leases.held([_lease(op.id) for op in unfinished], time.time())
+        for op in unfinished:
+            if op.id in self._done or _lease(op.id) in held:
+                continue  # started by this process, or running at another controller
             op.state = "failed"
             op.completed_at = time.time()
             interrupted = InternalError(
@@ -194,6 +232,18 @@ class OperationService:
             log.warning("marked %d interrupted operation(s) as failed", count)
         return count
 
+    async def run_sweeps(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """On a shared store: fail the operations of controllers that died, every lease period."""
+        task_status.started()
+        while True:
+            await trio.sleep(self.lease_ttl_s)
+            try:
+                await self.recover()
+            except StoreClosed:
+                return
+            except ControllerError as exc:  # the database is away: next round
+                log.debug("operation sweep failed: %s", exc)
+
     async def run_purger(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Delete ended operations older than the retention, on a timer, forever."""
         interval = min(max(self.retention_s / 4, 0.05), 300.0)
@@ -203,6 +253,9 @@ class OperationService:
                 purged = await self.store.operations.purge(time.time() - self.retention_s)
             except StoreClosed:
                 return
+            except StoreUnavailable as exc:
+                log.warning("operation purge: %s (tried again later)", exc.message)
+                purged = 0
             if purged:
                 log.info("purged %d ended operation(s) past retention", purged)
             await trio.sleep(interval)

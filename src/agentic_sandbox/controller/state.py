@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .pty.rooms import Rooms
     from .push import PushService
     from .storage import StorageService
+    from .store import Store
     from .tasks import TaskService
 
 EXTENSION_KEY = "aiwg"
@@ -67,6 +68,8 @@ class AppState:
     push: PushService
     a2a: A2AService
     idempotency: IdempotencyCache
+    #: The store itself, for what asks the database directly (readiness).
+    store: Store | None = field(default=None)
     openapi: dict[str, Any] | None = field(default=None)
     #: The web console's built files (``controller.console``); None until ``create_app`` loads them.
     console: ConsoleAssets | None = field(default=None)

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import trio
 
-from agentic_sandbox.controller.config import load_config
+from agentic_sandbox.controller.config import ControllerConfig, load_config
 from tests.contracts import component, response_schema, validate
 from tests.controller.a2a.helpers import new_agent
 
@@ -302,3 +302,50 @@ async def test_instance_filter_keeps_the_events_about_one_instance(
     assert [e["kind"] for e in both] == ["session.created"] and both[0]["data"]["instance_id"] == first
     assert (await admin.get(EVENTS, params={"instance_id": "nobody"})).json()["items"] == []
     assert_problem(await admin.get(EVENTS, params={"instance_id": ""}), 422, "validation.failed")
+
+
+async def test_controllers_on_one_database_share_event_ids(hostd: LiveHostd, tmp_path: Path, pg_url: str) -> None:
+    """Two controllers on one PostgreSQL database: an event published at either reaches the
+    followers of both under one id, and Last-Event-ID from one resumes at the other."""
+
+    def config(name: str) -> ControllerConfig:
+        return load_config(
+            env=controller_env(tmp_path / name, hostd.socket_path, AIWG_DATABASE_URL=pg_url, AIWG_NOTIFY_POLL_S="0.5")
+        )
+
+    async with (
+        serve_controller(config("a")) as one,
+        serve_controller(config("b")) as two,
+        one.client() as a,
+        two.client() as b,
+    ):
+        params = {"follow": "true", "kind": "test.*"}
+        async with a.stream("GET", EVENTS, params=params) as response:
+            reader = SseReader(response)
+            for n in range(3):
+                two.state.events.publish("test.shared", None, {"n": n})
+            at_one = [await reader.next() for _ in range(3)]
+        assert [e.data["data"]["n"] for e in at_one] == [0, 1, 2]
+        ids = [e.id or 0 for e in at_one]
+        assert ids == list(range(ids[0], ids[0] + 3))
+
+        # Resumed at the other controller: the same events under the same ids.
+        headers = {"Last-Event-ID": str(ids[0])}
+        async with b.stream("GET", EVENTS, params=params, headers=headers) as response:
+            reader = SseReader(response)
+            at_two = [await reader.next() for _ in range(2)]
+        assert [(e.id, e.data) for e in at_two] == [(e.id, e.data) for e in at_one[1:]]
+
+        # An id handed out at one a moment ago resumes at the other.
+        one.state.events.publish("test.shared", None, {"n": 3})
+        with trio.fail_after(10):
+            while one.state.events.ring.last_seq <= ids[-1]:
+                await trio.sleep(0.01)
+        newest = one.state.events.ring.last_seq
+        one.state.events.publish("test.shared", None, {"n": 4})
+        headers = {"Last-Event-ID": str(newest)}
+        async with b.stream("GET", EVENTS, params=params, headers=headers) as response:
+            got = await SseReader(response).next()
+        assert got.data["data"]["n"] == 4 and got.id == newest + 1
+        snapshot = (await b.get(EVENTS, params={"kind": "test.*"})).json()
+        assert [item["data"]["n"] for item in snapshot["items"]] == [0, 1, 2, 3, 4]

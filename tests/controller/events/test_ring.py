@@ -103,3 +103,54 @@ def test_values_must_be_encodable() -> None:
     assert ring.last_seq == 0  # nothing half-stored
     ring.append({"n": 1})
     assert msgspec.json.decode(ring.read(0)[1][0].frame.split(b"data: ")[1]) == {"n": 1}
+
+
+def test_given_ids_may_start_late_and_jump() -> None:
+    ring = _ring(8)
+    ring.append_at(100, {"n": 0})
+    assert (ring.first_seq, ring.last_seq) == (100, 100)
+    assert ring.read(0)[0] == Gap(reason="dropped", first_missed=1, last_missed=99, missed=99, resumed_at=100)
+    assert ring.read(99) == (None, ring.read(99)[1])
+    ring.append_at(101, {"n": 1})
+    ring.append_at(105, {"n": 2})  # 102..104: never given to this ring
+    ring.append_at(106, {"n": 3})
+    assert ring.read(100, limit=1)[1][0].seq == 101
+    # A reader passing the hole stops before it, then is told about it.
+    gap, records = ring.read(99)
+    assert gap is None and [r.seq for r in records] == [100, 101]
+    gap, records = ring.read(101)
+    assert gap == Gap(reason="dropped", first_missed=102, last_missed=104, missed=3, resumed_at=105)
+    assert [r.seq for r in records] == [105, 106]
+    assert ring.read(105) == (None, ring.read(105)[1]) and [r.seq for r in ring.read(105)[1]] == [106]
+    assert records[0].frame == b'id: 105\nevent: test\ndata: {"n":2}\n\n'
+    assert ring.read(107)[0] is not None and ring.read(107)[0].reason == "restarted"  # type: ignore[union-attr]
+    assert ring.read(106) == (None, [])
+
+
+def test_given_ids_must_grow() -> None:
+    ring = _ring(8)
+    ring.append_at(5, {"n": 0}, b'{"n":0}')
+    for seq in (5, 3):
+        with pytest.raises(ValueError):
+            ring.append_at(seq, {"n": 1})
+    assert ring.last_seq == 5 and len(ring) == 1
+    assert ring.append({"n": 2}) == 6  # numbering goes on after a given id
+
+
+def test_a_hole_that_leaves_the_ring_makes_it_contiguous_again() -> None:
+    ring = _ring(3)
+    for seq in (1, 2, 10, 11, 12):
+        ring.append_at(seq, {"n": seq})
+    assert [r.seq for r in ring.read(9)[1]] == [10, 11, 12]
+    assert ring.read(1)[0] == Gap(reason="dropped", first_missed=2, last_missed=9, missed=8, resumed_at=10)
+
+
+async def test_a_given_id_wakes_a_waiter() -> None:
+    ring = _ring()
+    ring.attach()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ring.wait_beyond, 0)
+        await trio.testing.wait_all_tasks_blocked()
+        ring.append_at(42, {"n": 1})
+    assert ring.last_seq == 42
+    ring.detach()

@@ -1,8 +1,10 @@
 """A real local webhook receiver for the push tests: a small HTTP/1.1 server on a loopback port.
 
 It records every request it answered (headers, JSON body), and can be told to answer 500 to the
-first ``fail_first`` requests or to never answer (``hang``: it reads the request and keeps the
-connection open without a word). It closes each connection after one answer unless ``keep_alive``.
+first ``fail_first`` requests, to never answer (``hang``: it reads the request and keeps the
+connection open without a word) or to answer each after ``delay_s``. It closes each connection
+after one answer unless ``keep_alive``. ``most_in_flight`` is the most requests it held at once
+(read and not yet answered): one config's deliveries come one at a time.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ class Receiver:
     attempts: int = 0
     #: Connections accepted.
     connections: int = 0
+    #: Seconds between reading a request (recorded then) and answering it.
+    delay_s: float = 0.0
+    #: Requests read and not answered yet, and the most there were at once.
+    in_flight: int = 0
+    most_in_flight: int = 0
     port: int = 0
     _news: trio.Event = field(default_factory=trio.Event)
 
@@ -78,7 +85,7 @@ class Receiver:
                 data = await stream.receive_some(65536)
                 if not data:
                     return False
-                conn.receive_data(data)
+                conn.receive_data(bytes(data))
             elif isinstance(event, h11.Request):
                 request = event
             elif isinstance(event, h11.Data):
@@ -87,19 +94,25 @@ class Receiver:
                 break
         assert request is not None
         self.attempts += 1
-        self._pulse()
-        if self.hang:
-            await trio.sleep_forever()
-        if self.attempts <= self.fail_first:
-            status = 500
-        else:
-            status = self.status
-            headers = {k.decode().lower(): v.decode() for k, v in request.headers}
-            self.received.append(Received(request.target.decode(), headers, json.loads(body)))
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
             self._pulse()
-        head = [("Content-Length", "0"), ("Location", "http://127.0.0.1:9/elsewhere")]
-        out = conn.send(h11.Response(status_code=status, headers=head))
-        await stream.send_all(out + conn.send(h11.EndOfMessage()))
+            if self.hang:
+                await trio.sleep_forever()
+            if self.attempts <= self.fail_first:
+                status = 500
+            else:
+                status = self.status
+                headers = {k.decode().lower(): v.decode() for k, v in request.headers}
+                self.received.append(Received(request.target.decode(), headers, json.loads(body)))
+                self._pulse()
+            await trio.sleep(self.delay_s)
+            head = [("Content-Length", "0"), ("Location", "http://127.0.0.1:9/elsewhere")]
+            out = conn.send(h11.Response(status_code=status, headers=head))
+            await stream.send_all(out + conn.send(h11.EndOfMessage()))
+        finally:
+            self.in_flight -= 1
         return True
 
     def _pulse(self) -> None:

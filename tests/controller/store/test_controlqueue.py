@@ -4,9 +4,9 @@ they survive a reopen (what a restarted controller hands over)."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from agentic_sandbox.controller.store import Append, OutboxItem, Store
+from tests.controller.store.conftest import OpenStore
 from tests.controller.store.records import task
 
 
@@ -14,9 +14,8 @@ def _message(message_id: str, outbox: dict[str, str] | None) -> Append:
     return Append(kind="message", body={"messageId": message_id, "parts": []}, outbox=outbox)
 
 
-async def test_items_are_pending_in_event_order_until_removed_and_survive_a_reopen(tmp_path: Path) -> None:
-    path = tmp_path / "c.db"
-    store = Store.open(path)
+async def test_items_are_pending_in_event_order_until_removed_and_survive_a_reopen(open_store: OpenStore) -> None:
+    store = open_store()
     now = time.time()
     await store.tasks.create(task("t1", now), _message("m1", {"n": "first"}))
     await store.tasks.create(task("t2", now), _message("m1", None))  # nothing for its agent
@@ -26,7 +25,7 @@ async def test_items_are_pending_in_event_order_until_removed_and_survive_a_reop
     assert await store.outbox.pending("t2") == []
     store.close()
 
-    store = Store.open(path)
+    store = open_store()
     try:
         assert await store.outbox.pending("t1") == [
             OutboxItem(task_id="t1", seq=1, body={"n": "first"}),

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from agentic_sandbox.controller.store import SigningKeyRecord, Store
+from tests.controller.store.conftest import OpenStore
 
 
 def _key(instance_id: str, kid: str, key: bytes = b"\x01" * 32) -> SigningKeyRecord:
@@ -29,16 +28,15 @@ async def test_the_first_signing_key_stays(store: Store) -> None:
     assert isinstance(first.private_key, bytes)
 
 
-async def test_an_identity_is_set_at_once_and_forgotten_at_once(tmp_path: Path) -> None:
-    path = tmp_path / "c.db"
-    store = Store.open(path)
+async def test_an_identity_is_set_at_once_and_forgotten_at_once(open_store: OpenStore) -> None:
+    store = open_store()
     await store.credentials.set_identity("i1", "d1", _key("i1", "kid-b"))
     await store.credentials.set_identity("i2", "d2", _key("i2", "kid-a", b"\x02" * 32))
     # A second identity for i1 replaces the token but keeps the key.
     await store.credentials.set_identity("i1", "d1-new", _key("i1", "kid-c"))
     store.close()
 
-    store = Store.open(path)
+    store = open_store()
     try:
         assert store.credentials.token_digests() == {"i1": "d1-new", "i2": "d2"}
         assert [k.kid for k in await store.credentials.signing_keys()] == ["kid-a", "kid-b"]  # by kid

@@ -1,9 +1,11 @@
-"""The idempotency cache on a real file: the first response per key stays until it expires; the
-table is held to its size, oldest first, in the same transaction as the insert."""
+"""The idempotency cache on each store: the first response per key stays until it expires; the
+table is held to its size, oldest first, in the same transaction as the insert; a key is claimed
+by one controller at a time, its claim taken over once it runs out, and replaced by the answer."""
 
 from __future__ import annotations
 
 from agentic_sandbox.controller.store import CachedResponse, Store
+from agentic_sandbox.controller.store.idempotency import Claim
 
 
 def _entry(request_hash: str, created_at: float, ttl: float = 100.0, body: bytes = b"{}") -> CachedResponse:
@@ -44,3 +46,29 @@ async def test_a_put_drops_expired_rows_then_the_oldest_beyond_the_bound(store: 
     assert await store.idempotency.count() == 3
     live = [m for m in ("short", "m0", "m1", "m2", "m3", "m4") if await store.idempotency.get("i1", "rest", m, 20.5)]
     assert live == ["m2", "m3", "m4"]
+
+
+async def test_a_key_is_claimed_by_one_controller_then_answered(store: Store) -> None:
+    key = ("i1", "rest", "m1")
+    assert await store.idempotency.claim(*key, owner="a", until=20.0, now=10.0, ttl_s=100) is Claim.MINE
+    assert await store.idempotency.claim(*key, owner="b", until=21.0, now=11.0, ttl_s=100) is Claim.BUSY
+    assert await store.idempotency.get(*key, now=11.0) is None  # a claim is not an answer
+    assert await store.idempotency.count() == 0
+    answer = _entry("h1", 12.0, body=b'{"task": 1}')
+    await store.idempotency.put(*key, answer, max_entries=10)
+    assert await store.idempotency.claim(*key, owner="b", until=23.0, now=13.0, ttl_s=100) is Claim.ANSWERED
+    assert await store.idempotency.get(*key, now=13.0) == answer
+    await store.idempotency.unclaim(*key, "a")  # the answer stays
+    assert await store.idempotency.get(*key, now=13.0) == answer
+
+
+async def test_a_claim_that_ran_out_is_taken_over_and_a_dropped_one_frees_the_key(store: Store) -> None:
+    key = ("i1", "jsonrpc", "m2")
+    assert await store.idempotency.claim(*key, owner="a", until=20.0, now=10.0, ttl_s=100) is Claim.MINE
+    taken = await store.idempotency.claim(*key, owner="b", until=31.0, now=21.0, ttl_s=100)
+    assert taken is Claim.TAKEN_OVER and taken.taken_over
+    assert await store.idempotency.claim(*key, owner="a", until=32.0, now=22.0, ttl_s=100) is Claim.BUSY
+    await store.idempotency.unclaim(*key, "a")  # not a's any more
+    assert await store.idempotency.claim(*key, owner="c", until=33.0, now=23.0, ttl_s=100) is Claim.BUSY
+    await store.idempotency.unclaim(*key, "b")
+    assert await store.idempotency.claim(*key, owner="c", until=34.0, now=24.0, ttl_s=100) is Claim.MINE

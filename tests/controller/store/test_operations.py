@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from agentic_sandbox.controller.store import TERMINAL_STATES, OperationRecord, Store
+from tests.controller.store.conftest import OpenStore
 
 
-async def test_operations_round_trip_and_survive_reopen(tmp_path: Path) -> None:
-    path = tmp_path / "c.db"
-    store = Store.open(path)
+async def test_operations_round_trip_and_survive_reopen(open_store: OpenStore) -> None:
+    store = open_store()
     op = OperationRecord(id="op_1", kind="instance.provision", state="pending", instance_id="i1", created_at=1.0)
     await store.operations.save(op)
     op.state, op.started_at = "running", 2.0
@@ -28,7 +26,7 @@ async def test_operations_round_trip_and_survive_reopen(tmp_path: Path) -> None:
     assert [o.id for o in await store.operations.unfinished()] == ["op_1"]
     store.close()
 
-    store = Store.open(path)
+    store = open_store()
     assert await store.operations.get("op_1") == op
     assert (await store.operations.get("op_2")) == done
     assert await store.operations.get("op_nope") is None

@@ -55,8 +55,8 @@ def _version(path: Path) -> int:
         return int(db.execute("PRAGMA user_version").fetchone()[0])
 
 
-def test_a_new_database_is_at_the_latest_version(store: Store) -> None:
-    assert _version(store.path) == len(STEPS) >= 1
+def test_a_new_database_is_at_the_latest_version(sqlite_store: Store) -> None:
+    assert _version(sqlite_store.path) == len(STEPS) >= 1
 
 
 def test_each_step_runs_on_the_database_the_steps_before_it_made(tmp_path: Path) -> None:

@@ -45,3 +45,20 @@ async def test_a_tail_that_does_not_reach_back_sends_the_reader_to_the_store() -
         assert seqs(watch.tail_after(5 + TAIL_EVENTS)) == [6 + TAIL_EVENTS]
     assert hub.watchers("t") == 0
     hub.pulse("t", event(1))  # nobody watches: nothing is kept
+
+
+async def test_news_from_another_controller_says_what_is_missing_and_an_event_told_twice_is_kept_once() -> None:
+    hub = TaskHub()
+    assert hub.behind("t", 4) is None and hub.watched() == []  # nobody waits here
+    with hub.watch("t") as watch:
+        assert hub.watched() == ["t"]
+        assert hub.behind("t", 4) == 0  # nothing told yet: the waiters read the store...
+        assert hub.behind("t", 4) is None  # ...and it counts as seen
+        hub.pulse("t", event(5))
+        assert hub.behind("t", 5) is None
+        assert hub.behind("t", 7) == 5  # 6 and 7 are to be read from the store and told
+        hub.pulse("t", event(6))
+        hub.pulse("t", event(6))  # a notification of this controller's own write, or a racing catch-up
+        hub.pulse("t", event(7))
+        assert seqs(watch.tail_after(4)) == [5, 6, 7]
+    assert hub.watched() == []

@@ -1,11 +1,19 @@
 """idempotency/v1's memory: the stored first outcome of each (instance, scope, messageId), and the
 requests with one key being served now. The HTTP side (which requests it guards, what it answers)
 is :mod:`agentic_sandbox.controller.a2a.idempotency`.
+
+Requests with one key are served one at a time: in this process by an event per key; across the
+controllers of a shared store by a claim in the store (:meth:`IdempotencyTable.claim`), so two
+sends with one ``messageId`` at two controllers at once make one task and get one answer. A
+claim taken over from a controller that died mid-send marks the send as resumed
+(:data:`controller.tasks.service.RESUMED_SEND`): a task that send started already is answered
+instead of a second one being started.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,7 +25,15 @@ import trio
 from ..errors import IDEMPOTENCY_KEY_REUSED, Conflict
 from ..metrics import Metrics
 from ..store import CachedResponse, Store
+from ..store.idempotency import Claim
+from ..tasks.service import RESUMED_SEND
 from .card import IDEMPOTENCY_EXTENSION
+
+log = logging.getLogger(__name__)
+
+#: How long a send waits between two looks at another controller's claim on its key (doubling).
+CLAIM_POLL_MIN_S = 0.02
+CLAIM_POLL_MAX_S = 0.5
 
 
 def request_hash(params: dict[str, Any]) -> str:
@@ -29,8 +45,19 @@ def request_hash(params: dict[str, Any]) -> str:
 class IdempotencyCache:
     """Entries live ``ttl_s`` seconds, at most ``max_entries`` are kept (the store evicts the oldest)."""
 
-    def __init__(self, store: Store, metrics: Metrics, *, ttl_s: float, max_entries: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        metrics: Metrics,
+        *,
+        ttl_s: float,
+        max_entries: int,
+        owner: str = "",
+        lease_ttl_s: float = 2.0,
+    ) -> None:
         self._store = store
+        self._owner = owner
+        self._lease_ttl_s = lease_ttl_s
         self._metrics = metrics
         self._ttl_s = ttl_s
         self._max_entries = max_entries
@@ -62,10 +89,39 @@ class IdempotencyCache:
             await busy.wait()
         done = running[key] = trio.Event()
         try:
-            yield
+            if not self._store.shared:
+                yield
+                return
+            claim = await self._claim(key)
+            token = RESUMED_SEND.set(claim.taken_over)
+            try:
+                yield
+            finally:
+                RESUMED_SEND.reset(token)
+                if claim is not Claim.ANSWERED:
+                    with trio.CancelScope(shield=True):
+                        # Unless an answer replaced it: a send that stored none leaves the key free.
+                        await self._store.idempotency.unclaim(*key, self._owner)
         finally:
             del running[key]
             done.set()
+
+    async def _claim(self, key: tuple[str, str, str]) -> Claim:
+        """The key's claim for this controller, or ANSWERED; waits while another one holds it."""
+        pause = CLAIM_POLL_MIN_S
+        while True:
+            now = time.time()
+            claim = await self._store.idempotency.claim(
+                *key, owner=self._owner, until=now + self._lease_ttl_s, now=now, ttl_s=self._ttl_s
+            )
+            if claim is not Claim.BUSY:
+                if claim.taken_over:
+                    log.warning(
+                        "idempotency: messageId %s was being sent by a controller that stopped; resuming", key[2]
+                    )
+                return claim
+            await trio.sleep(pause)
+            pause = min(pause * 2, CLAIM_POLL_MAX_S)
 
     async def lookup(
         self, instance_id: str, scope: str, params: Any, message_id: str, operation: str

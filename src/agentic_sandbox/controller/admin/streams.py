@@ -24,6 +24,10 @@ above). Who may read what is in :mod:`controller.auth.tokens` (events: admin and
 
 Each follower is a cursor into the ring (:mod:`controller.events.ring`): no queue per follower, frames
 encoded once at publish, everything new since the last wake written in one chunk.
+
+Several controllers on one PostgreSQL database give events the same ids (:mod:`controller.events.bus`),
+so ``Last-Event-ID`` from one resumes at another; an id this controller has not read yet (another
+one handed it out a moment ago) makes the stream catch up from the store once before it starts.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import msgspec
@@ -134,7 +138,13 @@ async def _stream(ring: Ring[T], after: int, keep: Callable[[T], bool], keepaliv
             next_keepalive = trio.current_time() + keepalive_s
 
 
-def _respond(state: AppState, stream: str, ring: Ring[T], keep: Callable[[T], bool]) -> Response:
+def _respond(
+    state: AppState,
+    stream: str,
+    ring: Ring[T],
+    keep: Callable[[T], bool],
+    catch_up_to: Callable[[int], Awaitable[None]] | None = None,
+) -> Response:
     if not _follow():
         records = ring.newest(keep, _limit())
         return Response(
@@ -153,6 +163,8 @@ def _respond(state: AppState, stream: str, ring: Ring[T], keep: Callable[[T], bo
     async def body() -> AsyncIterator[bytes]:
         state.followers[stream] = state.followers.get(stream, 0) + 1
         try:
+            if catch_up_to is not None:
+                await catch_up_to(after)
             async for chunk in _stream(ring, after, keep, state.config.sse_keepalive_s):
                 yield chunk
         finally:
@@ -184,7 +196,7 @@ def _event_filter(pattern: str | None, instance_id: str | None) -> Callable[[Eve
 async def stream_events() -> Response:
     state = app_state()
     keep = _event_filter(_text_filter("kind"), _text_filter("instance_id"))
-    return _respond(state, "events", state.events.ring, keep)
+    return _respond(state, "events", state.events.ring, keep, state.events.catch_up_to)
 
 
 @admin.get("/logs")

@@ -10,6 +10,11 @@
 * :meth:`InstanceCredentials.jwks` publishes the public halves as a JWK Set (RFC 7517, OKP keys per
   RFC 8037).
 
+Several controllers (a shared store): a token issued or revoked at another controller is read
+again when the store says it changed (:meth:`InstanceCredentials.refresh`, from
+:mod:`controller.cluster`), and all of them after the controller may have missed such news
+(:meth:`InstanceCredentials.refresh_all`).
+
 Errors: none of its own; store failures propagate.
 """
 
@@ -69,6 +74,17 @@ class InstanceCredentials:
     async def forget(self, instance_id: str) -> None:
         self.auth.forget_instance(instance_id)
         await self.store.credentials.forget(instance_id)
+
+    async def refresh(self, instance_id: str) -> None:
+        """Take the instance's token digest from the store again (another controller changed it)."""
+        digest = await self.store.credentials.token_digest(instance_id)
+        if digest is None:
+            self.auth.forget_instance(instance_id)
+        else:
+            self.auth.set_instance_token(instance_id, digest)
+
+    async def refresh_all(self) -> None:
+        self.auth.replace_instance_tokens(await self.store.credentials.all_token_digests())
 
     async def signing_key(self, instance_id: str) -> tuple[SigningKeyRecord, Ed25519PrivateKey]:
         rec = await self.store.credentials.signing_key(instance_id)

@@ -139,6 +139,16 @@ class Authenticator:
         if old is not None:
             self._instances.pop(old, None)
 
+    def replace_instance_tokens(self, digests: dict[str, str]) -> None:
+        """Every instance's token at once, as the store holds them (instances not named lose theirs)."""
+        instances: dict[bytes, str] = {}
+        digest_of: dict[str, bytes] = {}
+        for instance_id, digest in digests.items():
+            raw = bytes.fromhex(digest)
+            instances[raw] = instance_id
+            digest_of[instance_id] = raw
+        self._instances, self._digest_of = instances, digest_of
+
     def authenticate(self, authorization: str | None) -> Principal | None:
         if not authorization:
             return None

@@ -7,9 +7,22 @@ The bus is a :class:`~controller.ring.Ring` (bounded, ``AIWG_EVENT_RING_SIZE``):
 a monotonic sequence number (the SSE ``id:``), followers read by cursor, a slow one is told what it
 lost (a ``stream.lagged`` notice) and never slows a publisher or another follower.
 
+Two modes, chosen by the store it is given:
+
+* Alone (no store, or SQLite): ``publish`` appends to the ring, which numbers the event.
+* Shared (a store that several controllers use: PostgreSQL): the store numbers every controller's
+  events, so an id means the same at each of them and ``Last-Event-ID`` resumes at any. ``publish``
+  queues the event for the writer (:meth:`EventBus.run`, in the app's nursery), which stores it;
+  the ring is filled only from the store (:meth:`EventBus.catch_up`, called by
+  :mod:`controller.cluster` on each notification, after a reconnect and on its poll timer), each
+  event under the id the store gave it. How: :mod:`controller.events.journal`.
+
 Publishing API (for every surface; this is what the A2A and PTY surfaces call too)::
 
     seq = bus.publish(kind, subject, data)     # never blocks, never awaits, any thread
+
+``seq`` is the event's id in the ring when alone; shared, the id is not known yet (the writer gives
+it at commit) and ``seq`` is 0. Nothing but tests reads it.
 
 ``kind`` is dotted lower-case (``<domain>.<what>``), ``subject`` is ``"<domain>/<id>"`` (or None),
 ``data`` a small JSON-able dict (encoded once, at publish; an event above :data:`MAX_DATA_BYTES`
@@ -51,15 +64,24 @@ on its own A2A stream). Reserved for further PTY facts: ``session.attached``, ``
 
 from __future__ import annotations
 
+import logging
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+import trio
 
 from ..models import iso
+from ..store.database import StoreClosed, StoreUnavailable
 from ..ulid import new_ulid
+from .journal import Journal
 from .ring import Ring
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CAPACITY = 4096
 #: Largest encoded event; past it the event's ``data`` is replaced by ``{"truncated": true}``.
@@ -95,15 +117,58 @@ def _kind_of(event: Event) -> str:
     return event.kind
 
 
-class EventBus:
-    """See the module docstring. One per app (``AppState.events``)."""
+_decode_event = msgspec.json.Decoder(Event).decode
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+
+class EventBus:
+    """See the module docstring. One per app (``AppState.events``).
+
+    Shared mode when ``store`` is shared (:attr:`Store.shared`): the queue of events not yet stored
+    holds at most ``capacity`` of them (more could not all be in a ring either) and the store keeps
+    the newest ``capacity`` rows."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, store: Store | None = None) -> None:
         self.ring: Ring[Event] = Ring(capacity, _kind_of)
+        #: The shared store's side (shared mode only).
+        self.journal: Journal[Event] | None = None
+        if store is not None and store.shared:
+            self.journal = Journal(store.admin_events, self.ring, _decode_event, max_pending=capacity, keep=capacity)
+
+    @property
+    def shared(self) -> bool:
+        """Event ids are the shared store's (see the module docstring)."""
+        return self.journal is not None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Shared mode: the writer that stores published events (:meth:`Journal.run`), until
+        cancelled. Alone there is nothing to write: it reports started and returns at once."""
+        if self.journal is None:
+            task_status.started()
+            return
+        await self.journal.run(task_status=task_status)
+
+    async def catch_up(self) -> None:
+        """Shared mode: take what the store holds past the ring's newest event into the ring
+        (:meth:`Journal.catch_up`; raises what the store raises). Alone: nothing to do."""
+        if self.journal is not None:
+            await self.journal.catch_up()
+
+    async def catch_up_to(self, seq: int) -> None:
+        """Shared mode: if ``seq`` (a follower's ``Last-Event-ID``) is past the ring's newest id,
+        catch up once first: another controller may have handed it out a moment ago. A store
+        that is down does not fail the stream: the ring answers as it stands (and a follower
+        whose id it does not know yet is told so)."""
+        if self.journal is None or seq <= self.ring.last_seq:
+            return
+        try:
+            await self.journal.catch_up()
+        except (StoreUnavailable, StoreClosed) as exc:
+            log.debug("events: catching up for a follower failed: %s", exc)
 
     def publish(self, kind: str, subject: str | None = None, data: dict[str, Any] | None = None) -> int:
-        """Publish one event; returns its sequence number. ValueError for a malformed ``kind``
-        (a programming error: kinds are constants)."""
+        """Publish one event; returns its sequence number (0 in shared mode, where the writer
+        numbers it later). ValueError for a malformed ``kind`` (a programming error: kinds are
+        constants)."""
         if not KIND_RE.match(kind):
             raise ValueError(f"event kind {kind!r} is not dotted lower-case")
         event = Event(
@@ -113,6 +178,9 @@ class EventBus:
         if len(encoded) > MAX_DATA_BYTES:
             event.data = {"truncated": True}
             encoded = msgspec.json.encode(event)
+        if self.journal is not None:
+            self.journal.put(encoded)
+            return 0
         return self.ring.append(event, encoded)
 
     # -- the kinds in use (see the table above) --------------------------------------------------

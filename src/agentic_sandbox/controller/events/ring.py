@@ -16,15 +16,22 @@ after the cursor, and a :class:`Gap` when some of it is no longer held (a follow
 behind, a ``Last-Event-ID`` older than the ring, or one from an earlier controller process, whose
 ids the new ring does not know). So a slow reader costs the others nothing and is told what it
 lost instead of being buffered for.
+
+Ids given from outside: where the ids are a shared store's (the admin event stream on
+PostgreSQL, :mod:`controller.events.journal`), records are stored with :meth:`Ring.append_at`
+under the id they were given, which only has to be above the last one. Ids it skips (events this
+process never loaded, or the history before it started) are a hole: a reader whose next record
+lies past one is told so with a ``dropped`` :class:`Gap`, as if the ring had dropped them.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 import trio
@@ -39,8 +46,9 @@ class Gap(msgspec.Struct, kw_only=True, frozen=True):
     """Records a reader will never get, said before what it gets next.
 
     ``reason``: ``dropped`` (the ring no longer holds them: the reader fell behind or resumed from
-    an id the ring has since dropped) or ``restarted`` (the reader's id is from an earlier
-    controller process; what it missed cannot be counted). ``first_missed``..``last_missed`` is the
+    an id the ring has since dropped, or never loaded them: a hole in given ids) or ``restarted``
+    (the reader's id is above every id the ring knows: from an earlier controller process, or from
+    another database; what it missed cannot be counted). ``first_missed``..``last_missed`` is the
     inclusive range of lost ids, when known; the next record delivered has id ``resumed_at``.
     """
 
@@ -66,6 +74,20 @@ def sse_frame(seq: int | None, event: str, data: bytes) -> bytes:
     """One SSE event. ``data`` is one JSON object (msgspec escapes newlines, so one line)."""
     head = f"event: {event}\ndata: " if seq is None else f"id: {seq}\nevent: {event}\ndata: "
     return head.encode() + data + b"\n\n"
+
+
+def _dropped(after: int, resumed_at: int) -> Gap:
+    return Gap(
+        reason="dropped",
+        first_missed=after + 1,
+        last_missed=resumed_at - 1,
+        missed=resumed_at - 1 - after,
+        resumed_at=resumed_at,
+    )
+
+
+def _seq_of(record: Record[Any]) -> int:
+    return record.seq
 
 
 class Ring(Generic[T]):
@@ -103,13 +125,31 @@ class Ring(Generic[T]):
         event = self._event_name(value)
         with self._lock:
             seq = self._next
-            self._next += 1
-            self._records.append(Record(seq, value, sse_frame(seq, event, data)))
-            schedule = not self._wake_pending
-            self._wake_pending = True
+            schedule = self._store(seq, value, sse_frame(seq, event, data))
         if schedule:
             self._wake_from(threading.get_ident())
         return seq
+
+    def append_at(self, seq: int, value: T, encoded: bytes | None = None) -> None:
+        """Store ``value`` under the id ``seq`` it was given elsewhere (a shared store's), which must
+        be above :attr:`last_seq` (ValueError otherwise); the ids between are a hole (see the
+        module docstring). Never blocks, like :meth:`append`."""
+        data = msgspec.json.encode(value) if encoded is None else encoded
+        frame = sse_frame(seq, self._event_name(value), data)
+        with self._lock:
+            if seq < self._next:
+                raise ValueError(f"record id {seq} is not above the ring's last id {self._next - 1}")
+            schedule = self._store(seq, value, frame)
+        if schedule:
+            self._wake_from(threading.get_ident())
+
+    def _store(self, seq: int, value: T, frame: bytes) -> bool:
+        """Under the lock: keep the record; True when a wake must be scheduled (none is pending)."""
+        self._next = seq + 1
+        self._records.append(Record(seq, value, frame))
+        schedule = not self._wake_pending
+        self._wake_pending = True
+        return schedule
 
     def _wake_from(self, thread: int) -> None:
         if thread == self._trio_thread:
@@ -151,29 +191,34 @@ class Ring(Generic[T]):
         them if the ring no longer holds some. ``after`` above :attr:`last_seq` is an id from an
         earlier controller process: the gap says ``restarted`` and reading starts at the oldest held."""
         with self._lock:
+            held = self._records
             newest = self._next - 1
-            first = self._records[0].seq if self._records else self._next
+            first = held[0].seq if held else self._next
             gap = None
             if after > newest:
                 gap = Gap(reason="restarted", first_missed=None, last_missed=None, missed=None, resumed_at=first)
                 after = first - 1
             elif after < first - 1:
-                gap = Gap(
-                    reason="dropped",
-                    first_missed=after + 1,
-                    last_missed=first - 1,
-                    missed=first - 1 - after,
-                    resumed_at=first,
-                )
+                gap = _dropped(after, first)
                 after = first - 1
-            start = after + 1 - first  # index of the first record to hand back
-            count = len(self._records) - start
-            if start > count:  # near the tail, where live followers read: walk from the right end
-                records = list(itertools.islice(reversed(self._records), count))
-                records.reverse()
-                del records[limit:]
-            else:
-                records = list(itertools.islice(self._records, start, start + limit))
+            if not held or held[-1].seq - first + 1 == len(held):  # no hole: the index is the id's offset
+                start = after + 1 - first  # index of the first record to hand back
+                count = len(held) - start
+                if start > count:  # near the tail, where live followers read: walk from the right end
+                    records = list(itertools.islice(reversed(held), count))
+                    records.reverse()
+                    del records[limit:]
+                else:
+                    records = list(itertools.islice(held, start, start + limit))
+                return gap, records
+            start = bisect.bisect_right(held, after, key=_seq_of)
+            records = list(itertools.islice(held, start, start + limit))
+        if records and records[0].seq > after + 1:  # the cursor sits in a hole (``gap`` is None here)
+            gap = _dropped(after, records[0].seq)
+        for i in range(1, len(records)):  # stop before the next hole: the next read says it
+            if records[i].seq != records[i - 1].seq + 1:
+                del records[i:]
+                break
         return gap, records
 
     def newest(self, keep: Callable[[T], bool], limit: int) -> list[Record[T]]:

@@ -78,8 +78,13 @@ class Catalog:
     async def save(self, rec: InstanceRecord, before: str | None) -> None:
         """Store the row, then say on the event bus if its state changed (after the store, so an
         event never names a state a GET could not show). The cause is the operation whose work
-        this is, else reconciliation with hostd (an exit hostd saw, a restart, an adoption)."""
-        await self.store.instances.update(rec)
+        this is, else reconciliation with hostd (an exit hostd saw, a restart, an adoption).
+
+        A change reconciliation found is written only if the row still holds the state it was read
+        with: another controller folding the same change first has announced it already."""
+        reconciling = before != rec.state and current_log_ids().get("operation_id") is None
+        if not await self.store.instances.update(rec, expect_state=before if reconciling else None):
+            return
         self.announce(rec, before)
 
     def announce(self, rec: InstanceRecord, before: str | None) -> None:

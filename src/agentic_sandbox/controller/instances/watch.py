@@ -10,6 +10,11 @@ baseline: sessions already there are not announced again (the controller may jus
 restarted), except that one seen running before and exited now is. A session created and ended
 between two polls is announced both ways. Memory is one small entry per session hostd holds.
 
+Several controllers (a shared store): every controller reconciles (the catalog row is updated, and
+its change published, once: by whoever finds it changed first), but hostd's sessions are announced
+by one of them, the holder of the ``hostd-watch`` claim (:class:`controller.store.LeaseTable`); the
+others keep their listing current, so whoever takes over when it dies announces only what is new.
+
 Resource handling: a service in the app's nursery, started with ``nursery.start``; it ends only
 when cancelled (or once the store is closed at shutdown). Error handling: a failed poll (hostd
 away, a timeout) is logged at debug and the next poll tries again; nothing is published from a
@@ -19,6 +24,7 @@ listing that failed.
 from __future__ import annotations
 
 import logging
+import time
 
 import trio
 
@@ -27,14 +33,27 @@ from agentic_sandbox.proto import messages as m
 from ..errors import ControllerError
 from ..events.bus import EventBus
 from ..hostlink import HostdLink
-from ..store import StoreClosed
+from ..store import Store, StoreClosed
 from .service import InstanceService
 
 log = logging.getLogger(__name__)
 
 
 class HostdWatch:
-    def __init__(self, link: HostdLink, instances: InstanceService, events: EventBus, *, interval_s: float) -> None:
+    def __init__(
+        self,
+        link: HostdLink,
+        instances: InstanceService,
+        events: EventBus,
+        *,
+        interval_s: float,
+        store: Store | None = None,
+        owner: str = "",
+        lease_ttl_s: float = 2.0,
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self.lease_ttl_s = lease_ttl_s
         self.link = link
         self.instances = instances
         self.events = events
@@ -65,13 +84,21 @@ class HostdWatch:
             self._sessions = None
         await self.instances.reconcile()
         sessions = (await self.link.call(m.SessionListRequest())).sessions
-        self._diff(sessions)
+        self._diff(sessions, announce=await self._announces())
         self.polls += 1
 
-    def _diff(self, sessions: list[m.SessionInfo]) -> None:
+    async def _announces(self) -> bool:
+        """Whether this controller announces sessions (always, unless the store is shared)."""
+        if self.store is None or not self.store.shared:
+            return True
+        now = time.time()
+        until = now + max(self.lease_ttl_s, 2 * self.interval_s)
+        return await self.store.leases.acquire("hostd-watch", self.owner, until, now)
+
+    def _diff(self, sessions: list[m.SessionInfo], *, announce: bool = True) -> None:
         seen = self._sessions
         current: dict[str, str] = {s.session_id: s.state for s in sessions}
-        if seen is not None:
+        if seen is not None and announce:
             for info in sessions:
                 before = seen.get(info.session_id)
                 if before is None:

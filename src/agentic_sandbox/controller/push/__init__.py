@@ -2,7 +2,8 @@
 
 Modules: ``target`` (a webhook URL parsed, resolved once and checked against private addresses),
 ``sender`` (POSTs over kept-alive connections, each pinned to the address checked), ``configs``
-(the configs' operations), ``delivery`` (the durable, ordered, retrying workers), ``metrics``.
+(the configs' operations), ``delivery`` (the durable, ordered, retrying workers, one controller
+per config on a shared store), ``metrics``.
 :class:`PushService` holds them together.
 """
 
@@ -19,9 +20,23 @@ from .metrics import PushMetrics
 
 
 class PushService:
-    def __init__(self, store: Store, hub: TaskHub, config: ControllerConfig, registry: CollectorRegistry) -> None:
+    """``owner`` and ``lease_ttl_s`` are the controller's id and lease TTL, as its task service
+    has them (see :class:`~controller.push.delivery.PushDelivery`). Resource handling: the owner
+    of the app's nursery calls ``delivery.attach(nursery)``, then ``await delivery.recover()``,
+    then ``nursery.start(delivery.run_sweeps)``; ``delivery.close()`` once it stopped."""
+
+    def __init__(
+        self,
+        store: Store,
+        hub: TaskHub,
+        config: ControllerConfig,
+        registry: CollectorRegistry,
+        *,
+        owner: str | None = None,
+        lease_ttl_s: float = 2.0,
+    ) -> None:
         self.configs = PushConfigs(store, allow_private=config.push_allow_private)
-        self.delivery = PushDelivery(store, hub, config, PushMetrics(registry))
+        self.delivery = PushDelivery(store, hub, config, PushMetrics(registry), owner=owner, lease_ttl_s=lease_ttl_s)
 
     async def create(
         self, instance_id: str, task_id: str, cfg: PushConfigIn, *, from_seq: int, extensions: list[str]

@@ -8,12 +8,11 @@ acknowledged is never lost between the store and hostd: it stays here until host
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import msgspec
 
-from .database import Database, from_json
+from .database import Connection, Database, from_json
 
 
 class OutboxItem(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,7 +40,7 @@ class OutboxTable:
     async def task_ids(self) -> set[str]:
         """Tasks with something waiting (after a restart: who needs a delivery)."""
 
-        def read(db: sqlite3.Connection) -> set[str]:
+        def read(db: Connection) -> set[str]:
             return {row[0] for row in db.execute("SELECT DISTINCT task_id FROM agent_outbox")}
 
         return await self._db.run(read)

@@ -8,11 +8,17 @@ the published JWKS); the database file is 0600, like every secret file of the co
 
 from __future__ import annotations
 
-import sqlite3
+from typing import Any
 
 import msgspec
 
-from .database import Database
+from .database import Connection, Database
+
+_SET_TOKEN = (
+    "INSERT INTO instance_tokens VALUES (?,?,?)"
+    " ON CONFLICT (instance_id) DO UPDATE SET hash = excluded.hash, created_at = excluded.created_at"
+)
+_ADD_KEY = "INSERT INTO signing_keys VALUES (?,?,?,?) ON CONFLICT DO NOTHING"
 
 
 class SigningKeyRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,19 +35,15 @@ class CredentialTable:
     # -- tokens ---------------------------------------------------------------------------------
 
     async def set_token(self, instance_id: str, digest: str, created_at: float) -> None:
-        await self._db.run(
-            lambda db: db.execute(
-                "INSERT OR REPLACE INTO instance_tokens VALUES (?,?,?)", (instance_id, digest, created_at)
-            )
-        )
+        await self._db.run(lambda db: db.execute(_SET_TOKEN, (instance_id, digest, created_at)))
 
     async def set_identity(self, instance_id: str, digest: str, key: SigningKeyRecord) -> None:
         """A new instance's token digest and signing key, in one transaction (one round trip)."""
 
-        def store(db: sqlite3.Connection) -> None:
-            db.execute("INSERT OR REPLACE INTO instance_tokens VALUES (?,?,?)", (instance_id, digest, key.created_at))
+        def store(db: Connection) -> None:
+            db.execute(_SET_TOKEN, (instance_id, digest, key.created_at))
             db.execute(
-                "INSERT OR IGNORE INTO signing_keys VALUES (?,?,?,?)",
+                _ADD_KEY,
                 (key.instance_id, key.kid, key.private_key, key.created_at),
             )
 
@@ -52,10 +54,20 @@ class CredentialTable:
         rows = self._db.locked(lambda db: db.execute("SELECT instance_id, hash FROM instance_tokens").fetchall())
         return {row["instance_id"]: row["hash"] for row in rows}
 
+    async def token_digest(self, instance_id: str) -> str | None:
+        row = await self._db.quick(
+            lambda db: db.execute("SELECT hash FROM instance_tokens WHERE instance_id = ?", (instance_id,)).fetchone()
+        )
+        return None if row is None else str(row[0])
+
+    async def all_token_digests(self) -> dict[str, str]:
+        rows = await self._db.run(lambda db: db.execute("SELECT instance_id, hash FROM instance_tokens").fetchall())
+        return {row[0]: row[1] for row in rows}
+
     async def forget(self, instance_id: str) -> None:
         """Drop an instance's token and key (it was decommissioned)."""
 
-        def forget(db: sqlite3.Connection) -> None:
+        def forget(db: Connection) -> None:
             db.execute("DELETE FROM instance_tokens WHERE instance_id = ?", (instance_id,))
             db.execute("DELETE FROM signing_keys WHERE instance_id = ?", (instance_id,))
 
@@ -72,15 +84,12 @@ class CredentialTable:
     async def add_signing_key(self, rec: SigningKeyRecord) -> SigningKeyRecord:
         """Insert the key unless the instance has one already; returns the one that is kept."""
 
-        def add(db: sqlite3.Connection) -> sqlite3.Row:
+        def add(db: Connection) -> Any:
             db.execute(
-                "INSERT OR IGNORE INTO signing_keys VALUES (?,?,?,?)",
+                _ADD_KEY,
                 (rec.instance_id, rec.kid, rec.private_key, rec.created_at),
             )
-            row: sqlite3.Row = db.execute(
-                "SELECT * FROM signing_keys WHERE instance_id = ?", (rec.instance_id,)
-            ).fetchone()
-            return row
+            return db.execute("SELECT * FROM signing_keys WHERE instance_id = ?", (rec.instance_id,)).fetchone()
 
         return _key(await self._db.run(self._db.transaction(add)))
 
@@ -89,7 +98,7 @@ class CredentialTable:
         return [_key(r) for r in rows]
 
 
-def _key(row: sqlite3.Row) -> SigningKeyRecord:
+def _key(row: Any) -> SigningKeyRecord:
     return SigningKeyRecord(
         instance_id=row["instance_id"],
         kid=row["kid"],

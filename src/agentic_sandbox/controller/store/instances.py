@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import msgspec
 
-from .database import Database, from_json, to_json
+from .database import Connection, Database, from_json, to_json
 
 
 class NameTaken(Exception):
@@ -32,7 +31,7 @@ class InstanceRecord(msgspec.Struct, kw_only=True):
     image_ref: str | None = None
 
 
-def _record(row: sqlite3.Row) -> InstanceRecord:
+def _record(row: Any) -> InstanceRecord:
     return InstanceRecord(
         id=row["id"],
         name=row["name"],
@@ -78,28 +77,30 @@ class InstanceTable:
         """Add a catalog row; :class:`NameTaken` if the name is in use."""
         values = _values(rec)
 
-        def insert(db: sqlite3.Connection) -> None:
+        def insert(db: Connection) -> None:
             try:
                 db.execute(
                     "INSERT INTO instances (id, name, runtime, provider, state, loadout, working_dir, labels, source,"
                     " note, created_at, updated_at, capabilities, image_ref) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     values,
                 )
-            except sqlite3.IntegrityError as exc:
+            except self._db.integrity_errors as exc:
                 raise NameTaken(rec.name) from exc
 
         await self._db.run(insert)
 
-    async def update(self, rec: InstanceRecord) -> None:
-        values = _values(rec)
-        await self._db.run(
-            lambda db: db.execute(
-                "UPDATE instances SET name=?2, runtime=?3, provider=?4, state=?5, loadout=?6, working_dir=?7,"
-                " labels=?8, source=?9, note=?10, created_at=?11, updated_at=?12, capabilities=?13, image_ref=?14"
-                " WHERE id=?1",
-                values,
-            )
+    async def update(self, rec: InstanceRecord, *, expect_state: str | None = None) -> bool:
+        """Write the row; with ``expect_state``, only if the stored state is that (else False)."""
+        values: tuple[Any, ...] = (*_values(rec)[1:], rec.id)
+        sql = (
+            "UPDATE instances SET name=?, runtime=?, provider=?, state=?, loadout=?, working_dir=?,"
+            " labels=?, source=?, note=?, created_at=?, updated_at=?, capabilities=?, image_ref=? WHERE id=?"
         )
+        if expect_state is not None:
+            sql += " AND state=?"
+            values = (*values, expect_state)
+        cursor = await self._db.run(lambda db: db.execute(sql, values))
+        return bool(cursor.rowcount == 1) or expect_state is None
 
     async def get(self, instance_id: str) -> InstanceRecord | None:
         row = await self._db.quick(

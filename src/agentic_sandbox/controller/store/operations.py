@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import msgspec
@@ -10,6 +9,12 @@ import msgspec
 from .database import Database, from_json, to_json
 
 TERMINAL_STATES = ("succeeded", "failed", "canceled")
+_SAVE = (
+    "INSERT INTO operations VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO UPDATE SET kind = excluded.kind,"
+    " state = excluded.state, instance_id = excluded.instance_id, created_at = excluded.created_at,"
+    " started_at = excluded.started_at, completed_at = excluded.completed_at, result = excluded.result,"
+    " error = excluded.error"
+)
 
 
 class OperationRecord(msgspec.Struct, kw_only=True):
@@ -24,7 +29,7 @@ class OperationRecord(msgspec.Struct, kw_only=True):
     error: dict[str, Any] | None = None
 
 
-def _record(row: sqlite3.Row) -> OperationRecord:
+def _record(row: Any) -> OperationRecord:
     return OperationRecord(
         id=row["id"],
         kind=row["kind"],
@@ -55,9 +60,7 @@ class OperationTable:
             to_json(op.result),
             to_json(op.error),
         )
-        await self._db.run(
-            lambda db: db.execute("INSERT OR REPLACE INTO operations VALUES (?,?,?,?,?,?,?,?,?)", values)
-        )
+        await self._db.run(lambda db: db.execute(_SAVE, values))
 
     async def get(self, op_id: str) -> OperationRecord | None:
         row = await self._db.run(lambda db: db.execute("SELECT * FROM operations WHERE id = ?", (op_id,)).fetchone())

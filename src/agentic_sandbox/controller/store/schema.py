@@ -3,6 +3,10 @@
 Append only: a released step never changes (databases in the field ran it as written). A new
 kind of record (tasks, events, push configs, signing keys) is a new step creating its tables,
 beside a new table module.
+
+One set of steps for SQLite and PostgreSQL: the SQL is SQLite's, with column types PostgreSQL maps
+(:func:`controller.store.postgres.ddl`). What only PostgreSQL has (the triggers that notify other
+controllers) is in :data:`POSTGRES_ONLY`, run at the end of its step there.
 """
 
 from __future__ import annotations
@@ -151,4 +155,75 @@ ALTER TABLE instances ADD COLUMN capabilities TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE instances ADD COLUMN image_ref TEXT;
 """
 
-STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5, STEP_6, STEP_7)
+_UNFINISHED = "state NOT IN ('TASK_STATE_COMPLETED','TASK_STATE_FAILED','TASK_STATE_CANCELED','TASK_STATE_REJECTED')"
+
+#: Step 8: several controllers on one database. A task's exec stream is followed by the controller
+#: that owns the task (``owner``) until ``owner_until`` (a lease it renews); a push config is
+#: delivered by the controller that owns it the same way. Unfinished tasks are found by an index of
+#: their own (a restart, a takeover sweep and a renewal never read the history). A task keeps the id
+#: of the message that started it (``message_id``), and an idempotency/v1 entry may be a claim
+#: (status -1) held by a controller until ``owner_until``: a retry at another controller finds what
+#: the first send made even when the controller that made it died before it could answer. Other
+#: claims are rows of ``leases`` by name (a running operation, the one controller that reports
+#: hostd's sessions). The admin event
+#: stream, in the database when it is shared: ids given in commit order, the same at every
+#: controller.
+STEP_8 = f"""
+ALTER TABLE tasks ADD COLUMN owner TEXT;
+ALTER TABLE tasks ADD COLUMN owner_until REAL NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS tasks_unfinished ON tasks (owner, owner_until) WHERE {_UNFINISHED};
+ALTER TABLE push_configs ADD COLUMN owner TEXT;
+ALTER TABLE push_configs ADD COLUMN owner_until REAL NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN message_id TEXT;
+CREATE INDEX IF NOT EXISTS tasks_by_message ON tasks (instance_id, message_id) WHERE message_id IS NOT NULL;
+ALTER TABLE idempotency_cache ADD COLUMN owner TEXT;
+ALTER TABLE idempotency_cache ADD COLUMN owner_until REAL NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS leases (
+    name TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    owner_until REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS admin_events (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    body BLOB NOT NULL
+);
+"""
+
+#: PostgreSQL's part of step 8: a task's new events, an admin event and a changed instance token are
+#: announced on channels every controller listens on (``NOTIFY`` is sent at commit).
+POSTGRES_STEP_8 = """
+CREATE OR REPLACE FUNCTION aiwg_task_news() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('aiwg_tasks', NEW.id || ' ' || NEW.last_seq);
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER tasks_news AFTER INSERT OR UPDATE OF last_seq ON tasks
+    FOR EACH ROW EXECUTE FUNCTION aiwg_task_news();
+CREATE OR REPLACE FUNCTION aiwg_event_news() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('aiwg_events', NEW.id::text);
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER admin_events_news AFTER INSERT ON admin_events
+    FOR EACH ROW EXECUTE FUNCTION aiwg_event_news();
+CREATE OR REPLACE FUNCTION aiwg_token_news() RETURNS trigger AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM pg_notify('aiwg_tokens', OLD.instance_id);
+    ELSE
+        PERFORM pg_notify('aiwg_tokens', NEW.instance_id);
+    END IF;
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER instance_tokens_news AFTER INSERT OR UPDATE OR DELETE ON instance_tokens
+    FOR EACH ROW EXECUTE FUNCTION aiwg_token_news();
+"""
+
+STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5, STEP_6, STEP_7, STEP_8)
+#: What PostgreSQL runs after a step's common SQL, by step number.
+POSTGRES_ONLY: dict[int, str] = {8: POSTGRES_STEP_8}
+
+
+def postgres_steps() -> tuple[str, ...]:
+    return tuple(step + POSTGRES_ONLY.get(number, "") for number, step in enumerate(STEPS, 1))

@@ -9,19 +9,27 @@ acknowledged event left it (``exec_seq``). Several changes may go in one transac
 (:meth:`TaskTable.append_many`): the row is read once at its start, the changes are applied to it
 in memory (what is returned is that row, not a second read) and it is written once at its end.
 
+Ownership (schema step 8): a task's exec stream is followed by one controller at a time, the
+task's ``owner``, whose claim lasts until ``owner_until`` unless it renews it
+(:meth:`TaskTable.renew`, all its tasks in one statement). A task is created owned by the
+controller that starts it; an unfinished task whose claim ran out (:meth:`TaskTable.orphans`) is
+taken by another (:meth:`TaskTable.claim`), which resumes the stream from the stored ``exec_seq``.
+The changes a runner makes carry its controller's id (``append_many(..., owner=...)``): written
+only while the task is still its own, else :class:`LeaseLost` and nothing is written; so a
+controller that stalled past its claim cannot write an event its successor writes too.
+
 Event kinds: ``message`` (a Message of the history), ``status`` (a TaskStatusUpdateEvent) and
 ``artifact`` (a TaskArtifactUpdateEvent); bodies are their A2A JSON. Times are Unix seconds.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
-from .database import Database, from_json, to_json
+from .database import Connection, Database, from_json, to_json
 
 TERMINAL = ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED")
 INTERRUPTED = ("TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED")
@@ -31,6 +39,10 @@ TICK_S = 1e-6
 HITL_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/hitl-prompt/v1"
 #: The gateway's timeline key (kagent metadata note), set on every message and artifact stored.
 TIMELINE_POSITION = "kagent.dev/a2a/timeline-position"
+
+
+class LeaseLost(RuntimeError):
+    """The task is owned by another controller now: the change was not written."""
 
 
 def rfc3339_us(ts: float) -> str:
@@ -111,7 +123,7 @@ class Append(msgspec.Struct, kw_only=True):
     outbox: dict[str, Any] | None = None
 
 
-def _record(row: sqlite3.Row) -> TaskRecord:
+def _record(row: Any) -> TaskRecord:
     return TaskRecord(
         id=row["id"],
         instance_id=row["instance_id"],
@@ -128,7 +140,7 @@ def _record(row: sqlite3.Row) -> TaskRecord:
     )
 
 
-def _event(row: sqlite3.Row) -> TaskEvent:
+def _event(row: Any) -> TaskEvent:
     return TaskEvent(
         task_id=row["task_id"], seq=row["seq"], kind=row["kind"], body=from_json(row["body"]), at=row["at"]
     )
@@ -159,17 +171,26 @@ def _unmarked(part: dict[str, Any]) -> dict[str, Any]:
 class TaskTable:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._read_for_update = f"SELECT * FROM tasks WHERE id = ?{db.for_update}"
 
-    async def create(self, rec: TaskRecord, first: Append) -> TaskEvent:
-        """Insert the task with its first event (the message that started it); ``rec`` is
-        brought up to date with it."""
+    async def create(
+        self,
+        rec: TaskRecord,
+        first: Append,
+        *,
+        owner: str | None = None,
+        until: float = 0.0,
+        message_id: str | None = None,
+    ) -> TaskEvent:
+        """Insert the task with its first event (the message that started it), owned by ``owner``
+        until ``until``; ``rec`` is brought up to date with it."""
 
-        def create(db: sqlite3.Connection) -> TaskEvent:
+        def create(db: Connection) -> TaskEvent:
             rec.last_seq, rec.last_at = 0, rec.created_at - TICK_S
             event = _apply(rec, first, rec.created_at)
             assert event is not None
             db.execute(
-                "INSERT INTO tasks VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO tasks ({_INSERTED}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     rec.id,
                     rec.instance_id,
@@ -183,6 +204,9 @@ class TaskTable:
                     rec.last_at,
                     rec.created_at,
                     rec.status_at,
+                    owner,
+                    until,
+                    message_id,
                 ),
             )
             _store_event(db, event, first)
@@ -196,13 +220,17 @@ class TaskTable:
         return events[0], rec
 
     async def append_many(
-        self, task_id: str, changes: list[Append], now: float
+        self, task_id: str, changes: list[Append], now: float, *, owner: str | None = None
     ) -> tuple[list[TaskEvent | None], TaskRecord]:
         """Several events in one transaction (a task's last chunks and its final status); the
-        row is read once, at the start, and the one returned is what the changes made of it."""
+        row is read once, at the start, and the one returned is what the changes made of it.
+        With ``owner``: only while the task is that controller's (else :class:`LeaseLost`)."""
 
-        def append(db: sqlite3.Connection) -> tuple[list[TaskEvent | None], TaskRecord]:
-            rec = _record(db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone())
+        def append(db: Connection) -> tuple[list[TaskEvent | None], TaskRecord]:
+            row = db.execute(self._read_for_update, (task_id,)).fetchone()
+            if owner is not None and row["owner"] != owner:
+                raise LeaseLost(f"task {task_id} is followed by controller {row['owner']} now")
+            rec = _record(row)
             before = msgspec.structs.astuple(rec)
             events = []
             for change in changes:
@@ -223,7 +251,7 @@ class TaskTable:
         """The task with its artifacts (unless ``artifacts`` is false) and last ``history_limit``
         messages, in one read (see :class:`TaskSnapshot`); None if there is no such task."""
 
-        def read(db: sqlite3.Connection) -> TaskSnapshot | None:
+        def read(db: Connection) -> TaskSnapshot | None:
             row = db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
             if row is None:
                 return None
@@ -242,15 +270,7 @@ class TaskTable:
 
     async def history(self, task_id: str, limit: int | None) -> list[dict[str, Any]]:
         """The task's messages, oldest first; the last ``limit`` of them when given."""
-        if limit == 0:
-            return []
-        rows = await self._db.run(
-            lambda db: db.execute(
-                "SELECT body FROM task_events WHERE task_id = ? AND kind = 'message' ORDER BY seq DESC LIMIT ?",
-                (task_id, -1 if limit is None else limit),
-            ).fetchall()
-        )
-        return [from_json(r["body"]) for r in reversed(rows)]
+        return await self._db.run(lambda db: _history(db, task_id, limit))
 
     async def artifacts(self, task_id: str) -> list[dict[str, Any]]:
         rows = await self._db.run(
@@ -288,7 +308,7 @@ class TaskTable:
             page_where += " AND (status_at < ? OR (status_at = ? AND id < ?))"
             page_args += [after[0], after[0], after[1]]  # type: ignore[list-item]
 
-        def query(db: sqlite3.Connection) -> tuple[list[TaskRecord], int]:
+        def query(db: Connection) -> tuple[list[TaskRecord], int]:
             total = db.execute(f"SELECT COUNT(*) FROM tasks WHERE {filters}", args).fetchone()[0]
             rows = db.execute(
                 f"SELECT * FROM tasks WHERE {page_where} ORDER BY status_at DESC, id DESC LIMIT ?", [*page_args, limit]
@@ -304,7 +324,7 @@ class TaskTable:
         doomed = f"SELECT id FROM tasks WHERE state IN ({marks}) AND status_at < ?"
         args = (*TERMINAL, ended_before)
 
-        def purge(db: sqlite3.Connection) -> list[str]:
+        def purge(db: Connection) -> list[str]:
             ids = [row[0] for row in db.execute(doomed, args)]
             db.execute(f"DELETE FROM task_events WHERE task_id IN ({doomed})", args)
             db.execute(f"DELETE FROM task_artifacts WHERE task_id IN ({doomed})", args)
@@ -316,26 +336,74 @@ class TaskTable:
         return await self._db.run(self._db.transaction(purge))
 
     async def unfinished(self) -> list[TaskRecord]:
-        marks = ",".join("?" * len(TERMINAL))
         rows = await self._db.run(
-            lambda db: db.execute(f"SELECT * FROM tasks WHERE state NOT IN ({marks}) ORDER BY created_at", TERMINAL)
+            lambda db: db.execute(f"SELECT * FROM tasks WHERE {UNFINISHED} ORDER BY created_at").fetchall()
         )
-        return [_record(r) for r in rows.fetchall()]
+        return [_record(r) for r in rows]
+
+    async def by_message(self, instance_id: str, message_id: str) -> TaskRecord | None:
+        """The instance's task started by the message ``message_id``, if any."""
+        row = await self._db.quick(
+            lambda db: db.execute(
+                "SELECT * FROM tasks WHERE instance_id = ? AND message_id = ?", (instance_id, message_id)
+            ).fetchone()
+        )
+        return None if row is None else _record(row)
+
+    async def last_seqs(self, task_ids: list[str]) -> dict[str, int]:
+        """The last event sequence of each of these tasks (those that exist)."""
+        marks = ",".join("?" * len(task_ids))
+        rows = await self._db.run(
+            lambda db: db.execute(f"SELECT id, last_seq FROM tasks WHERE id IN ({marks})", task_ids).fetchall()
+        )
+        return {row[0]: int(row[1]) for row in rows}
+
+    # -- ownership (see the module docstring) ---------------------------------------------------
+
+    async def orphans(self, now: float, limit: int = 100) -> list[TaskRecord]:
+        """Unfinished tasks whose owner's claim ran out before ``now``, oldest first."""
+        rows = await self._db.run(
+            lambda db: db.execute(
+                f"SELECT * FROM tasks WHERE {UNFINISHED} AND owner_until < ? ORDER BY created_at LIMIT ?",
+                (now, limit),
+            ).fetchall()
+        )
+        return [_record(r) for r in rows]
+
+    async def claim(self, task_id: str, owner: str, until: float, now: float, *, steal: bool = False) -> bool:
+        """Make the task ``owner``'s until ``until`` if its claim ran out (or it is ``owner``'s
+        already, or ``steal``: the embedded store has one controller, whose predecessor is dead)."""
+        taken = "" if steal else " AND (owner_until < ? OR owner = ?)"
+        args: tuple[Any, ...] = (owner, until, task_id) if steal else (owner, until, task_id, now, owner)
+        cursor = await self._db.quick(
+            lambda db: db.execute(
+                f"UPDATE tasks SET owner = ?, owner_until = ? WHERE id = ? AND {UNFINISHED}{taken}", args
+            )
+        )
+        return cursor.rowcount == 1
 
 
 def _contents(
-    db: sqlite3.Connection, task_id: str, history_limit: int | None, *, artifacts: bool = True
+    db: Connection, task_id: str, history_limit: int | None, *, artifacts: bool = True
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    found: list[sqlite3.Row] = []
+    found: list[Any] = []
     if artifacts:
         found = db.execute("SELECT body FROM task_artifacts WHERE task_id = ? ORDER BY position", (task_id,)).fetchall()
-    history: list[sqlite3.Row] = []
-    if history_limit != 0:
-        history = db.execute(
-            "SELECT body FROM task_events WHERE task_id = ? AND kind = 'message' ORDER BY seq DESC LIMIT ?",
-            (task_id, -1 if history_limit is None else history_limit),
-        ).fetchall()
-    return [from_json(r["body"]) for r in found], [from_json(r["body"]) for r in reversed(history)]
+    return [from_json(r["body"]) for r in found], _history(db, task_id, history_limit)
+
+
+_MESSAGES = "SELECT body FROM task_events WHERE task_id = ? AND kind = 'message' ORDER BY seq DESC"
+
+
+def _history(db: Connection, task_id: str, limit: int | None) -> list[dict[str, Any]]:
+    """The task's messages, oldest first; the last ``limit`` of them when given."""
+    if limit == 0:
+        return []
+    if limit is None:
+        rows = db.execute(_MESSAGES, (task_id,)).fetchall()
+    else:
+        rows = db.execute(_MESSAGES + " LIMIT ?", (task_id, limit)).fetchall()
+    return [from_json(r["body"]) for r in reversed(rows)]
 
 
 def _apply(rec: TaskRecord, change: Append, now: float) -> TaskEvent | None:
@@ -359,7 +427,7 @@ def _apply(rec: TaskRecord, change: Append, now: float) -> TaskEvent | None:
     return TaskEvent(task_id=rec.id, seq=seq, kind=change.kind, body=change.body, at=at)
 
 
-def _store_event(db: sqlite3.Connection, event: TaskEvent, change: Append) -> None:
+def _store_event(db: Connection, event: TaskEvent, change: Append) -> None:
     """Insert the event, with the artifact chunk and the outbox message it carries."""
     db.execute(
         "INSERT INTO task_events VALUES (?,?,?,?,?)",
@@ -374,13 +442,16 @@ def _store_event(db: sqlite3.Connection, event: TaskEvent, change: Append) -> No
         db.execute("INSERT INTO agent_outbox VALUES (?,?,?)", (event.task_id, event.seq, to_json(change.outbox)))
 
 
+UNFINISHED = "state NOT IN ('TASK_STATE_COMPLETED','TASK_STATE_FAILED','TASK_STATE_CANCELED','TASK_STATE_REJECTED')"
+_INSERTED = ", ".join((*TaskRecord.__struct_fields__, "owner", "owner_until", "message_id"))
+
 #: The row's columns a change may set (each held by the TaskRecord field of the same name).
 _CHANGING = frozenset({"state", "status", "metadata", "exec_id", "exec_seq", "last_seq", "last_at", "status_at"})
 _JSON_COLUMNS = frozenset({"status", "metadata"})
 _FIELDS = TaskRecord.__struct_fields__
 
 
-def _update_row(db: sqlite3.Connection, rec: TaskRecord, before: tuple[Any, ...]) -> None:
+def _update_row(db: Connection, rec: TaskRecord, before: tuple[Any, ...]) -> None:
     """One UPDATE of the columns the transaction's changes set (none if every change was skipped)."""
     sets: list[str] = []
     args: list[Any] = []
@@ -393,7 +464,7 @@ def _update_row(db: sqlite3.Connection, rec: TaskRecord, before: tuple[Any, ...]
         db.execute(f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*args, rec.id])
 
 
-def _fold_into_store(db: sqlite3.Connection, task_id: str, chunk: dict[str, Any], append: bool) -> None:
+def _fold_into_store(db: Connection, task_id: str, chunk: dict[str, Any], append: bool) -> None:
     artifact_id = chunk["artifactId"]
     key = (task_id, artifact_id)
     if append and all(part == {"text": ""} for part in chunk["parts"]):

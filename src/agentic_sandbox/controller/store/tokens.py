@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import msgspec
 
-from .database import Database
+from .database import Connection, Database
 
 
 class TokenRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -25,10 +23,12 @@ class TokenTable:
     def replace(self, source: str, tokens: list[TokenRecord]) -> None:
         """Replace every token row of ``source`` (e.g. "config") in one transaction."""
 
-        def replace(db: sqlite3.Connection) -> None:
+        def replace(db: Connection) -> None:
             db.execute("DELETE FROM tokens WHERE source = ?", (source,))
             db.executemany(
-                "INSERT OR REPLACE INTO tokens VALUES (?,?,?,?)", [(t.hash, t.role, t.label, t.source) for t in tokens]
+                "INSERT INTO tokens VALUES (?,?,?,?) ON CONFLICT (hash) DO UPDATE SET role = excluded.role,"
+                " label = excluded.label, source = excluded.source",
+                [(t.hash, t.role, t.label, t.source) for t in tokens],
             )
 
         self._db.locked(self._db.transaction(replace))

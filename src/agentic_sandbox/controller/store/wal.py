@@ -2,7 +2,7 @@
 
 At a checkpoint SQLite copies the WAL back into the database file and ``fsync``s both. Left to
 SQLite, a checkpoint runs inside whichever commit takes the WAL past ``wal_autocheckpoint`` pages,
-which may be one the event loop makes (:meth:`~controller.store.database.Database.quick`), and would
+which may be one the event loop makes (:meth:`~controller.store.sqlite.SqliteDatabase.quick`), and would
 then hold the loop for as long as the disk takes. So while :func:`run_checkpoints` runs, automatic
 checkpoints are off on the store's connection and it checkpoints instead: after each
 :data:`CHECKPOINT_INTERVAL_S` in which something was written, a ``PASSIVE`` checkpoint (it never
@@ -21,7 +21,8 @@ import sqlite3
 
 import trio
 
-from .database import Database, StoreClosed
+from .database import StoreClosed
+from .sqlite import SqliteDatabase
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def _checkpoint(conn: sqlite3.Connection) -> None:
 
 
 async def run_checkpoints(
-    db: Database,
+    db: SqliteDatabase,
     *,
     interval_s: float = CHECKPOINT_INTERVAL_S,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,

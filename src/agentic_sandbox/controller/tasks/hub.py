@@ -9,6 +9,11 @@ events) at its own pace, so a slow reader holds up no one and needs no buffer of
 The tail keeps the last :data:`TAIL_EVENTS` events of tasks with live readers (at most about
 :data:`TAIL_BYTES` of artifact content: an agent streaming a large file must not pin it in memory),
 so the readers of a busy task are fed from memory rather than a database read each.
+
+Several controllers (a shared store): events another controller stored reach this hub through
+:meth:`TaskHub.behind` (the store's notifications and polls say how far a task has got) and are
+then told like local ones; an event told twice (a notification of this controller's own write, a
+catch-up racing a local write) is kept once.
 """
 
 from __future__ import annotations
@@ -37,17 +42,21 @@ def _weight(event: TaskEvent) -> int:
 
 
 class _Entry:
-    __slots__ = ("bytes", "changed", "tail", "users")
+    __slots__ = ("bytes", "changed", "seen", "tail", "users")
 
     def __init__(self) -> None:
         self.changed = trio.Event()
         self.tail: deque[TaskEvent] = deque()
         self.bytes = 0
         self.users = 0
+        #: The highest sequence told (kept or only announced).
+        self.seen = 0
 
     def keep(self, event: TaskEvent) -> None:
         tail = self.tail
-        if tail and event.seq < tail[-1].seq:
+        if tail and event.seq <= tail[-1].seq:
+            if any(e.seq == event.seq for e in tail):
+                return  # told already
             # Stored earlier, told later (two writers whose writes went through worker threads
             # finished in the other order): the tail stays in sequence order.
             ordered = sorted([*tail, event], key=lambda e: e.seq)
@@ -76,8 +85,25 @@ class TaskHub:
             return  # nobody waits
         if event is not None:
             entry.keep(event)
+            entry.seen = max(entry.seen, event.seq)
         entry.changed.set()
         entry.changed = trio.Event()
+
+    def behind(self, task_id: str, seq: int) -> int | None:
+        """The sequence told last for a watched task that the store has taken past it to ``seq``;
+        None when nobody here waits on it or it is told up to ``seq`` already. A task told nothing
+        yet (0) is marked seen up to ``seq``: its waiters read the store when pulsed."""
+        entry = self._entries.get(task_id)
+        if entry is None or seq <= entry.seen:
+            return None
+        seen = entry.seen
+        if seen == 0:
+            entry.seen = seq
+        return seen
+
+    def watched(self) -> list[str]:
+        """The tasks someone here waits on."""
+        return list(self._entries)
 
     def watchers(self, task_id: str) -> int:
         """How many waiters (blocking sends, streams) follow the task now."""

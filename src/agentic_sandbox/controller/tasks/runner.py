@@ -16,7 +16,9 @@ after the last one kept. The events that have arrived together (a short task's o
 exit, a burst of output) are stored in one transaction, in their order.
 
 When the link to hostd drops, the runner waits for it and resubscribes; an exec hostd no longer
-knows (hostd restarted) fails the task with ``fail_kind: infrastructure``. The runner ends by
+knows (hostd restarted) fails the task with ``fail_kind: infrastructure``. When the store cannot be
+written (``StoreUnavailable``: PostgreSQL away) the runner ends, leaving the task as stored, and
+its service follows it again from the store once it answers. The runner ends by
 deleting the exec on hostd (exited execs are bounded there), a moment after the end was stored.
 """
 
@@ -35,7 +37,7 @@ from agentic_sandbox.proto import new_id
 
 from ..errors import ControllerError, NotFound, Unavailable
 from ..hostlink import HostdLink
-from ..store import Append, TaskRecord
+from ..store import Append, StoreUnavailable, TaskRecord
 from . import prompts
 from .agentevents import VERSION, AgentEvents, Fault, Refused
 from .agentio import EXTENSIONS, OUTCOME_KEYS, strip_owned
@@ -150,6 +152,8 @@ class Runner:
         assert exec_id is not None
         try:
             await self._follow(exec_id)
+        except StoreUnavailable:
+            raise  # the store is away, not the exec: the service follows it again from the store
         except ControllerError as exc:
             log.warning("task %s: its exec %s cannot be followed: %s", self.task.id, exec_id, exc)
             await self._fail_infrastructure(f"hostd lost the task's process: {exc.message}")
@@ -188,7 +192,7 @@ class Runner:
                 info = (await self.link.call(m.ExecGetRequest(exec_id=exec_id))).exec
                 if info.state == "exited":
                     continue  # resubscribe: the replay holds the exit
-            except NotFound:
+            except (NotFound, StoreUnavailable):
                 raise
             except Unavailable as exc:
                 code = exc.details.get("hostd_code")

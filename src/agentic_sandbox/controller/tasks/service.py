@@ -18,6 +18,17 @@
   ``canceled``; a terminal task is not cancelable.
 * **recover**: at start, tasks left unfinished by a previous controller get their runner back
   (their exec may still run in hostd; the stream resumes after the last stored event).
+* **leases** (:meth:`TaskService.run_leases`): a task's exec stream is followed by the controller
+  that owns it (:mod:`controller.store.tasks`, ownership), which renews its claims every quarter of
+  ``lease_ttl_s``. On a shared store (PostgreSQL, several controllers) each controller also sweeps
+  for unfinished tasks whose owner stopped renewing and adopts them: the runner resumes from the
+  stored hostd sequence, so nothing is lost or written twice (a runner whose task was taken from it
+  writes nothing more: ``LeaseLost``). A clean stop releases its claims, so the takeover is
+  immediate. On the embedded store there is one controller: at start it takes every unfinished
+  task at once.
+* **news** (shared store): another controller stored events of a task; waiters here are woken with
+  them (:meth:`TaskService.news`, from the store's notifications and polls), and the owner of a task
+  hands its agent what another controller queued in its outbox.
 
 Metadata rules (kagent gateway note): caller values of keys the controller owns (``runtime.*``,
 the ``kagent.dev/a2a/`` timeline keys, ``fail_kind``, ``exit_code``, ``output_truncated``) are removed before the
@@ -33,6 +44,7 @@ import binascii
 import builtins
 import logging
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -60,8 +72,8 @@ from ..errors import (
 from ..events.bus import TASK_CREATED, TASK_STATUS_CHANGED, EventBus
 from ..hostlink import HostdLink
 from ..loadouts.service import LoadoutService
-from ..store import Append, InstanceRecord, Store, StoreClosed, TaskRecord
-from ..store.tasks import INTERRUPTED, TERMINAL, rfc3339_us
+from ..store import Append, InstanceRecord, Store, StoreClosed, StoreUnavailable, TaskRecord
+from ..store.tasks import INTERRUPTED, TERMINAL, LeaseLost, rfc3339_us
 from . import prompts
 from .agentevents import VERSION, AgentEvents, AgentLimits
 from .agentio import EXTENSIONS, check_parts, message_dict, stdin_of, strip_owned
@@ -93,6 +105,9 @@ CANCEL_GRACE_S = 2.0
 CANCEL_WAIT_S = 15.0
 #: States a follow-up message takes a task out of (back to working) when no prompt is pending.
 RESUMED_BY_MESSAGE = frozenset({"TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"})
+#: Set while a send runs again under an idempotency/v1 key whose first send died with its controller
+#: (:mod:`controller.a2a.idempotencycache`): a task that message started already is the answer.
+RESUMED_SEND: ContextVar[bool] = ContextVar("RESUMED_SEND", default=False)
 
 
 def task_not_found(task_id: str) -> NotFound:
@@ -151,8 +166,13 @@ class TaskService:
         max_output_bytes: int = 16 * 1024 * 1024,
         agent_limits: AgentLimits = AgentLimits(),
         agent_cancel_grace_s: float = 5.0,
+        owner: str | None = None,
+        lease_ttl_s: float = 2.0,
     ) -> None:
         self.store = store
+        #: This controller's id: what its claims on tasks are made in.
+        self.owner = owner or new_id()
+        self.lease_ttl_s = lease_ttl_s
         self.files = files
         self.logs = logs
         self.agent_limits = agent_limits
@@ -179,9 +199,11 @@ class TaskService:
         """Store one change and wake the task's waiters; the row after it (None if skipped)."""
         return await self.record_many(task_id, [change])
 
-    async def record_many(self, task_id: str, changes: list[Append]) -> TaskRecord | None:
-        """Several changes in one transaction; None if every one was skipped."""
-        events, rec = await self.store.tasks.append_many(task_id, changes, time.time())
+    async def record_many(self, task_id: str, changes: list[Append], *, owned: bool = False) -> TaskRecord | None:
+        """Several changes in one transaction; None if every one was skipped. ``owned``: only
+        while the task is this controller's (a runner's changes; else ``LeaseLost``)."""
+        owner = self.owner if owned else None
+        events, rec = await self.store.tasks.append_many(task_id, changes, time.time(), owner=owner)
         stored = [event for event in events if event is not None]
         if not stored:
             return None
@@ -330,13 +352,21 @@ class TaskService:
         if stored is None:
             assert answer is not None
             raise prompts.unknown_prompt(answer.prompt_id, f"prompt {answer.prompt_id} was answered meanwhile")
-        await self.outbox.deliver(rec.id, force=True)
+        if not self.store.shared or rec.id in self._live:
+            # On a shared store the task's owner hands it over (told by the store's notification):
+            # one controller per task talks to its agent, so a message is not handed over twice.
+            await self.outbox.deliver(rec.id, force=True)
         return stored
 
     async def _start(
         self, instance: InstanceRecord, req: SendMessageRequest, extensions: builtins.list[str]
     ) -> TaskRecord:
         msg = req.message
+        if RESUMED_SEND.get():
+            started = await self.store.tasks.by_message(instance.id, msg.message_id)
+            if started is not None:
+                log.info("task %s: the send that started it is answered again (its controller stopped)", started.id)
+                return started
         for ref in msg.reference_task_ids or []:
             await self.get(instance.id, ref)  # TASK_NOT_FOUND for a task not of this agent
         stdin = stdin_of(msg)
@@ -362,7 +392,11 @@ class TaskService:
             status_at=now,
         )
         await self.store.tasks.create(
-            rec, Append(kind="message", body=message_dict(msg, task_id=task_id, context_id=context_id))
+            rec,
+            Append(kind="message", body=message_dict(msg, task_id=task_id, context_id=context_id)),
+            owner=self.owner,
+            until=now + self.lease_ttl_s,
+            message_id=msg.message_id,
         )
         self.events.task_changed(TASK_CREATED, task_id, instance_id=instance.id, context_id=context_id, state=rec.state)
         exec_id = new_id()
@@ -384,15 +418,53 @@ class TaskService:
                 raise Unavailable("runtime.not_ready", f"the instance cannot run tasks now: {exc.message}") from exc
         except ControllerError as exc:
             # Fail closed: the task fails for what it is (hostd could not start it), and so does the send.
-            failed = {**metadata, "fail_kind": "infrastructure"}
-            text = f"the agent could not be started: {exc.message}"
-            await self.record(task_id, status_change(rec, "TASK_STATE_FAILED", text, metadata=failed))
+            await self._fail_start(rec, f"the agent could not be started: {exc.message}")
             raise
-        working = await self.record(task_id, status_change(rec, "TASK_STATE_WORKING", exec_id=exec_id))
+        try:
+            working = await self.record(task_id, status_change(rec, "TASK_STATE_WORKING", exec_id=exec_id))
+        except StoreUnavailable:
+            # The send fails (503), so its agent must not run on unseen: it is stopped, and the task
+            # is failed once the store answers again.
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.link.call(m.ExecCancelRequest(exec_id=exec_id, grace_s=0))
+                except ControllerError as exc:
+                    log.warning("task %s: its agent could not be stopped: %s", task_id, exc.message)
+                await self._fail_start(rec, "the controller's store was unavailable while the agent started")
+            raise
         assert working is not None
         self._spawn(working, artifacts=[])
         await self.outbox.deliver(task_id)  # a follow-up that came while the agent was being started
         return working
+
+    async def _fail_start(self, rec: TaskRecord, text: str) -> None:
+        """Fail a task whose agent did not start; if the store is away, later (in the background),
+        so the task does not stay submitted."""
+        failed = status_change(
+            rec,
+            "TASK_STATE_FAILED",
+            text,
+            metadata={**rec.metadata, "fail_kind": "infrastructure"},
+            unless_terminal=True,
+        )
+        try:
+            await self.record(rec.id, failed)
+        except StoreUnavailable:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._record_later, rec.id, failed)
+
+    async def _record_later(self, task_id: str, change: Append) -> None:
+        pause = 0.1
+        while True:
+            await trio.sleep(pause)
+            pause = min(pause * 2, self.lease_ttl_s)
+            try:
+                await self.record(task_id, change)
+                return
+            except StoreUnavailable:
+                continue
+            except StoreClosed:
+                return
 
     def _spawn(self, rec: TaskRecord, *, artifacts: builtins.list[dict[str, Any]]) -> None:
         assert self._nursery is not None, "TaskService.attach was not called"
@@ -400,7 +472,7 @@ class TaskService:
         runner = Runner(
             rec,
             link=self.link,
-            record_many=self.record_many,
+            record_many=self._record_owned,
             canceled=lambda tid: tid in self._canceling,
             deliver=self.outbox.deliver,
             max_output_bytes=self.max_output_bytes,
@@ -411,6 +483,9 @@ class TaskService:
         )
         self._nursery.start_soon(self._run, runner)
 
+    async def _record_owned(self, task_id: str, changes: builtins.list[Append]) -> TaskRecord | None:
+        return await self.record_many(task_id, changes, owned=True)
+
     async def _first_message(self, task_id: str) -> dict[str, Any] | None:
         first = await self.store.tasks.events_after(task_id, 0, limit=1)
         return first[0].body if first and first[0].kind == "message" else None
@@ -418,8 +493,37 @@ class TaskService:
     async def _run(self, runner: Runner) -> None:
         try:
             await runner.run()
+        except LeaseLost as exc:
+            # Another controller took the task (this one stalled past its claim): it follows the
+            # stream from what was stored; nothing more is written here.
+            log.warning("task %s: %s; no longer following it here", runner.task.id, exc)
+        except StoreUnavailable as exc:
+            # What the runner held in memory past the last write is not stored: a new runner
+            # resumes from the store once it answers (here, or at the controller that claims it).
+            log.warning("task %s: %s; following it again once the store is back", runner.task.id, exc.message)
+            self._live.pop(runner.task.id, None)
+            await self._follow_again(runner.task.id)
         finally:
             self._live.pop(runner.task.id, None)
+
+    async def _follow_again(self, task_id: str) -> None:
+        """Adopt the task afresh from the store once it answers, unless another controller has."""
+        pause = 0.1
+        while True:
+            await trio.sleep(pause)
+            pause = min(pause * 2, self.lease_ttl_s)
+            try:
+                now = time.time()
+                rec = await self.store.tasks.get(task_id)
+                if rec is None or rec.terminal:
+                    return
+                if await self.store.tasks.claim(task_id, self.owner, now + self.lease_ttl_s, now):
+                    await self.adopt(rec)
+                return
+            except StoreUnavailable:
+                continue
+            except StoreClosed:
+                return
 
     # -- cancel ---------------------------------------------------------------------------------
 
@@ -469,6 +573,9 @@ class TaskService:
                 purged = await self.store.tasks.purge(time.time() - self.retention_s)
             except StoreClosed:
                 return
+            except StoreUnavailable as exc:
+                log.warning("task purge: %s (tried again later)", exc.message)
+                purged = []
             if purged:
                 log.info("purged %d ended task(s) past retention", len(purged))
                 await self.files.remove(purged)
@@ -478,16 +585,84 @@ class TaskService:
     # -- restart --------------------------------------------------------------------------------
 
     async def recover(self) -> None:
-        """Give unfinished tasks their runner back (see the module docstring)."""
+        """Give unfinished tasks their runner back (see the module docstring): all of them on the
+        embedded store; on a shared one the lease sweep adopts those whose owner is gone."""
         await self.outbox.recover()  # each runner hands over what waits for its agent
+        if self.store.shared:
+            return
+        until = time.time() + self.lease_ttl_s
         for rec in await self.store.tasks.unfinished():
-            if rec.exec_id is None:
-                metadata = {**rec.metadata, "fail_kind": "infrastructure"}
-                text = "the controller stopped before the agent was started"
-                await self.record(rec.id, status_change(rec, "TASK_STATE_FAILED", text, metadata=metadata))
-                continue
-            log.info("task %s: following its exec %s again", rec.id, rec.exec_id)
-            self._spawn(rec, artifacts=await self.store.tasks.artifacts(rec.id))
+            if await self.store.tasks.claim(rec.id, self.owner, until, 0.0, steal=True):
+                await self.adopt(rec)
+
+    async def adopt(self, rec: TaskRecord) -> None:
+        """Follow a task this controller has just claimed (its previous owner is gone)."""
+        if rec.exec_id is None:
+            metadata = {**rec.metadata, "fail_kind": "infrastructure"}
+            text = "the controller stopped before the agent was started"
+            await self.record(rec.id, status_change(rec, "TASK_STATE_FAILED", text, metadata=metadata))
+            return
+        if rec.id in self._live:
+            return  # followed here already (its claim was only renewed late)
+        log.info("task %s: following its exec %s (its previous controller is gone)", rec.id, rec.exec_id)
+        self._spawn(rec, artifacts=await self.store.tasks.artifacts(rec.id))
+
+    async def run_leases(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Renew this controller's claims and, on a shared store, adopt tasks whose owner stopped
+        renewing (see the module docstring); forever. A clean stop releases the claims."""
+        interval = self.lease_ttl_s / 4
+        task_status.started()
+        try:
+            while True:
+                try:
+                    await self._lease_round()
+                except StoreUnavailable as exc:
+                    log.warning("task leases: %s (tried again in %.2f s)", exc.message, interval)
+                except StoreClosed:
+                    return
+                await trio.sleep(interval)
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(2):
+                try:
+                    await self.store.release(self.owner)
+                except (StoreUnavailable, StoreClosed):
+                    pass  # the claims run out by themselves
+
+    async def _lease_round(self) -> None:
+        if not self.store.shared:
+            return  # one controller: its claims are never contested
+        now = time.time()
+        await self.store.renew(self.owner, now + self.lease_ttl_s)  # every claim it holds, of every kind
+        for rec in await self.store.tasks.orphans(now):
+            if await self.store.tasks.claim(rec.id, self.owner, now + self.lease_ttl_s, now):
+                await self.adopt(rec)
+
+    # -- news from other controllers (shared store) ---------------------------------------------
+
+    async def news(self, task_id: str, seq: int) -> None:
+        """Task ``task_id`` has events up to ``seq`` (a notification): wake its waiters here with
+        those they have not seen, and hand its agent what another controller queued, if it is ours."""
+        seen = self.hub.behind(task_id, seq)
+        if seen is not None:
+            await self._catch_up(task_id, seen)
+        if task_id in self._live:
+            await self.outbox.deliver(task_id, force=True)
+
+    async def _catch_up(self, task_id: str, seen: int) -> None:
+        if seen == 0:
+            self.hub.pulse(task_id)  # nothing told yet: the waiters read the store themselves
+            return
+        for event in await self.store.tasks.events_after(task_id, seen):
+            self.hub.pulse(task_id, event)
+
+    async def poll(self) -> None:
+        """Catch the waiters here up with the store (after a reconnect, and as the fallback for a
+        notification that never came)."""
+        watched = self.hub.watched()
+        if not watched:
+            return
+        for task_id, last_seq in (await self.store.tasks.last_seqs(watched)).items():
+            await self.news(task_id, last_seq)
 
 
 __all__ = ["ListQuery", "Page", "TaskService"]
