@@ -61,11 +61,22 @@ STEP_TIMEOUT_S = 30.0
 
 
 class Controller:
-    """``python -m controller.main`` in a child process; stopped with SIGTERM (then SIGKILL)."""
+    """``python -m controller.main`` in a child process; stopped with SIGTERM (then SIGKILL).
 
-    def __init__(self, state_dir: Path, hostd_socket: Path, env: dict[str, str] | None = None) -> None:
-        self.token = secrets.token_urlsafe(24)
-        self.log_path = state_dir.parent / "controller.log"
+    ``token``: the admin token (a fresh one by default; controllers sharing a store share one);
+    ``log_path``: where its stderr goes (default ``controller.log`` beside the state dir)."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        hostd_socket: Path,
+        env: dict[str, str] | None = None,
+        *,
+        token: str | None = None,
+        log_path: Path | None = None,
+    ) -> None:
+        self.token = token or secrets.token_urlsafe(24)
+        self.log_path = log_path or state_dir.parent / "controller.log"
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),

@@ -225,10 +225,14 @@ def emit(report: Report, *, as_json: bool) -> None:
 
 
 class Hostd:
-    """``python -m hostd.main --dev`` in a temp state dir, stopped (and its tree killed) on exit."""
+    """``python -m hostd.main --dev`` in a temp state dir, stopped (and its tree killed) on exit.
 
-    def __init__(self, state_dir: Path, env: dict[str, str] | None = None) -> None:
+    ``new_session``: hostd in a session of its own, so a Ctrl-C at the terminal reaches the bench
+    only and the bench's cleanup still finds hostd serving (to destroy the instances it made)."""
+
+    def __init__(self, state_dir: Path, env: dict[str, str] | None = None, *, new_session: bool = False) -> None:
         self.state_dir = state_dir
+        self.new_session = new_session
         self.socket_path = state_dir / "hostd.sock"
         self.log_path = state_dir.parent / "hostd.log"
         self.env = {
@@ -250,6 +254,7 @@ class Hostd:
                 stdout=log,
                 stderr=log,
                 cwd=ROOT,
+                start_new_session=self.new_session,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -323,10 +328,10 @@ def temp_dir(prefix: str) -> Iterator[Path]:
 
 
 @contextmanager
-def running_hostd(env: dict[str, str] | None = None) -> Iterator[Hostd]:
+def running_hostd(env: dict[str, str] | None = None, *, new_session: bool = False) -> Iterator[Hostd]:
     """A hostd for one bench run, in its own temp dir (removed afterwards)."""
     with temp_dir("aiwg-bench-") as tmp:
-        hostd = Hostd(tmp / "state", env)
+        hostd = Hostd(tmp / "state", env, new_session=new_session)
         try:
             hostd.start()
             yield hostd

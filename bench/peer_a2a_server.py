@@ -1,14 +1,17 @@
 """The peer for bench_a2a.py: a2a-sdk's own server (its Starlette REST routes on uvicorn) with an
 agent executor that runs ``/bin/echo`` per task, as the controller runs a process per task.
 
-``python bench/peer_a2a_server.py PORT [SQLITE_FILE] [--executor module:Class]`` serves
+``python bench/peer_a2a_server.py PORT [SQLITE_FILE] [--database-url URL] [--executor module:Class]`` serves
 ``http://127.0.0.1:PORT/agents/peer``; it prints ``ready`` once listening. ``--executor`` runs
 another executor in place of the echo one (bench_agents.py:
 ``timestamp_executor:TimestampExecutor``). Its tasks are kept in memory (``InMemoryTaskStore``,
 what the SDK's samples use) unless a SQLite file is given: then in the SDK's ``DatabaseTaskStore``
 on that file, in WAL mode with ``synchronous=NORMAL`` as the controller keeps its store, so that a
-task it answered survives a crash as the controller's do. Needs ``a2a-sdk[http-server]`` and
-``uvicorn``, and for the SQLite store ``a2a-sdk[sqlite]`` (all in the ``bench`` extra).
+task it answered survives a crash as the controller's do. ``--database-url postgresql://...``
+keeps them in the same ``DatabaseTaskStore`` on that PostgreSQL database instead (through asyncpg,
+SQLAlchemy's pool at its defaults; bench_controllers.py, beside controllers on the same server).
+Needs ``a2a-sdk[http-server]`` and ``uvicorn``, for the SQLite store ``a2a-sdk[sqlite]``, for
+PostgreSQL ``a2a-sdk[postgresql]`` (all in the ``bench`` extra).
 
 ``--grpc`` serves the SDK's gRPC binding instead (its ``GrpcHandler`` on a ``grpc.aio`` server) at
 ``127.0.0.1:PORT``, the same handler and executor behind it (needs only grpcio, a dependency of the
@@ -66,6 +69,17 @@ def sqlite_store(path: str) -> TaskStore:
     return DatabaseTaskStore(engine)
 
 
+def postgres_store(url: str) -> TaskStore:
+    """The SDK's store on a PostgreSQL database, ``postgresql://`` as libpq spells it."""
+    from a2a.server.tasks.database_task_store import DatabaseTaskStore
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    scheme, sep, rest = url.partition("://")
+    if scheme not in ("postgresql", "postgres") or not sep:
+        raise SystemExit(f"--database-url: a postgresql:// URL, not {url!r}")
+    return DatabaseTaskStore(create_async_engine(f"postgresql+asyncpg://{rest}"))
+
+
 async def serve_grpc(handler: DefaultRequestHandler, target: str) -> None:
     import grpc
     from a2a.server.request_handlers.grpc_handler import GrpcHandler
@@ -87,11 +101,22 @@ def main() -> None:
         module, name = args[at + 1].split(":")
         executor = getattr(importlib.import_module(module), name)()
         del args[at : at + 2]
+    database_url: str | None = None
+    if "--database-url" in args:
+        at = args.index("--database-url")
+        database_url = args[at + 1]
+        del args[at : at + 2]
     grpc_mode = "--grpc" in args
     if grpc_mode:
         args.remove("--grpc")
     port = int(args[0])
-    store = sqlite_store(args[1]) if len(args) > 1 else InMemoryTaskStore()
+    store: TaskStore
+    if database_url is not None:
+        store = postgres_store(database_url)
+    elif len(args) > 1:
+        store = sqlite_store(args[1])
+    else:
+        store = InMemoryTaskStore()
     url = f"127.0.0.1:{port}" if grpc_mode else f"http://127.0.0.1:{port}/agents/peer"
     binding = "GRPC" if grpc_mode else "HTTP+JSON"
     card = AgentCard(

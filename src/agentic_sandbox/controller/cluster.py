@@ -5,8 +5,9 @@ keeps in memory only what it can rebuild from the store, and learns what the oth
 the store's notifications (:mod:`controller.store.listener`), handed here:
 
 * ``aiwg_tasks`` ``"<task> <seq>"``: :meth:`TaskService.news` wakes the task's waiters here (SSE
-  streams, blocking sends, push workers) with the new events, and, where this controller follows
-  the task, hands its agent what another controller queued for it.
+  streams, blocking sends, push workers) with the new events.
+* ``aiwg_outbox`` ``"<task>"``: a control message was queued for the task's agent (a follow-up, an
+  answer); where this controller follows the task it hands it over (:meth:`TaskService.outbox_news`).
 * ``aiwg_events`` ``"<id>"``: the admin event stream catches up from the store
   (:meth:`EventBus.catch_up`), so an event id means the same at every controller.
 * ``aiwg_tokens`` ``"<instance>"``: the instance's token digest is read again, so a token issued or
@@ -34,7 +35,7 @@ from .tasks import TaskService
 
 log = logging.getLogger(__name__)
 
-TASKS, EVENTS, TOKENS = "aiwg_tasks", "aiwg_events", "aiwg_tokens"
+TASKS, EVENTS, TOKENS, OUTBOX = "aiwg_tasks", "aiwg_events", "aiwg_tokens", "aiwg_outbox"
 
 
 class Cluster:
@@ -53,7 +54,7 @@ class Cluster:
         self.credentials = credentials
         self.listener = Listener(
             url,
-            (TASKS, EVENTS, TOKENS),
+            (TASKS, EVENTS, TOKENS, OUTBOX),
             on_news=self._news,
             on_resync=self._resync,
             on_poll=self._poll,
@@ -62,7 +63,9 @@ class Cluster:
         )
         self._task_seqs: dict[str, int] = {}
         self._tokens: set[str] = set()
-        self._events_due = False
+        self._outboxes: set[str] = set()
+        #: The highest admin event id announced and not taken in yet (0: none).
+        self._event_id = 0
         self._wake = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -81,9 +84,14 @@ class Cluster:
             if number > self._task_seqs.get(task_id, 0):
                 self._task_seqs[task_id] = number
         elif channel == EVENTS:
-            self._events_due = True
+            try:
+                self._event_id = max(self._event_id, int(payload))
+            except ValueError:
+                return
         elif channel == TOKENS:
             self._tokens.add(payload)
+        elif channel == OUTBOX:
+            self._outboxes.add(payload)
         self._wake.set()
 
     async def _work(self) -> None:
@@ -92,14 +100,17 @@ class Cluster:
             self._wake = trio.Event()
             seqs, self._task_seqs = self._task_seqs, {}
             tokens, self._tokens = self._tokens, set()
-            events_due, self._events_due = self._events_due, False
+            outboxes, self._outboxes = self._outboxes, set()
+            event_id, self._event_id = self._event_id, 0
             try:
-                if events_due:
-                    await self.events.catch_up()
+                if event_id:
+                    await self.events.catch_up(event_id)  # nothing to read for its own events
                 for instance_id in tokens:
                     await self.credentials.refresh(instance_id)
                 for task_id, seq in seqs.items():
                     await self.tasks.news(task_id, seq)
+                for task_id in outboxes:
+                    await self.tasks.outbox_news(task_id)
             except Exception as exc:  # the store went away meanwhile: the next poll catches up
                 log.warning("cluster: could not take in another controller's news (%s)", exc)
 

@@ -147,11 +147,12 @@ class EventBus:
             return
         await self.journal.run(task_status=task_status)
 
-    async def catch_up(self) -> None:
+    async def catch_up(self, upto: int | None = None) -> None:
         """Shared mode: take what the store holds past the ring's newest event into the ring
-        (:meth:`Journal.catch_up`; raises what the store raises). Alone: nothing to do."""
+        (:meth:`Journal.catch_up`; raises what the store raises); nothing when ``upto``, a
+        notification's id, is in the ring already. Alone: nothing to do."""
         if self.journal is not None:
-            await self.journal.catch_up()
+            await self.journal.catch_up(upto)
 
     async def catch_up_to(self, seq: int) -> None:
         """Shared mode: if ``seq`` (a follower's ``Last-Event-ID``) is past the ring's newest id,

@@ -15,7 +15,10 @@ Three parts, one object:
   counted in :attr:`Journal.dropped` and logged once per outage) and the writer is woken, from
   another thread with the run's ``TrioToken`` (``run_sync_soon``), coalesced. The batch the writer
   is storing is off the queue (it still counts as pending in :meth:`Journal.statistics`); if it
-  comes back unstored, the oldest past the bound are dropped then.
+  comes back unstored, the oldest past the bound are dropped then. The writer waits
+  :data:`WRITE_DELAY_S` after a wake-up before it takes a batch: the events of one task's life (or
+  of a burst) go in one transaction, and a busy controller writes a few times a second, not once
+  per event.
 * :meth:`Journal.run` (the app's nursery, ``nursery.start``): the writer. It stores what is queued,
   in order, in batches of up to :data:`WRITE_BATCH` rows per transaction. While the store is
   unavailable (:class:`StoreUnavailable`) the batch goes back on the queue and is retried with
@@ -27,10 +30,14 @@ Three parts, one object:
   timeout), unless the store was just found down.
   A batch whose commit broke the connection may have been stored after all: retried, its events
   appear twice (same ``ev_`` id, two stream ids); never lost silently. After each stored batch
-  the writer catches up itself, so this controller's followers see its own events without
-  waiting for the notification (or the poll, while the listener is not connected).
+  the writer puts it in the ring itself when it follows what the ring holds (no other
+  controller's events came in between: no read), else catches up; so this controller's followers
+  see its own events without waiting for the notification (or the poll, while the listener is
+  not connected).
 * :meth:`Journal.catch_up` (the cluster's news handler, its resync and its poll timer, see
-  :mod:`controller.cluster`): reads the rows past the last one seen and appends them to the ring.
+  :mod:`controller.cluster`): reads the rows past the last one seen and appends them to the ring
+  (nothing when a notification names an id the ring holds already, its own writes coming back,
+  or while the writer stores a batch: the writer catches up after it).
   The first call reads only the newest ``capacity`` rows (a ring holds no more), later ones
   everything new, :data:`READ_BATCH` rows per query. Calls are serialised. A row that does not
   decode is logged and skipped (readers are told of the hole as lost records). Ids only grow
@@ -66,6 +73,8 @@ T = TypeVar("T")
 WRITE_BATCH = 500
 #: Rows read by one catch-up query at most.
 READ_BATCH = 500
+#: How long the writer lets events gather after a wake-up (see the module docstring).
+WRITE_DELAY_S = 0.05
 RETRY_MIN_S = 0.1
 RETRY_MAX_S = 5.0
 PRUNE_EVERY_S = 30.0
@@ -205,9 +214,10 @@ class Journal(Generic[T]):
     async def _write(self) -> None:
         while True:
             pause = RETRY_MIN_S
+            await trio.sleep(WRITE_DELAY_S)
             while (batch := self._take()) is not None:
                 try:
-                    await self.table.append_many(batch, time.time())
+                    ids = await self.table.append_many(batch, time.time())
                 except StoreUnavailable as exc:
                     self._give_back(batch)
                     if self.available:
@@ -234,7 +244,7 @@ class Journal(Generic[T]):
                 if not self.available:
                     log.info("events: storing events again (%d dropped so far)", self.dropped)
                     self.available = True
-                await self._read_own()
+                await self._read_own(ids, batch)
             await self._wakeup.wait()
 
     def _take(self) -> list[bytes] | None:
@@ -261,10 +271,16 @@ class Journal(Generic[T]):
                 self._pending.popleft()
                 self.dropped += 1
 
-    async def _read_own(self) -> None:
-        """Catch up at once after a write, so this controller's followers get its own events
-        without waiting for the notification's round trip (or for the poll, while it is not
-        listening); a failure here is the next catch-up's to fix."""
+    async def _read_own(self, ids: list[int], batch: list[bytes]) -> None:
+        """Put a stored batch in the ring at once, so this controller's followers get its own
+        events without waiting for the notification's round trip (or for the poll, while it is not
+        listening): as it is when it follows the ring, else by a catch-up; a failure here is the
+        next catch-up's to fix."""
+        if ids and ids[-1] <= self._read_to:
+            return  # a catch-up (its notification came first) has taken it in
+        if ids and ids[0] == self._read_to + 1 and not self._reading.locked():
+            self._load(list(zip(ids, batch, strict=True)))
+            return
         try:
             await self.catch_up()
         except (StoreUnavailable, StoreClosed) as exc:
@@ -303,9 +319,14 @@ class Journal(Generic[T]):
 
     # -- reading --------------------------------------------------------------------------------
 
-    async def catch_up(self) -> None:
-        """Append the rows stored since the last call to the ring (see the module docstring).
-        Raises what the store raises (the caller retries on its next news or poll)."""
+    async def catch_up(self, upto: int | None = None) -> None:
+        """Append the rows stored since the last call to the ring (see the module docstring);
+        nothing when ``upto`` (a notification's id) is held already. Raises what the store raises
+        (the caller retries on its next news or poll)."""
+        if upto is not None and (0 < upto <= self._read_to or self._in_flight):
+            # Held already, or the writer is storing a batch: it takes in what was stored before
+            # its batch when that commits (its own notification comes back meanwhile).
+            return
         async with self._reading:
             if self._read_to == 0:
                 self._load(await self.table.newest(self.ring.capacity))

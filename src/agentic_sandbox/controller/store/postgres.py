@@ -107,7 +107,7 @@ class PgConnection:
         self.raw = raw
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any:
-        return self.raw.execute(translate(sql), parameters, prepare=False)
+        return self.raw.execute(translate(sql), parameters)
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any:
         cursor = self.raw.cursor()

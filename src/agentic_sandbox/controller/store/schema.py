@@ -190,8 +190,9 @@ CREATE TABLE IF NOT EXISTS admin_events (
 );
 """
 
-#: PostgreSQL's part of step 8: a task's new events, an admin event and a changed instance token are
-#: announced on channels every controller listens on (``NOTIFY`` is sent at commit).
+#: PostgreSQL's part of step 8: a task's new events, an admin event, a changed instance token and a
+#: control message queued for a task's agent are announced on channels every controller listens on
+#: (``NOTIFY`` is sent at commit).
 POSTGRES_STEP_8 = """
 CREATE OR REPLACE FUNCTION aiwg_task_news() RETURNS trigger AS $$
 BEGIN
@@ -218,6 +219,13 @@ BEGIN
 END $$ LANGUAGE plpgsql;
 CREATE TRIGGER instance_tokens_news AFTER INSERT OR UPDATE OR DELETE ON instance_tokens
     FOR EACH ROW EXECUTE FUNCTION aiwg_token_news();
+CREATE OR REPLACE FUNCTION aiwg_outbox_news() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('aiwg_outbox', NEW.task_id);
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER agent_outbox_news AFTER INSERT ON agent_outbox
+    FOR EACH ROW EXECUTE FUNCTION aiwg_outbox_news();
 """
 
 STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5, STEP_6, STEP_7, STEP_8)

@@ -209,7 +209,9 @@ class TaskTable:
                     message_id,
                 ),
             )
-            _store_event(db, event, first)
+            rows: list[tuple[Any, ...]] = []
+            _store_event(db, event, first, rows)
+            _insert_events(db, rows)
             return event
 
         return await self._db.quick(self._db.transaction(create))
@@ -233,11 +235,13 @@ class TaskTable:
             rec = _record(row)
             before = msgspec.structs.astuple(rec)
             events = []
+            rows: list[tuple[Any, ...]] = []
             for change in changes:
                 event = _apply(rec, change, now)
                 if event is not None:
-                    _store_event(db, event, change)
+                    _store_event(db, event, change, rows)
                 events.append(event)
+            _insert_events(db, rows)
             _update_row(db, rec, before)
             return events, rec
 
@@ -427,12 +431,13 @@ def _apply(rec: TaskRecord, change: Append, now: float) -> TaskEvent | None:
     return TaskEvent(task_id=rec.id, seq=seq, kind=change.kind, body=change.body, at=at)
 
 
-def _store_event(db: Connection, event: TaskEvent, change: Append) -> None:
-    """Insert the event, with the artifact chunk and the outbox message it carries."""
-    db.execute(
-        "INSERT INTO task_events VALUES (?,?,?,?,?)",
-        (event.task_id, event.seq, event.kind, to_json(event.body), event.at),
-    )
+_INSERT_EVENT = "INSERT INTO task_events VALUES (?,?,?,?,?)"
+
+
+def _store_event(db: Connection, event: TaskEvent, change: Append, rows: list[tuple[Any, ...]]) -> None:
+    """Store the artifact chunk and the outbox message the event carries; the event's own row
+    goes on ``rows``, inserted with the transaction's others (:func:`_insert_events`)."""
+    rows.append((event.task_id, event.seq, event.kind, to_json(event.body), event.at))
     if change.artifact is not None:
         shown = event.body.get("artifact")
         if isinstance(shown, dict) and shown is not change.artifact and "metadata" in shown:
@@ -440,6 +445,14 @@ def _store_event(db: Connection, event: TaskEvent, change: Append) -> None:
         _fold_into_store(db, event.task_id, change.artifact, change.append)
     if change.outbox is not None:
         db.execute("INSERT INTO agent_outbox VALUES (?,?,?)", (event.task_id, event.seq, to_json(change.outbox)))
+
+
+def _insert_events(db: Connection, rows: list[tuple[Any, ...]]) -> None:
+    """A transaction's event rows in one go (one round trip to a database server: a pipeline)."""
+    if len(rows) == 1:
+        db.execute(_INSERT_EVENT, rows[0])
+    elif rows:
+        db.executemany(_INSERT_EVENT, rows)
 
 
 UNFINISHED = "state NOT IN ('TASK_STATE_COMPLETED','TASK_STATE_FAILED','TASK_STATE_CANCELED','TASK_STATE_REJECTED')"

@@ -28,7 +28,7 @@
   task at once.
 * **news** (shared store): another controller stored events of a task; waiters here are woken with
   them (:meth:`TaskService.news`, from the store's notifications and polls), and the owner of a task
-  hands its agent what another controller queued in its outbox.
+  hands its agent what another controller queued in its outbox (:meth:`TaskService.outbox_news`).
 
 Metadata rules (kagent gateway note): caller values of keys the controller owns (``runtime.*``,
 the ``kagent.dev/a2a/`` timeline keys, ``fail_kind``, ``exit_code``, ``output_truncated``) are removed before the
@@ -188,6 +188,9 @@ class TaskService:
         #: The row of each task whose runner is alive here, as its last change left it: what
         #: waiters check first, so the state of a running task needs no read.
         self._live: dict[str, TaskRecord] = {}
+        #: Writes under way per task, and news of a task that came during one (see :meth:`news`).
+        self._writing: dict[str, int] = {}
+        self._deferred: dict[str, int] = {}
         self.outbox = AgentOutbox(store, link)
 
     def attach(self, nursery: trio.Nursery) -> None:
@@ -203,7 +206,18 @@ class TaskService:
         """Several changes in one transaction; None if every one was skipped. ``owned``: only
         while the task is this controller's (a runner's changes; else ``LeaseLost``)."""
         owner = self.owner if owned else None
-        events, rec = await self.store.tasks.append_many(task_id, changes, time.time(), owner=owner)
+        self._writing[task_id] = self._writing.get(task_id, 0) + 1
+        try:
+            events, rec = await self.store.tasks.append_many(task_id, changes, time.time(), owner=owner)
+        finally:
+            if self._writing[task_id] == 1:
+                del self._writing[task_id]
+            else:
+                self._writing[task_id] -= 1
+        deferred = self._deferred.pop(task_id, None) if task_id not in self._writing else None
+        if deferred is not None:
+            assert self._nursery is not None
+            self._nursery.start_soon(self.news, task_id, deferred)  # after the pulses below
         stored = [event for event in events if event is not None]
         if not stored:
             return None
@@ -641,10 +655,18 @@ class TaskService:
 
     async def news(self, task_id: str, seq: int) -> None:
         """Task ``task_id`` has events up to ``seq`` (a notification): wake its waiters here with
-        those they have not seen, and hand its agent what another controller queued, if it is ours."""
+        those they have not seen."""
+        if task_id in self._writing:
+            # Most likely its own write, whose notification overtook the write's return: looked at
+            # again once the write is told here (reading the store now would read it twice).
+            self._deferred[task_id] = max(seq, self._deferred.get(task_id, 0))
+            return
         seen = self.hub.behind(task_id, seq)
         if seen is not None:
             await self._catch_up(task_id, seen)
+
+    async def outbox_news(self, task_id: str) -> None:
+        """Something was queued for the agent of ``task_id``: hand it over if the task is followed here."""
         if task_id in self._live:
             await self.outbox.deliver(task_id, force=True)
 
