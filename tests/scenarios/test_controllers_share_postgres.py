@@ -8,8 +8,10 @@ serves is checked for a gap or a duplicate.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,6 +30,7 @@ from tests.controller.pty.wsclient import attach_url
 from tests.controller.push.conftest import PUSH_ENV
 from tests.controller.push.receiver import Receiver
 from tests.controller.push.test_delivery import send_with_push
+from tests.controller.tasks.test_agentio import AGENT
 from tests.postgres_service import PgCluster
 from tests.tcpproxy import TcpProxy
 
@@ -388,3 +391,30 @@ async def test_push_deliveries_go_on_in_order_when_the_delivering_controller_is_
     for part in (lines[: backs[0]], lines[backs[0] :]) if backs else (lines,):
         assert part == sorted(set(part)), lines
     assert receiver.most_in_flight == 1  # one config, one delivery at a time, across both controllers
+
+
+async def test_follow_ups_sent_at_another_controller_reach_the_agent_once_and_in_order(
+    hostd: LiveHostd, tmp_path: Path, pg_url: str
+) -> None:
+    async with controllers(shared_env(tmp_path, hostd, pg_url), 2) as [(_, url_a), (_, url_b)]:
+        manifest = {"name": "ctl-agent", "version": "1", "runtime": "host", "command": [sys.executable, "-c", AGENT]}
+        async with admin(url_a) as client:
+            made = await client.post(
+                "/api/v2/admin/loadouts", json={"name": "ctl-agent", "manifest": json.dumps(manifest)}
+            )
+            assert made.status_code in (200, 201), made.text
+        agent = await process_agent(url_a, "talker", "ctl-agent")
+        async with a2a(url_a, agent) as at_a:
+            body = {"message": message("hello"), "configuration": {"returnImmediately": True}}
+            tid = (await at_a.post("/message:send", json=body)).json()["task"]["id"]  # followed at A
+            with trio.fail_after(15):
+                while (await at_a.get(f"/tasks/{tid}")).json()["status"].get("message", {}).get("parts") != [
+                    {"text": "ready for more"}
+                ]:
+                    await trio.sleep(0.05)
+        async with a2a(url_b, agent) as at_b:  # the follow-ups go to B, which hands them to A's agent
+            follow = {"message": message("more please", taskId=tid), "configuration": {"returnImmediately": True}}
+            assert (await at_b.post("/message:send", json=follow)).status_code == 200
+            final = (await at_b.post("/message:send", json={"message": message("bye", taskId=tid)})).json()["task"]
+    assert final["status"]["state"] == "TASK_STATE_COMPLETED", final
+    assert stdout_of(final).splitlines() == [f"first: hello task: {tid}", "follow-up: more please", "follow-up: bye"]
