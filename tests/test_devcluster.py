@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -19,7 +18,7 @@ import psutil
 
 from tests.hostd_process import ROOT
 from tests.processes import alive
-from tests.test_devrun import _free_port, _read_until, devrun_podman_env
+from tests.test_devrun import _free_port, _read_until, cleanup
 
 
 def _start(tmp_path: Path, ports: list[int]) -> subprocess.Popen[bytes]:
@@ -59,18 +58,6 @@ def _ready(proc: subprocess.Popen[bytes], urls: list[str]) -> tuple[int, dict[st
         children["controller " + listen if "controller.main" in " ".join(child.cmdline()) else "hostd"] = child.pid
     assert len(children) == 4, children  # hostd and three controllers (the database server is pg_ctl's)
     return int(found.group(1)), children
-
-
-def _cleanup(proc: subprocess.Popen[bytes], children: set[int], tmp_path: Path) -> None:
-    for pid in alive(children):
-        os.kill(pid, signal.SIGKILL)
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
-    # The wrapper gave hostd a podman service whose run root lives in /tmp, not in tmp_path.
-    shutil.rmtree(devrun_podman_env(str(tmp_path / "run"))["AIWG_PODMAN_RUNROOT"], ignore_errors=True)
 
 
 def test_three_controllers_answer_as_one_and_a_sigterm_stops_everything(tmp_path: Path) -> None:
@@ -120,7 +107,7 @@ def test_three_controllers_answer_as_one_and_a_sigterm_stops_everything(tmp_path
         assert not _accepts(db_port), "the database server outlived the wrapper"
         assert not (tmp_path / "run" / "hostd.sock").exists()
     finally:
-        _cleanup(proc, children, tmp_path)
+        cleanup(proc, children, tmp_path)
 
 
 def test_a_controller_that_dies_stops_the_cluster(tmp_path: Path) -> None:
@@ -135,4 +122,4 @@ def test_a_controller_that_dies_stops_the_cluster(tmp_path: Path) -> None:
         assert not alive(children)
         assert not _accepts(db_port)
     finally:
-        _cleanup(proc, children, tmp_path)
+        cleanup(proc, children, tmp_path)

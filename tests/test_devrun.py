@@ -76,6 +76,19 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise AssertionError("make run's controller never became ready")
 
 
+def cleanup(proc: subprocess.Popen[bytes], children: set[int], tmp_path: Path) -> None:
+    """Whatever a wrapper test left running goes (by SIGKILL), with the podman run root it made."""
+    for pid in alive(children):
+        os.kill(pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+    # The wrapper gave hostd a podman service whose run root lives in /tmp, not in tmp_path.
+    shutil.rmtree(devrun_podman_env(str(tmp_path / "run"))["AIWG_PODMAN_RUNROOT"], ignore_errors=True)
+
+
 def _read_until(proc: subprocess.Popen[bytes], pattern: re.Pattern[bytes], timeout: float = 30) -> str:
     """What the wrapper printed, read until ``pattern`` matches it (or the time is up)."""
     assert proc.stdout is not None
@@ -123,15 +136,7 @@ def test_stopping_the_wrapper_stops_both_halves(tmp_path: Path, signals: list[in
 
         assert not (tmp_path / "run" / "hostd.sock").exists()
     finally:
-        for pid in alive(children):
-            os.kill(pid, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-        # The wrapper gave hostd a podman service whose run root lives in /tmp, not in tmp_path.
-        shutil.rmtree(devrun_podman_env(str(tmp_path / "run"))["AIWG_PODMAN_RUNROOT"], ignore_errors=True)
+        cleanup(proc, children, tmp_path)
 
 
 @pytest.mark.podman
