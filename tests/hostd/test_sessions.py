@@ -550,7 +550,11 @@ async def test_kill_instance_and_shutdown(harness: Harness) -> None:
         w = watch(nursery, harness, b.session_id)
         await w.wait_for(b"ready")  # SIGTERM is ignored from here on
         await harness.registry.kill_instance("other-instance", 0)
-        assert harness.registry.counts() == (2, 2)
+        # Seen once in a full CI run as (2, 1), not reproduced since: say which session ended and how.
+        ended = [harness.registry.get(s.session_id) for s in (a, b)]
+        assert harness.registry.counts() == (2, 2), [
+            (i.session_id, i.state, i.end_reason, i.exit_code, i.signal) for i in ended
+        ]
         await harness.registry.kill_instance(harness.instance_id, 0.2)
     assert harness.registry.counts() == (2, 0)
     assert harness.registry.get(a.session_id).end_reason == "killed"
