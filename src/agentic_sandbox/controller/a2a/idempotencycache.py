@@ -24,7 +24,7 @@ import trio
 
 from ..errors import IDEMPOTENCY_KEY_REUSED, Conflict
 from ..metrics import Metrics
-from ..store import CachedResponse, Store
+from ..store import CachedResponse, Store, StoreUnavailable
 from ..store.idempotency import Claim
 from ..tasks.service import RESUMED_SEND
 from .card import IDEMPOTENCY_EXTENSION
@@ -63,6 +63,9 @@ class IdempotencyCache:
         self._max_entries = max_entries
         #: Keys being served now; a duplicate waits on the first's event.
         self._inflight: dict[tuple[str, str, str], trio.Event] = {}
+        #: Claims whose release failed (the store was away): released at the next send here (until
+        #: then, this controller's renewals keep them, and a retry elsewhere waits).
+        self._unreleased: set[tuple[str, str, str]] = set()
 
     def card_extension(self) -> dict[str, Any]:
         return {
@@ -92,7 +95,9 @@ class IdempotencyCache:
             if not self._store.shared:
                 yield
                 return
-            claim = await self._claim(key)
+            await self._release_unreleased(but=key)
+            claim = await self._claim(key)  # one of ours left unreleased is taken over (resumed)
+            self._unreleased.discard(key)
             token = RESUMED_SEND.set(claim.taken_over)
             try:
                 yield
@@ -101,10 +106,18 @@ class IdempotencyCache:
                 if claim is not Claim.ANSWERED:
                     with trio.CancelScope(shield=True):
                         # Unless an answer replaced it: a send that stored none leaves the key free.
-                        await self._store.idempotency.unclaim(*key, self._owner)
+                        try:
+                            await self._store.idempotency.unclaim(*key, self._owner)
+                        except StoreUnavailable:
+                            self._unreleased.add(key)
         finally:
             del running[key]
             done.set()
+
+    async def _release_unreleased(self, *, but: tuple[str, str, str]) -> None:
+        for key in list(self._unreleased - {but}):
+            await self._store.idempotency.unclaim(*key, self._owner)
+            self._unreleased.discard(key)
 
     async def _claim(self, key: tuple[str, str, str]) -> Claim:
         """The key's claim for this controller, or ANSWERED; waits while another one holds it."""
