@@ -515,8 +515,8 @@ class TaskService:
             # What the runner held in memory past the last write is not stored: a new runner
             # resumes from the store once it answers (here, or at the controller that claims it).
             log.warning("task %s: %s; following it again once the store is back", runner.task.id, exc.message)
-            self._live.pop(runner.task.id, None)
-            await self._follow_again(runner.task.id)
+            assert self._nursery is not None
+            self._nursery.start_soon(self._follow_again, runner.task.id)  # once this runner is gone
         finally:
             self._live.pop(runner.task.id, None)
 
