@@ -206,6 +206,17 @@ async def owner_of(nodes: list[Node], writer: Store, task_id: str, config_id: st
     return holder, other
 
 
+async def delivering_a_backlog(nodes: list[Node], writer: Store, receiver: Receiver) -> tuple[Node, Node]:
+    """Task t1 with config p1 (made at the first node) and 40 events to deliver, 5 delivered:
+    (the node delivering it, the other)."""
+    await new_task(writer, "t1", "i1")
+    await make_config(nodes[0], "t1", "i1", receiver)
+    for n in range(1, 41):
+        await output(writer, "t1", n)
+    await receiver.wait_for(lambda: len(receiver.received) >= 5)
+    return await owner_of(nodes, writer, "t1")
+
+
 async def test_each_config_is_delivered_by_one_controller_exactly_once_in_order(pg_url: str, tmp_path: Path) -> None:
     """Four configs, two made at each controller, both sweeping: every event reaches each receiver
     once, in order, one request at a time, all of a config's from one controller, an idle spell
@@ -284,12 +295,7 @@ async def test_a_config_deleted_at_one_controller_is_no_longer_delivered_by_the_
     async with trio.open_nursery() as nursery, writer_of(pg_url) as writer:
         await nursery.start(receiver.serve)
         async with controllers(pg_url, tmp_path, 2) as nodes:
-            await new_task(writer, "t1", "i1")
-            await make_config(nodes[0], "t1", "i1", receiver)
-            for n in range(1, 41):
-                await output(writer, "t1", n)
-            await receiver.wait_for(lambda: len(receiver.received) >= 5)
-            deliverer, other = await owner_of(nodes, writer, "t1")
+            deliverer, other = await delivering_a_backlog(nodes, writer, receiver)
             await other.push.delete("t1", "p1")
             seen = len(receiver.received)
             for n in range(41, 51):
@@ -313,12 +319,7 @@ async def test_a_config_replaced_at_another_controller_goes_to_its_new_url(pg_ur
         await nursery.start(old.serve)
         await nursery.start(new.serve)
         async with controllers(pg_url, tmp_path, 2) as nodes:
-            await new_task(writer, "t1", "i1")
-            await make_config(nodes[0], "t1", "i1", old)
-            for n in range(1, 41):
-                await output(writer, "t1", n)
-            await old.wait_for(lambda: len(old.received) >= 5)
-            _, other = await owner_of(nodes, writer, "t1")
+            _, other = await delivering_a_backlog(nodes, writer, old)
             task_row = await writer.tasks.get("t1")
             assert task_row is not None
             cfg = PushConfigIn(url=new.url, id="p1")

@@ -22,6 +22,7 @@ controller's ``Unavailable``: a 503 on every surface) when the database server c
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TypeVar
 
@@ -67,8 +68,9 @@ class Connection(Protocol):
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor: ...
 
 
-class Database:
-    """The interface the tables use (see the module docstring)."""
+class Database(ABC):
+    """The interface the tables use (see the module docstring); :mod:`.sqlite` and
+    :mod:`.postgres` implement it."""
 
     #: Appended to a ``SELECT`` that reads a row the transaction is about to change.
     for_update: str = ""
@@ -77,30 +79,36 @@ class Database:
     #: Several controllers share this database (PostgreSQL): leases decide who follows what.
     shared: bool = False
 
+    @abstractmethod
     def describe(self) -> str:
         """Where the data is, for logs (never a password)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """After this every call raises :class:`StoreClosed`."""
 
+    @abstractmethod
     def locked(self, fn: Callable[[Connection], T]) -> T:
-        raise NotImplementedError
+        """``fn`` in this thread (startup code only)."""
 
+    @abstractmethod
     async def run(self, fn: Callable[[Connection], T]) -> T:
-        raise NotImplementedError
+        """``fn`` in a worker thread."""
 
+    @abstractmethod
     async def quick(self, fn: Callable[[Connection], T]) -> T:
-        raise NotImplementedError
+        """``fn``, a keyed read or a short transaction (inline where that cannot block)."""
 
+    @abstractmethod
     def transaction(self, fn: Callable[[Connection], T]) -> Callable[[Connection], T]:
-        raise NotImplementedError
+        """``fn`` wrapped in one transaction."""
 
+    @abstractmethod
     def lock_table(self, conn: Connection, table: str) -> None:
         """In a :meth:`transaction`: hold ``table`` against other writers until it ends (readers
-        go on), for a transaction that numbers new rows after ``MAX(id)``. SQLite's ``BEGIN
-        IMMEDIATE`` holds the whole database already, so here it does nothing."""
+        go on), for a transaction that numbers new rows after ``MAX(id)``."""
 
+    @abstractmethod
     async def ping(self) -> None:
         """Raise :class:`StoreUnavailable` unless the database answers now (readiness)."""
 

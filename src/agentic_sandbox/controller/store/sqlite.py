@@ -177,6 +177,14 @@ class SqliteDatabase(Database):
         finally:
             self._lock.release()
 
+    def lock_table(self, conn: Connection, table: str) -> None:
+        """Nothing to do: ``BEGIN IMMEDIATE`` holds the whole database for the transaction already."""
+
+    async def ping(self) -> None:
+        """A file in this process: it answers while it is open."""
+        if self._closed:
+            raise StoreClosed("the controller store is closed")
+
     def transaction(self, fn: Callable[[Connection], T]) -> Callable[[Connection], T]:
         """``fn`` wrapped in ``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` if it raises)."""
 

@@ -44,6 +44,7 @@ import binascii
 import builtins
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -465,15 +466,17 @@ class TaskService:
             await self.record(rec.id, failed)
         except StoreUnavailable:
             assert self._nursery is not None
-            self._nursery.start_soon(self._record_later, rec.id, failed)
+            self._nursery.start_soon(self._once_the_store_answers, lambda: self.record(rec.id, failed))
 
-    async def _record_later(self, task_id: str, change: Append) -> None:
+    async def _once_the_store_answers(self, fn: Callable[[], Awaitable[object]]) -> None:
+        """``fn()`` in the background, tried again (with backoff) for as long as the store is away;
+        given up once the store is closed (shutdown)."""
         pause = 0.1
         while True:
             await trio.sleep(pause)
             pause = min(pause * 2, self.lease_ttl_s)
             try:
-                await self.record(task_id, change)
+                await fn()
                 return
             except StoreUnavailable:
                 continue
@@ -516,28 +519,19 @@ class TaskService:
             # resumes from the store once it answers (here, or at the controller that claims it).
             log.warning("task %s: %s; following it again once the store is back", runner.task.id, exc.message)
             assert self._nursery is not None
-            self._nursery.start_soon(self._follow_again, runner.task.id)  # once this runner is gone
+            task_id = runner.task.id  # followed again once this runner is gone
+            self._nursery.start_soon(self._once_the_store_answers, lambda: self._follow_again(task_id))
         finally:
             self._live.pop(runner.task.id, None)
 
     async def _follow_again(self, task_id: str) -> None:
-        """Adopt the task afresh from the store once it answers, unless another controller has."""
-        pause = 0.1
-        while True:
-            await trio.sleep(pause)
-            pause = min(pause * 2, self.lease_ttl_s)
-            try:
-                now = time.time()
-                rec = await self.store.tasks.get(task_id)
-                if rec is None or rec.terminal:
-                    return
-                if await self.store.tasks.claim(task_id, self.owner, now + self.lease_ttl_s, now):
-                    await self.adopt(rec)
-                return
-            except StoreUnavailable:
-                continue
-            except StoreClosed:
-                return
+        """Adopt the task afresh from the store, unless it ended or another controller has it."""
+        now = time.time()
+        rec = await self.store.tasks.get(task_id)
+        if rec is None or rec.terminal:
+            return
+        if await self.store.tasks.claim(task_id, self.owner, now + self.lease_ttl_s, now):
+            await self.adopt(rec)
 
     # -- cancel ---------------------------------------------------------------------------------
 
