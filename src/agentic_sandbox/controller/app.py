@@ -182,6 +182,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         files=TaskFiles(Path(config.state_dir) / "task-files"),
         logs=TaskLogs(Path(config.state_dir) / "task-logs", config.agent_log_bytes),
         retention_s=config.task_retention_s,
+        keep_per_instance=config.task_retention_per_instance,
+        metrics=metrics,
         agent_limits=AgentLimits(events_per_s=config.agent_events_per_s, max_file_bytes=config.agent_max_file_bytes),
         agent_cancel_grace_s=config.agent_cancel_grace_s,
         owner=controller_id,

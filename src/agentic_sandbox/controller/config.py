@@ -106,6 +106,7 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     pty_ping_timeout_s: float = 90.0
     conformance_mode: bool = False
     task_retention_s: float = 7 * 24 * 3600.0
+    task_retention_per_instance: int = 100_000
     agent_events_per_s: float = 5000.0
     agent_max_file_bytes: int = 256 * MIB
     agent_log_bytes: int = 1 * MIB
@@ -457,6 +458,13 @@ SETTINGS = settings.SettingsTable(
             env="AIWG_TASK_RETENTION_S",
             kind=Float(minimum=0, maximum=10 * 365 * DAY),
             doc="How long ended A2A tasks (with their events and artifacts) stay.",
+        ),
+        Setting(
+            field="task_retention_per_instance",
+            env="AIWG_TASK_RETENTION_PER_INSTANCE",
+            kind=Int(minimum=0, maximum=1_000_000_000),
+            doc="Ended A2A tasks kept per instance at most (the oldest beyond it are pruned, as past "
+            "AIWG_TASK_RETENTION_S); 0: no cap.",
         ),
         Setting(
             field="agent_events_per_s",

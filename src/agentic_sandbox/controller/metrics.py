@@ -112,6 +112,12 @@ class Metrics:
         self.operations = Counter(
             "aiwg_operations", "Operations that ended, by kind and state", ["kind", "state"], registry=r
         )
+        self.tasks_pruned = Counter(
+            "aiwg_tasks_pruned",
+            "Ended A2A tasks pruned by the retention: past its age, or past the count kept per instance",
+            ["reason"],
+            registry=r,
+        )
         self._v1_counts: dict[str, int] = {}
         for state in INSTANCE_STATES:
             self.instances.labels(state=state).set(0)

@@ -116,3 +116,37 @@ async def test_a_database_from_before_versioning_is_read_as_version_1(tmp_path: 
     finally:
         store.close()
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600  # made private on open, like a new one
+
+
+async def test_step_9_counts_the_tasks_a_database_already_holds(tmp_path: Path) -> None:
+    path = tmp_path / "v8.db"
+    with sqlite3.connect(path, isolation_level=None) as db:
+        for script in STEPS[:8]:
+            db.executescript(script)
+        db.execute("PRAGMA user_version = 8")
+        for i, (instance_id, state) in enumerate(
+            [
+                ("i1", "TASK_STATE_COMPLETED"),
+                ("i1", "TASK_STATE_COMPLETED"),
+                ("i1", "TASK_STATE_WORKING"),
+                ("i2", "TASK_STATE_FAILED"),
+            ]
+        ):
+            db.execute(
+                "INSERT INTO tasks (id, instance_id, context_id, state, status, last_at, created_at, status_at)"
+                " VALUES (?,?,?,?,?,?,?,?)",
+                (f"t{i}", instance_id, "c", state, f'{{"state": "{state}"}}', 1.0, 1.0, 1.0 + i),
+            )
+    store = Store.open(path)
+    try:
+
+        async def total(instance_id: str | None, state: str | None = None) -> int:
+            page = await store.tasks.page(
+                instance_id, context_id=None, state=state, status_after=None, after=None, limit=1
+            )
+            return page[1]
+
+        assert (await total("i1"), await total("i1", "TASK_STATE_COMPLETED"), await total("i2")) == (3, 2, 1)
+        assert (await total(None), await total(None, "TASK_STATE_WORKING")) == (4, 1)
+    finally:
+        store.close()

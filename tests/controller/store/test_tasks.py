@@ -249,3 +249,116 @@ async def test_a_snapshot_history_is_its_last_messages(store: Store, limit: int 
     snap = await store.tasks.snapshot("t1", limit)
     assert snap is not None
     assert [m["messageId"] for m in snap.history] == (["m1", "m2"] if limit is None else ["m2"])
+
+
+async def _totals(store: Store, instance_id: str | None) -> dict[str | None, int]:
+    """The total a page reports for no state filter and for each state, as counted."""
+    totals: dict[str | None, int] = {}
+    for state in (None, "TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", *TERMINAL):
+        _records, total = await store.tasks.page(
+            instance_id, context_id=None, state=state, status_after=None, after=None, limit=1
+        )
+        totals[state] = total
+    return totals
+
+
+async def _scanned(store: Store, instance_id: str | None) -> dict[str | None, int]:
+    """The same totals counted from the rows (what the kept counts must always equal)."""
+    records, _total = await store.tasks.page(
+        instance_id, context_id=None, state=None, status_after=0.0, after=None, limit=10_000
+    )
+    totals: dict[str | None, int] = {None: len(records)}
+    for state in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", *TERMINAL):
+        totals[state] = sum(1 for r in records if r.state == state)
+    return totals
+
+
+async def test_totals_are_kept_exact_across_creates_state_changes_and_pruning(store: Store) -> None:
+    now = time.time()
+    for i in range(6):
+        await store.tasks.create(task(f"a{i}", now - 100 + i, instance_id="i1"), FIRST)
+    for i in range(3):
+        await store.tasks.create(task(f"b{i}", now - 100 + i, instance_id="i2"), FIRST)
+    await store.tasks.append("a0", _status("TASK_STATE_WORKING"), now - 50)
+    await store.tasks.append("a0", _status("TASK_STATE_COMPLETED"), now - 50)
+    await store.tasks.append("a1", _status("TASK_STATE_CANCELED"), now - 40)
+    await store.tasks.append("a2", _status("TASK_STATE_FAILED"), now - 1)
+    await store.tasks.append("b0", _status("TASK_STATE_COMPLETED"), now - 30)
+    # A skipped change (the task ended already) moves no count.
+    await store.tasks.append("a0", _status("TASK_STATE_CANCELED", unless_terminal=True), now)
+    for instance_id in ("i1", "i2", None):
+        assert await _totals(store, instance_id) == await _scanned(store, instance_id), instance_id
+    assert (await _totals(store, "i1"))[None] == 6 and (await _totals(store, None))[None] == 9
+    assert (await _totals(store, "i1"))["TASK_STATE_COMPLETED"] == 1
+
+    assert sorted(await store.tasks.purge(ended_before=now - 20)) == ["a0", "a1", "b0"]
+    assert sorted(await store.tasks.purge(ended_before=now - 20)) == []  # gone once: counted down once
+    for instance_id in ("i1", "i2", None):
+        assert await _totals(store, instance_id) == await _scanned(store, instance_id), instance_id
+    assert (await _totals(store, None))[None] == 6
+
+
+async def test_the_purge_goes_in_batches_oldest_first_and_steps_over_unfinished_tasks(store: Store) -> None:
+    for i in range(7):
+        state = "TASK_STATE_WORKING" if i == 0 else "TASK_STATE_COMPLETED"
+        await store.tasks.create(task(f"t{i}", 100.0 + i, {"state": state}), FIRST)
+    assert await store.tasks.purge(ended_before=1000.0, limit=2) == ["t1", "t2"]
+    assert await store.tasks.purge(ended_before=1000.0, limit=2) == ["t3", "t4"]
+    assert await store.tasks.purge(ended_before=1000.0, limit=5) == ["t5", "t6"]
+    assert await store.tasks.purge(ended_before=1000.0, limit=5) == []
+    assert await store.tasks.get("t0") is not None
+
+
+async def test_trim_keeps_the_newest_ended_tasks_of_each_instance(store: Store) -> None:
+    states = ["TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_WORKING"]
+    for i in range(8):
+        await store.tasks.create(task(f"a{i}", 100.0 + i, {"state": states[i % 4]}, instance_id="i1"), FIRST)
+    for i in range(2):
+        await store.tasks.create(task(f"b{i}", 100.0 + i, {"state": "TASK_STATE_COMPLETED"}, instance_id="i2"), FIRST)
+    # i1 has 6 ended tasks (a0 a1 a2 a4 a5 a6) and 2 running; keep 3: its 3 oldest ended go, in
+    # batches; i2 (2 ended) keeps all.
+    assert await store.tasks.trim(keep=3, limit=2) == ["a0", "a1"]
+    assert await store.tasks.trim(keep=3, limit=2) == ["a2"]
+    assert await store.tasks.trim(keep=3, limit=2) == []
+    left, total = await store.tasks.page("i1", context_id=None, state=None, status_after=None, after=None, limit=100)
+    assert sorted(r.id for r in left) == ["a3", "a4", "a5", "a6", "a7"] and total == 5
+    assert (await _totals(store, "i2"))[None] == 2
+    assert await _totals(store, None) == await _scanned(store, None)
+
+
+async def test_events_are_stored_compact_and_read_back_whole(store: Store) -> None:
+    now = 1_700_000_000.5
+    first = Append(
+        kind="message",
+        body={"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}], "taskId": "t1", "contextId": "c1"},
+    )
+    await store.tasks.create(task("t1", now), first)
+    status = {"state": "TASK_STATE_WORKING", "message": {"messageId": "s", "parts": [], "metadata": {"k": 1}}}
+    await store.tasks.append(
+        "t1", Append(kind="status", body={"taskId": "t1", "contextId": "c1", "status": status}, status=status), now
+    )
+    chunk = {"artifactId": "a", "parts": [{"text": "out"}]}
+    body = {"taskId": "t1", "contextId": "c1", "artifact": chunk, "append": False}
+    await store.tasks.append("t1", Append(kind="artifact", body=body, artifact=chunk), now)
+    # Another writer's body (an older controller's rows were whole): read back as it was.
+    foreign = {"taskId": "t1", "contextId": "other", "status": {"state": "TASK_STATE_WORKING"}}
+    await store.tasks.append("t1", Append(kind="status", body=foreign, status={"state": "TASK_STATE_WORKING"}), now)
+
+    rows = await store.db.run(
+        lambda db: db.execute("SELECT body FROM task_events WHERE task_id = ? ORDER BY seq", ("t1",)).fetchall()
+    )
+    raw = [r["body"].decode() if isinstance(r["body"], bytes) else r["body"] for r in rows]
+    assert all('"taskId"' not in b and TIMELINE_POSITION not in b and "timestamp" not in b for b in raw[:3]), raw
+    assert '"contextId":"other"' in raw[3].replace(" ", "")  # not the task's: kept
+
+    events = await store.tasks.events_after("t1", 0)
+    message, working, artifact, other = (e.body for e in events)
+    assert message["taskId"] == "t1" and message["contextId"] == "c1"
+    assert message["metadata"] == {TIMELINE_POSITION: rfc3339_us(events[0].at)}
+    assert working["status"]["timestamp"] == rfc3339_us(events[1].at)
+    assert working["status"]["message"]["metadata"] == {"k": 1, TIMELINE_POSITION: rfc3339_us(events[1].at)}
+    assert artifact["artifact"]["metadata"] == {TIMELINE_POSITION: rfc3339_us(events[2].at)}
+    assert (artifact["taskId"], artifact["contextId"], artifact["append"]) == ("t1", "c1", False)
+    assert other["contextId"] == "other"
+    history = await store.tasks.history("t1", None)
+    assert history == [message]

@@ -52,3 +52,31 @@ async def test_a_store_closed_under_it_stops_it_cleanly(tmp_path: Path) -> None:
         store.close()
         await trio.sleep(0.05)  # a few intervals with the store closed
         nursery.cancel_scope.cancel()
+
+
+async def test_a_wal_grown_past_its_limit_is_truncated_once_readers_let_go(tmp_path: Path) -> None:
+    """A reader holding an old snapshot keeps every checkpoint from finishing, so the WAL grows;
+    once it lets go, the next checkpoint brings the file back under the limit."""
+    store = Store.open(tmp_path / "c.db")
+    wal = Path(f"{store.path}-wal")
+    limit = 256 * 1024
+    reader = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(run_checkpoints, store.db, interval_s=0.02, wal_limit_bytes=limit))
+            reader.execute("BEGIN")
+            reader.execute("SELECT COUNT(*) FROM instances").fetchone()  # the snapshot is held from here
+            for i in range(300):
+                await store.instances.insert(instance(f"id-{i}", f"n{i}", note="x" * 4000))
+            await trio.sleep(0.1)
+            assert wal.stat().st_size > limit  # nothing could be checkpointed past the reader
+            reader.execute("COMMIT")
+            with trio.fail_after(10):
+                while wal.stat().st_size > limit:
+                    await store.instances.insert(instance(f"late-{trio.current_time()}", f"late-{trio.current_time()}"))
+                    await trio.sleep(0.02)
+            assert len(await store.instances.list()) > 300  # every row is still there
+            nursery.cancel_scope.cancel()
+    finally:
+        reader.close()
+        store.close()

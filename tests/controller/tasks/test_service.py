@@ -14,6 +14,7 @@ import httpx
 import trio
 
 from agentic_sandbox.controller.a2a.card import RUNTIME_EXTENSION
+from agentic_sandbox.controller.store import Store, TaskEvent
 from tests.controller.a2a.helpers import process_agent
 from tests.controller.a2a.test_rest import message
 from tests.controller.conftest import ControllerProcess, LiveHostd, controller_env
@@ -43,6 +44,15 @@ def artifact_text(events: list[dict[str, Any]]) -> str:
     return text
 
 
+async def _stored_events(path: Path, task_id: str) -> list[TaskEvent]:
+    """A task's events as the store reads them back (its rows are compact: :mod:`controller.store.tasks`)."""
+    store = Store.open(path)
+    try:
+        return await store.tasks.events_after(task_id, 0, limit=100_000)
+    finally:
+        store.close()
+
+
 async def test_a_task_survives_a_controller_sigkill(hostd: LiveHostd, tmp_path: Path) -> None:
     env = controller_env(tmp_path / "c", hostd.socket_path)
     async with trio.open_nursery() as nursery:
@@ -63,10 +73,7 @@ async def test_a_task_survives_a_controller_sigkill(hostd: LiveHostd, tmp_path: 
             task_id = seen[0]["task"]["id"]
         await first.stop(signal.SIGKILL)
         # What the first controller sent was stored before it was sent.
-        with sqlite3.connect(Path(env["AIWG_STATE_DIR"]) / "controller.db") as db:
-            stored = [
-                json.loads(b) for (b,) in db.execute("SELECT body FROM task_events WHERE task_id = ?", (task_id,))
-            ]
+        stored = [e.body for e in await _stored_events(Path(env["AIWG_STATE_DIR"]) / "controller.db", task_id)]
         sent_updates = [e.get("artifactUpdate") or e.get("statusUpdate") for e in seen[1:]]
         assert all(update in stored for update in sent_updates)
 
@@ -88,13 +95,9 @@ async def test_a_task_survives_a_controller_sigkill(hostd: LiveHostd, tmp_path: 
         assert artifact_text(resumed) == EXPECTED
         assert resumed[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
         positions = [
-            e["artifact"]["metadata"]["kagent.dev/a2a/timeline-position"]
-            for e in (
-                json.loads(b)
-                for (b,) in sqlite3.connect(Path(env["AIWG_STATE_DIR"]) / "controller.db").execute(
-                    "SELECT body FROM task_events WHERE task_id = ? AND kind = 'artifact' ORDER BY seq", (task_id,)
-                )
-            )
+            e.body["artifact"]["metadata"]["kagent.dev/a2a/timeline-position"]
+            for e in await _stored_events(Path(env["AIWG_STATE_DIR"]) / "controller.db", task_id)
+            if e.kind == "artifact"
         ]
         assert positions == sorted(positions) and len(set(positions)) == len(positions)
         assert await second.stop() == 0, second.output()
@@ -125,6 +128,28 @@ async def test_ended_tasks_are_purged_after_the_retention(hostd: LiveHostd, shor
                 left = db.execute("SELECT COUNT(*) FROM task_events WHERE task_id = ?", (done["id"],)).fetchone()[0]
             assert left == 0
             await client.post(f"/tasks/{running['id']}:cancel")
+
+
+async def test_the_retention_keeps_a_count_of_ended_tasks_per_instance(hostd: LiveHostd, short_dir: Path) -> None:
+    from agentic_sandbox.controller.config import load_config
+    from tests.controller.a2a.helpers import new_agent
+    from tests.controller.conftest import serve_controller
+
+    env = controller_env(short_dir / "ctl", hostd.socket_path, AIWG_TASK_RETENTION_PER_INSTANCE="2")
+    config = load_config(env=env)
+    async with serve_controller(config) as live, live.client() as admin:
+        agent = await new_agent(admin, live, "kept", loadout="shell")
+        async with agent.client(live) as client:
+            ids = [
+                (await client.post("/message:send", json={"message": message("true")})).json()["task"]["id"]
+                for _ in range(4)
+            ]
+            assert await live.state.tasks.prune() == 2  # what the purger's timer does
+            assert [(await client.get(f"/tasks/{t}")).status_code for t in ids] == [404, 404, 200, 200]
+            listed = (await client.get("/tasks")).json()
+            assert listed["totalSize"] == 2 and {t["id"] for t in listed["tasks"]} == set(ids[2:])
+        metrics = (await admin.get("/metrics")).text
+        assert 'aiwg_tasks_pruned_total{reason="count"} 2.0' in metrics
 
 
 async def test_an_ended_tasks_exec_is_deleted_on_hostd(hostd: LiveHostd, short_dir: Path) -> None:

@@ -228,7 +228,32 @@ CREATE TRIGGER agent_outbox_news AFTER INSERT ON agent_outbox
     FOR EACH ROW EXECUTE FUNCTION aiwg_outbox_news();
 """
 
-STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5, STEP_6, STEP_7, STEP_8)
+#: Step 9: costs that stay flat as the history grows. ``task_counts`` holds how many tasks each
+#: instance has in each state (``instance_id`` '' counts every instance's), kept as tasks are made,
+#: change state and are pruned: what ListTasks' ``totalSize`` reads instead of counting rows. Pages
+#: filtered by context or state, every instance's tasks by status time (the admin list), by state
+#: alone, and the retention's oldest ended tasks each read an index of their own (the old index by
+#: state, which gave no order, goes). Those the planner picks by their equalities alone leave the
+#: id out (a tie of status times is sorted when read: the id costs 36 bytes a task in each); one
+#: whose rival index gives the whole order keeps it, so that it wins (SQLite has no statistics
+#: here). Filling the counts reads the history once, here.
+STEP_9 = """
+CREATE TABLE IF NOT EXISTS task_counts (
+    instance_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (instance_id, state)
+);
+INSERT INTO task_counts SELECT instance_id, state, COUNT(*) FROM tasks GROUP BY instance_id, state;
+INSERT INTO task_counts SELECT '', state, COUNT(*) FROM tasks GROUP BY state;
+CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (context_id, status_at DESC);
+CREATE INDEX IF NOT EXISTS tasks_by_instance_state ON tasks (instance_id, state, status_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS tasks_by_status_at ON tasks (status_at DESC);
+DROP INDEX IF EXISTS tasks_by_state;
+CREATE INDEX IF NOT EXISTS tasks_by_state_at ON tasks (state, status_at DESC, id DESC);
+"""
+
+STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5, STEP_6, STEP_7, STEP_8, STEP_9)
 #: What PostgreSQL runs after a step's common SQL, by step number.
 POSTGRES_ONLY: dict[int, str] = {8: POSTGRES_STEP_8}
 

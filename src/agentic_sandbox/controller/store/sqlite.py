@@ -46,6 +46,10 @@ import trio
 
 from .database import Connection, Database, SchemaTooNew, StoreClosed
 
+#: The WAL's size past which it is truncated (:mod:`controller.store.wal`); it passes it by at most
+#: what is written between two checkpoints.
+WAL_LIMIT_BYTES = 64 * 1024 * 1024
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -129,6 +133,7 @@ class SqliteDatabase(Database):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=5000")
+            db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES:d}")  # see controller.store.wal
             migrate(db, steps)
         except BaseException:
             db.close()

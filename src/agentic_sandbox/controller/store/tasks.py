@@ -35,6 +35,8 @@ TERMINAL = ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", 
 INTERRUPTED = ("TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED")
 #: Timeline times of one task are at least this far apart, so they order as they were stored.
 TICK_S = 1e-6
+#: Tasks deleted by one purge transaction at most (a short hold of the store; the purger repeats).
+PURGE_BATCH = 500
 #: hitl-prompt/v1: a waiting task's status message holds its prompt under this metadata key.
 HITL_EXTENSION = "https://agentic-sandbox.aiwg.io/extensions/hitl-prompt/v1"
 #: The gateway's timeline key (kagent metadata note), set on every message and artifact stored.
@@ -141,9 +143,60 @@ def _record(row: Any) -> TaskRecord:
 
 
 def _event(row: Any) -> TaskEvent:
-    return TaskEvent(
-        task_id=row["task_id"], seq=row["seq"], kind=row["kind"], body=from_json(row["body"]), at=row["at"]
-    )
+    """An event row read with its task's ``context_id``, its body whole again (:func:`_whole`)."""
+    task_id, kind, at = row["task_id"], row["kind"], row["at"]
+    body = _whole(from_json(row["body"]), task_id, row["context_id"], kind, at)
+    return TaskEvent(task_id=task_id, seq=row["seq"], kind=kind, body=body, at=at)
+
+
+# -- the compact event body ------------------------------------------------------------------------
+#
+# An event's body is stored without what the row says already: the task and context ids every A2A
+# event and message of a task repeats, and the timeline stamps (:func:`stamp`), which are the
+# event's own time. Read back, a body is made whole again, so a reader sees exactly what was
+# stored before (a body stored whole, by an older controller, reads the same way).
+
+
+def _compact(event: TaskEvent, context_id: str) -> dict[str, Any]:
+    """The body to store: ``event.body`` without its ids and stamps (the body itself, shared with
+    the readers in memory, is left as it is)."""
+    body, position = event.body, rfc3339_us(event.at)
+    out = {k: v for k, v in body.items() if not _said((k, v), event.task_id, context_id)}
+    if event.kind == "message":
+        _unstamp(out, position)
+    elif event.kind == "status" and isinstance(status := out.get("status"), dict):
+        status = out["status"] = {k: v for k, v in status.items() if not (k == "timestamp" and v == position)}
+        if isinstance(status.get("message"), dict):
+            status["message"] = _unstamp(dict(status["message"]), position)
+    elif event.kind == "artifact" and isinstance(out.get("artifact"), dict):
+        out["artifact"] = _unstamp(dict(out["artifact"]), position)
+    return out
+
+
+def _said(item: tuple[str, Any], task_id: str, context_id: str) -> bool:
+    key, value = item
+    return (key == "taskId" and value == task_id) or (key == "contextId" and value == context_id)
+
+
+def _unstamp(target: dict[str, Any], position: str) -> dict[str, Any]:
+    metadata = target.get("metadata")
+    if isinstance(metadata, dict) and metadata.get(TIMELINE_POSITION) == position:
+        rest = {k: v for k, v in metadata.items() if k != TIMELINE_POSITION}
+        if rest:
+            target["metadata"] = rest
+        else:
+            del target["metadata"]
+    return target
+
+
+def _whole(body: dict[str, Any], task_id: str, context_id: str, kind: str, at: float) -> dict[str, Any]:
+    """A stored body as it was before :func:`_compact`."""
+    if kind == "message":
+        body = {**body, "taskId": body.get("taskId", task_id), "contextId": body.get("contextId", context_id)}
+    else:
+        body = {"taskId": task_id, "contextId": context_id, **body}
+    stamp(kind, body, at)
+    return body
 
 
 def fold_artifact(stored: dict[str, Any] | None, chunk: dict[str, Any], append: bool) -> dict[str, Any]:
@@ -210,8 +263,9 @@ class TaskTable:
                 ),
             )
             rows: list[tuple[Any, ...]] = []
-            _store_event(db, event, first, rows)
+            _store_event(db, event, first, rows, rec.context_id)
             _insert_events(db, rows)
+            _recount(db, {(rec.instance_id, rec.state): 1})
             return event
 
         return await self._db.quick(self._db.transaction(create))
@@ -239,7 +293,7 @@ class TaskTable:
             for change in changes:
                 event = _apply(rec, change, now)
                 if event is not None:
-                    _store_event(db, event, change, rows)
+                    _store_event(db, event, change, rows, rec.context_id)
                 events.append(event)
             _insert_events(db, rows)
             _update_row(db, rec, before)
@@ -267,7 +321,9 @@ class TaskTable:
     async def events_after(self, task_id: str, seq: int, limit: int = 500) -> list[TaskEvent]:
         rows = await self._db.quick(
             lambda db: db.execute(
-                "SELECT * FROM task_events WHERE task_id = ? AND seq > ? ORDER BY seq LIMIT ?", (task_id, seq, limit)
+                "SELECT e.*, t.context_id FROM task_events e JOIN tasks t ON t.id = e.task_id"
+                " WHERE e.task_id = ? AND e.seq > ? ORDER BY e.seq LIMIT ?",
+                (task_id, seq, limit),
             ).fetchall()
         )
         return [_event(r) for r in rows]
@@ -286,7 +342,7 @@ class TaskTable:
 
     async def page(
         self,
-        instance_id: str,
+        instance_id: str | None,
         *,
         context_id: str | None,
         state: str | None,
@@ -295,25 +351,41 @@ class TaskTable:
         limit: int,
     ) -> tuple[list[TaskRecord], int]:
         """One page, newest status first (ties by id), after the ``after`` cursor; and the total
-        number of tasks matching the filters."""
-        where, args = ["instance_id = ?"], [instance_id]
+        number of tasks matching the filters. ``instance_id`` None: every instance's tasks."""
+        where: list[str] = []
+        args: list[Any] = []
+        # With a context, its index is the one to read (a context holds few tasks, an instance
+        # or a state may hold the whole history); SQLite's planner, which has no statistics
+        # here, would take an index of more equalities that also gives the order. ``|| ''``
+        # keeps a column's term off every index, in SQLite and PostgreSQL alike.
+        off_index = " || ''" if context_id is not None else ""
+        if instance_id is not None:
+            where.append(f"instance_id{off_index} = ?")
+            args.append(instance_id)
         if context_id is not None:
             where.append("context_id = ?")
             args.append(context_id)
         if state is not None:
-            where.append("state = ?")
+            where.append(f"state{off_index} = ?")
             args.append(state)
         if status_after is not None:
             where.append("status_at >= ?")
-            args.append(status_after)  # type: ignore[arg-type]
-        filters = " AND ".join(where)
+            args.append(status_after)
+        filters = " AND ".join(where) or "1 = 1"
         page_where, page_args = filters, list(args)
         if after is not None:
             page_where += " AND (status_at < ? OR (status_at = ? AND id < ?))"
-            page_args += [after[0], after[0], after[1]]  # type: ignore[list-item]
+            page_args += [after[0], after[0], after[1]]
+
+        counted = context_id is None and status_after is None
+        count = _COUNTED.format(states="state = ?" if state is not None else "1 = 1")
+        count_args = [instance_id or ""] + ([state] if state is not None else [])
 
         def query(db: Connection) -> tuple[list[TaskRecord], int]:
-            total = db.execute(f"SELECT COUNT(*) FROM tasks WHERE {filters}", args).fetchone()[0]
+            if counted:  # kept as tasks change: a few rows, whatever the history
+                total = db.execute(count, count_args).fetchone()[0] or 0
+            else:  # the rows of one context, or those changed since a time: an index range
+                total = db.execute(f"SELECT COUNT(*) FROM tasks WHERE {filters}", args).fetchone()[0]
             rows = db.execute(
                 f"SELECT * FROM tasks WHERE {page_where} ORDER BY status_at DESC, id DESC LIMIT ?", [*page_args, limit]
             ).fetchall()
@@ -321,23 +393,43 @@ class TaskTable:
 
         return await self._db.run(query)
 
-    async def purge(self, ended_before: float) -> list[str]:
-        """Delete terminal tasks whose last status is older than ``ended_before`` (with their
-        events, artifacts and push configs); returns their ids."""
+    async def purge(self, ended_before: float, limit: int = PURGE_BATCH) -> list[str]:
+        """Delete up to ``limit`` terminal tasks whose last status is older than ``ended_before``,
+        oldest first, with their events, artifacts, push configs and queued agent messages; returns
+        their ids. One short transaction: the caller repeats while a whole batch went."""
         marks = ",".join("?" * len(TERMINAL))
-        doomed = f"SELECT id FROM tasks WHERE state IN ({marks}) AND status_at < ?"
-        args = (*TERMINAL, ended_before)
+        # tasks_by_status_at from its old end; an unfinished task there is stepped over.
+        oldest = f"SELECT id FROM tasks WHERE status_at < ? AND state IN ({marks}) ORDER BY status_at, id LIMIT ?"
 
         def purge(db: Connection) -> list[str]:
-            ids = [row[0] for row in db.execute(doomed, args)]
-            db.execute(f"DELETE FROM task_events WHERE task_id IN ({doomed})", args)
-            db.execute(f"DELETE FROM task_artifacts WHERE task_id IN ({doomed})", args)
-            db.execute(f"DELETE FROM push_configs WHERE task_id IN ({doomed})", args)
-            db.execute(f"DELETE FROM agent_outbox WHERE task_id IN ({doomed})", args)
-            db.execute(f"DELETE FROM tasks WHERE id IN ({doomed})", args)
-            return ids
+            ids = [row[0] for row in db.execute(oldest, (ended_before, *TERMINAL, limit)).fetchall()]
+            return _delete(db, ids)
 
         return await self._db.run(self._db.transaction(purge))
+
+    async def trim(self, keep: int, limit: int = PURGE_BATCH) -> list[str]:
+        """Delete the oldest terminal tasks of each instance that has more than ``keep`` of them
+        (at most ``limit`` in all), as :meth:`purge` does; returns their ids."""
+        marks = ",".join("?" * len(TERMINAL))
+        over = (
+            f"SELECT instance_id, SUM(n) FROM task_counts WHERE instance_id <> '' AND state IN ({marks})"
+            " GROUP BY instance_id HAVING SUM(n) > ?"
+        )
+        oldest = "SELECT id, status_at FROM tasks WHERE instance_id = ? AND state = ? ORDER BY status_at, id LIMIT ?"
+
+        def trim(db: Connection) -> list[str]:
+            doomed: list[str] = []
+            for instance_id, ended in db.execute(over, (*TERMINAL, keep)).fetchall():
+                excess = min(int(ended) - keep, limit - len(doomed))
+                if excess <= 0:
+                    break
+                # The oldest of each ended state, merged: the instance's ``excess`` oldest ended tasks.
+                found = [r for state in TERMINAL for r in db.execute(oldest, (instance_id, state, excess)).fetchall()]
+                found.sort(key=lambda r: (r[1], r[0]))
+                doomed += [r[0] for r in found[:excess]]
+            return _delete(db, doomed)
+
+        return await self._db.run(self._db.transaction(trim))
 
     async def unfinished(self) -> list[TaskRecord]:
         rows = await self._db.run(
@@ -396,7 +488,10 @@ def _contents(
     return [from_json(r["body"]) for r in found], _history(db, task_id, history_limit)
 
 
-_MESSAGES = "SELECT body FROM task_events WHERE task_id = ? AND kind = 'message' ORDER BY seq DESC"
+_MESSAGES = (
+    "SELECT e.body, e.at, t.context_id FROM task_events e JOIN tasks t ON t.id = e.task_id"
+    " WHERE e.task_id = ? AND e.kind = 'message' ORDER BY e.seq DESC"
+)
 
 
 def _history(db: Connection, task_id: str, limit: int | None) -> list[dict[str, Any]]:
@@ -407,7 +502,7 @@ def _history(db: Connection, task_id: str, limit: int | None) -> list[dict[str, 
         rows = db.execute(_MESSAGES, (task_id,)).fetchall()
     else:
         rows = db.execute(_MESSAGES + " LIMIT ?", (task_id, limit)).fetchall()
-    return [from_json(r["body"]) for r in reversed(rows)]
+    return [_whole(from_json(r["body"]), task_id, r["context_id"], "message", r["at"]) for r in reversed(rows)]
 
 
 def _apply(rec: TaskRecord, change: Append, now: float) -> TaskEvent | None:
@@ -434,10 +529,12 @@ def _apply(rec: TaskRecord, change: Append, now: float) -> TaskEvent | None:
 _INSERT_EVENT = "INSERT INTO task_events VALUES (?,?,?,?,?)"
 
 
-def _store_event(db: Connection, event: TaskEvent, change: Append, rows: list[tuple[Any, ...]]) -> None:
+def _store_event(
+    db: Connection, event: TaskEvent, change: Append, rows: list[tuple[Any, ...]], context_id: str
+) -> None:
     """Store the artifact chunk and the outbox message the event carries; the event's own row
     goes on ``rows``, inserted with the transaction's others (:func:`_insert_events`)."""
-    rows.append((event.task_id, event.seq, event.kind, to_json(event.body), event.at))
+    rows.append((event.task_id, event.seq, event.kind, to_json(_compact(event, context_id)), event.at))
     if change.artifact is not None:
         shown = event.body.get("artifact")
         if isinstance(shown, dict) and shown is not change.artifact and "metadata" in shown:
@@ -475,6 +572,48 @@ def _update_row(db: Connection, rec: TaskRecord, before: tuple[Any, ...]) -> Non
             args.append(to_json(value) if name in _JSON_COLUMNS else value)
     if sets:
         db.execute(f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", [*args, rec.id])
+    was = before[_STATE_AT]
+    if rec.state != was:
+        _recount(db, {(rec.instance_id, was): -1, (rec.instance_id, rec.state): 1})
+
+
+#: Where the state is in a TaskRecord as a tuple.
+_STATE_AT = _FIELDS.index("state")
+#: One count of ``task_counts``, moved by ``excluded.n`` (its row made at the first task).
+_BUMP = (
+    "INSERT INTO task_counts VALUES (?,?,?)"
+    " ON CONFLICT (instance_id, state) DO UPDATE SET n = task_counts.n + excluded.n"
+)
+#: The count of an instance's tasks (or every instance's, for ''), in the states asked.
+_COUNTED = "SELECT SUM(n) FROM task_counts WHERE instance_id = ? AND {states}"
+
+
+def _recount(db: Connection, deltas: dict[tuple[str, str], int]) -> None:
+    """Move the counts of (instance, state) by their deltas, and every instance's count of each
+    state with them. In key order: two transactions of a shared store lock the rows in one order."""
+    total: dict[tuple[str, str], int] = {}
+    for (instance_id, state), delta in deltas.items():
+        for key in ((instance_id, state), ("", state)):
+            total[key] = total.get(key, 0) + delta
+    moves = [(*key, delta) for key, delta in sorted(total.items()) if delta]
+    if moves:
+        db.executemany(_BUMP, moves)
+
+
+def _delete(db: Connection, ids: list[str]) -> list[str]:
+    """Delete these tasks with everything of theirs; the counts go down by the rows this
+    transaction deleted (another controller's purge may have taken some first)."""
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    for table in ("task_events", "task_artifacts", "push_configs", "agent_outbox"):
+        db.execute(f"DELETE FROM {table} WHERE task_id IN ({marks})", ids)
+    gone = db.execute(f"DELETE FROM tasks WHERE id IN ({marks}) RETURNING id, instance_id, state", ids).fetchall()
+    deltas: dict[tuple[str, str], int] = {}
+    for _id, instance_id, state in gone:
+        deltas[(instance_id, state)] = deltas.get((instance_id, state), 0) - 1
+    _recount(db, deltas)
+    return [row[0] for row in gone]
 
 
 def _fold_into_store(db: Connection, task_id: str, chunk: dict[str, Any], append: bool) -> None:

@@ -48,7 +48,7 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -74,7 +74,7 @@ from ..events.bus import TASK_CREATED, TASK_STATUS_CHANGED, EventBus
 from ..hostlink import HostdLink
 from ..loadouts.service import LoadoutService
 from ..store import Append, InstanceRecord, Store, StoreClosed, StoreUnavailable, TaskRecord
-from ..store.tasks import INTERRUPTED, TERMINAL, LeaseLost, rfc3339_us
+from ..store.tasks import INTERRUPTED, PURGE_BATCH, TERMINAL, LeaseLost, rfc3339_us
 from . import prompts
 from .agentevents import VERSION, AgentEvents, AgentLimits
 from .agentio import EXTENSIONS, check_parts, message_dict, stdin_of, strip_owned
@@ -84,6 +84,9 @@ from .handover import AgentOutbox
 from .hub import TaskHub
 from .model import SendMessageRequest
 from .runner import AGENT_PROTOCOL, Runner, status_change
+
+if TYPE_CHECKING:
+    from ..metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +107,9 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
 CANCEL_GRACE_S = 2.0
 CANCEL_WAIT_S = 15.0
+#: The retention's rounds: at least this often, and a pause between two batches of one round.
+PURGE_INTERVAL_S = 60.0
+PURGE_PAUSE_S = 0.05
 #: States a follow-up message takes a task out of (back to working) when no prompt is pending.
 RESUMED_BY_MESSAGE = frozenset({"TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"})
 #: Set while a send runs again under an idempotency/v1 key whose first send died with its controller
@@ -164,6 +170,8 @@ class TaskService:
         files: TaskFiles,
         logs: TaskLogs,
         retention_s: float = 7 * 24 * 3600.0,
+        keep_per_instance: int = 0,
+        metrics: Metrics | None = None,
         max_output_bytes: int = 16 * 1024 * 1024,
         agent_limits: AgentLimits = AgentLimits(),
         agent_cancel_grace_s: float = 5.0,
@@ -183,6 +191,8 @@ class TaskService:
         self.events = events
         self.hub = TaskHub()
         self.retention_s = retention_s
+        self.keep_per_instance = keep_per_instance
+        self.metrics = metrics
         self.max_output_bytes = max_output_bytes
         self._nursery: trio.Nursery | None = None
         self._canceling: set[str] = set()
@@ -573,22 +583,41 @@ class TaskService:
         return False
 
     async def run_purger(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Delete ended tasks older than the retention, on a timer, forever."""
-        interval = min(max(self.retention_s / 4, 0.05), 300.0)
+        """Prune ended tasks past the retention's age or past the count kept per instance, on a
+        timer, forever; in batches of short transactions with a pause between, so requests go on
+        meanwhile."""
+        interval = min(max(self.retention_s / 4, 0.05), PURGE_INTERVAL_S)
         task_status.started()
         while True:
             try:
-                purged = await self.store.tasks.purge(time.time() - self.retention_s)
+                await self.prune()
             except StoreClosed:
                 return
             except StoreUnavailable as exc:
                 log.warning("task purge: %s (tried again later)", exc.message)
-                purged = []
-            if purged:
-                log.info("purged %d ended task(s) past retention", len(purged))
-                await self.files.remove(purged)
-                await self.logs.remove(purged)
             await trio.sleep(interval)
+
+    async def prune(self) -> int:
+        """One round of :meth:`run_purger`: until nothing is left to prune; how many went."""
+        pruned = 0
+        rounds: list[tuple[str, Callable[[], Awaitable[list[str]]]]] = [
+            ("age", lambda: self.store.tasks.purge(time.time() - self.retention_s))
+        ]
+        if self.keep_per_instance:
+            rounds.append(("count", lambda: self.store.tasks.trim(self.keep_per_instance)))
+        for reason, batch in rounds:
+            while gone := await batch():
+                pruned += len(gone)
+                if self.metrics is not None:
+                    self.metrics.tasks_pruned.labels(reason=reason).inc(len(gone))
+                await self.files.remove(gone)
+                await self.logs.remove(gone)
+                if len(gone) < PURGE_BATCH:
+                    break
+                await trio.sleep(PURGE_PAUSE_S)
+        if pruned:
+            log.info("pruned %d ended task(s) past retention", pruned)
+        return pruned
 
     # -- restart --------------------------------------------------------------------------------
 
