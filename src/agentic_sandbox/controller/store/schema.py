@@ -229,7 +229,7 @@ CREATE TRIGGER agent_outbox_news AFTER INSERT ON agent_outbox
 """
 
 #: Step 9: costs that stay flat as the history grows. ``task_counts`` holds how many tasks each
-#: instance has in each state (``instance_id`` '' counts every instance's), kept as tasks are made,
+#: instance has in each state, kept as tasks are made,
 #: change state and are pruned: what ListTasks' ``totalSize`` reads instead of counting rows. Pages
 #: filtered by context or state, every instance's tasks by status time (the admin list), by state
 #: alone, and the retention's oldest ended tasks each read an index of their own (the old index by
@@ -245,7 +245,6 @@ CREATE TABLE IF NOT EXISTS task_counts (
     PRIMARY KEY (instance_id, state)
 );
 INSERT INTO task_counts SELECT instance_id, state, COUNT(*) FROM tasks GROUP BY instance_id, state;
-INSERT INTO task_counts SELECT '', state, COUNT(*) FROM tasks GROUP BY state;
 CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (context_id, status_at DESC);
 CREATE INDEX IF NOT EXISTS tasks_by_instance_state ON tasks (instance_id, state, status_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS tasks_by_status_at ON tasks (status_at DESC);

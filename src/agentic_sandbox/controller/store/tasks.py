@@ -378,8 +378,11 @@ class TaskTable:
             page_args += [after[0], after[0], after[1]]
 
         counted = context_id is None and status_after is None
-        count = _COUNTED.format(states="state = ?" if state is not None else "1 = 1")
-        count_args = [instance_id or ""] + ([state] if state is not None else [])
+        count = _COUNTED.format(
+            instance="instance_id = ?" if instance_id is not None else "1 = 1",
+            states="state = ?" if state is not None else "1 = 1",
+        )
+        count_args = ([instance_id] if instance_id is not None else []) + ([state] if state is not None else [])
 
         def query(db: Connection) -> tuple[list[TaskRecord], int]:
             if counted:  # kept as tasks change: a few rows, whatever the history
@@ -412,7 +415,7 @@ class TaskTable:
         (at most ``limit`` in all), as :meth:`purge` does; returns their ids."""
         marks = ",".join("?" * len(TERMINAL))
         over = (
-            f"SELECT instance_id, SUM(n) FROM task_counts WHERE instance_id <> '' AND state IN ({marks})"
+            f"SELECT instance_id, SUM(n) FROM task_counts WHERE state IN ({marks})"
             " GROUP BY instance_id HAVING SUM(n) > ?"
         )
         oldest = "SELECT id, status_at FROM tasks WHERE instance_id = ? AND state = ? ORDER BY status_at, id LIMIT ?"
@@ -584,18 +587,15 @@ _BUMP = (
     "INSERT INTO task_counts VALUES (?,?,?)"
     " ON CONFLICT (instance_id, state) DO UPDATE SET n = task_counts.n + excluded.n"
 )
-#: The count of an instance's tasks (or every instance's, for ''), in the states asked.
-_COUNTED = "SELECT SUM(n) FROM task_counts WHERE instance_id = ? AND {states}"
+#: The count of an instance's tasks in the states asked; every instance's (a row per instance and
+#: state: no row that every task's change would lock) with ``{instance}`` ``1 = 1``.
+_COUNTED = "SELECT SUM(n) FROM task_counts WHERE {instance} AND {states}"
 
 
 def _recount(db: Connection, deltas: dict[tuple[str, str], int]) -> None:
-    """Move the counts of (instance, state) by their deltas, and every instance's count of each
-    state with them. In key order: two transactions of a shared store lock the rows in one order."""
-    total: dict[tuple[str, str], int] = {}
-    for (instance_id, state), delta in deltas.items():
-        for key in ((instance_id, state), ("", state)):
-            total[key] = total.get(key, 0) + delta
-    moves = [(*key, delta) for key, delta in sorted(total.items()) if delta]
+    """Move the counts of (instance, state) by their deltas. In key order: two transactions of a
+    shared store lock the rows in one order."""
+    moves = [(*key, delta) for key, delta in sorted(deltas.items()) if delta]
     if moves:
         db.executemany(_BUMP, moves)
 
