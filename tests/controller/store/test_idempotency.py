@@ -72,3 +72,12 @@ async def test_a_claim_that_ran_out_is_taken_over_and_a_dropped_one_frees_the_ke
     assert await store.idempotency.claim(*key, owner="c", until=33.0, now=23.0, ttl_s=100) is Claim.BUSY
     await store.idempotency.unclaim(*key, "b")
     assert await store.idempotency.claim(*key, owner="c", until=34.0, now=24.0, ttl_s=100) is Claim.MINE
+
+
+async def test_a_large_bound_is_counted_every_hundredth_of_it(store: Store) -> None:
+    """Counting at every put would scan the whole cache per send: a bound of 1,000 is checked
+    every 10 puts (and at the first), so it is passed by 1 % at most."""
+    for i in range(1_011):
+        await store.idempotency.put("i1", "rest", f"m{i}", _entry("h", 10.0 + i, ttl=1e6), max_entries=1_000)
+    assert 1_000 <= await store.idempotency.count() <= 1_010
+    assert await store.idempotency.get("i1", "rest", "m0", now=2_000.0) is None  # the oldest went

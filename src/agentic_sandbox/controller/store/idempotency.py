@@ -3,7 +3,10 @@
 Rows are keyed by instance, scope (the binding: a JSON-RPC response differs from the HTTP+JSON
 one for the same request) and message id. :meth:`IdempotencyTable.put` keeps the first response
 (a concurrent duplicate never overwrites it) and holds the table to its bounds in the same
-transaction: expired rows go, then the oldest ``created_at`` beyond ``max_entries``.
+transaction: expired rows go (from their index), and the oldest ``created_at`` beyond
+``max_entries`` at every hundredth of ``max_entries`` puts of this controller (at most every
+:data:`TRIM_EVERY`): counting the rows at every put would cost each send a scan of the whole
+cache, and between two counts it passes its bound by 1 % at most.
 
 Several controllers (a shared store): before a send runs, its controller claims the key
 (:meth:`IdempotencyTable.claim`): a row with status :data:`CLAIMED` owned by the controller until
@@ -24,6 +27,8 @@ from .database import Connection, Database
 
 #: The status of a claim: a send with this key is running at ``owner`` (no answer yet).
 CLAIMED = -1
+#: Puts between two counts of the cache against its bound, at most (see the module docstring).
+TRIM_EVERY = 1000
 
 _COLUMNS = "instance_id, scope, message_id, request_hash, response_status, response_body, created_at, expires_at"
 
@@ -56,6 +61,7 @@ class Claim(Enum):
 class IdempotencyTable:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._puts = 0
 
     async def get(self, instance_id: str, scope: str, message_id: str, now: float) -> CachedResponse | None:
         """The live answer for the key, or None (an expired entry and a claim are misses)."""
@@ -125,6 +131,10 @@ class IdempotencyTable:
     async def put(
         self, instance_id: str, scope: str, message_id: str, entry: CachedResponse, *, max_entries: int
     ) -> None:
+        # The first put after a start, then every hundredth of the bound.
+        trim = self._puts % min(TRIM_EVERY, max(1, max_entries // 100)) == 0
+        self._puts += 1
+
         def put(db: Connection) -> None:
             db.execute("DELETE FROM idempotency_cache WHERE expires_at <= ?", (entry.created_at,))
             # An expired row under the same key was just removed, so this inserts, or replaces a
@@ -147,6 +157,8 @@ class IdempotencyTable:
                     CLAIMED,
                 ),
             )
+            if not trim:
+                return
             (count,) = db.execute("SELECT COUNT(*) FROM idempotency_cache").fetchone()
             if count > max_entries:
                 db.execute(
