@@ -159,6 +159,7 @@ def test_proto_exports_are_pinned() -> None:
             "HostdTimeout",
             "HostdUnavailable",
             "HostdVersionMismatch",
+            "Limit",
             "LogConfigError",
             "UnknownFrame",
             "dev_hostd_socket",

@@ -11,7 +11,7 @@ import pytest
 from agentic_sandbox.hostd import checkpoints
 from agentic_sandbox.hostd.checkpoints import CheckpointRecord, CheckpointStore
 from agentic_sandbox.hostd.errors import RpcError
-from agentic_sandbox.proto import ErrorCode
+from agentic_sandbox.proto import ErrorCode, Limit
 from agentic_sandbox.proto import messages as m
 
 
@@ -91,5 +91,7 @@ def test_the_number_kept_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(RpcError) as full:
         store.prepare("c")
     assert full.value.code is ErrorCode.LIMIT_REACHED
+    # A fixed bound (no setting) that waiting does not lift (no retry_after_s).
+    assert Limit.from_details(full.value.details) == Limit(name="checkpoints", limit=2)
     store.remove("a")
     assert store.prepare("c") == store.data_path("c")

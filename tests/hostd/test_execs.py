@@ -15,12 +15,12 @@ import pytest
 import trio
 
 from agentic_sandbox.hostd import procspawn, proctree
-from agentic_sandbox.hostd.config import HostdConfig
-from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.hostd.config import SETTINGS, HostdConfig
+from agentic_sandbox.hostd.errors import SLOT_RETRY_S, RpcError
 from agentic_sandbox.hostd.execs import ExecRegistry
 from agentic_sandbox.hostd.instances import InstanceRegistry
 from agentic_sandbox.hostd.proctree import Cgroups
-from agentic_sandbox.proto import ErrorCode, new_id
+from agentic_sandbox.proto import ErrorCode, Limit, new_id
 from agentic_sandbox.proto import messages as m
 from tests.hostd.registries import make_config, open_registry, real_cgroups
 from tests.processes import tree_procs
@@ -349,6 +349,10 @@ async def test_argument_errors(env: Env, tmp_path: Path) -> None:
     assert code_of(excinfo) is ErrorCode.INSTANCE_INVALID_STATE
 
 
+def test_the_limit_names_the_setting_that_sets_it() -> None:
+    assert {row.field: row.env for row in SETTINGS}["max_execs"] == ExecRegistry.setting
+
+
 async def test_limit_counts_live_execs(tmp_path: Path, leak_check: None) -> None:
     # The exec limit is its own: a session limit of 1 would have refused the second exec here.
     config = make_config(tmp_path, max_execs=1, max_sessions=100)
@@ -358,6 +362,9 @@ async def test_limit_counts_live_execs(tmp_path: Path, leak_check: None) -> None
         with pytest.raises(RpcError) as excinfo:
             await env.start(["true"])
         assert code_of(excinfo) is ErrorCode.LIMIT_REACHED
+        assert Limit.from_details(excinfo.value.details) == Limit(
+            name="execs", limit=1, setting="AIWG_MAX_EXECS", retry_after_s=SLOT_RETRY_S
+        )
         await env.execs.kill(first.exec_id, 0)
         second = await env.start(["true"])  # an exited exec no longer counts
         await env.wait_exited(second.exec_id)
@@ -370,6 +377,9 @@ async def test_limit_counts_live_execs(tmp_path: Path, leak_check: None) -> None
         with pytest.raises(RpcError) as excinfo:
             await env.start(["true"])
         assert code_of(excinfo) is ErrorCode.LIMIT_REACHED
+        assert Limit.from_details(excinfo.value.details) == Limit(
+            name="exited_execs", limit=env.execs.max_retained, setting="AIWG_MAX_EXECS"
+        )
         assert all(env.execs.get(x).state == "exited" for x in kept)  # nothing was dropped
         await env.execs.delete(kept[0])
         await env.wait_exited((await env.start(["true"])).exec_id)

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 
-from agentic_sandbox.hostd.errors import RpcError
-from agentic_sandbox.proto import ErrorCode
+from agentic_sandbox.hostd.errors import SLOT_RETRY_S, RpcError
+from agentic_sandbox.proto import ErrorCode, Limit
 from agentic_sandbox.proto import messages as m
 
 from .test_sessions import (  # noqa: F401  (fixtures)
@@ -100,9 +100,15 @@ async def test_checks_at_creation_and_at_start(make_harness: Callable[..., Await
     with pytest.raises(RpcError) as err:
         await hold(h, "sleep", "300")  # pending ones have their own bound
     assert err.value.code is ErrorCode.LIMIT_REACHED
+    assert Limit.from_details(err.value.details) == Limit(
+        name="pending_sessions", limit=1, setting="AIWG_MAX_SESSIONS", retry_after_s=SLOT_RETRY_S
+    )
     with pytest.raises(RpcError) as err:
         await start(h, pending.session_id)  # starting it would run two
     assert err.value.code is ErrorCode.LIMIT_REACHED
+    assert Limit.from_details(err.value.details) == Limit(
+        name="sessions", limit=1, setting="AIWG_MAX_SESSIONS", retry_after_s=SLOT_RETRY_S
+    )
     assert h.registry.get(pending.session_id).pending  # and it still waits
     await h.registry.kill(running.session_id, 0)
 

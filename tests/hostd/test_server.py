@@ -19,10 +19,12 @@ import trio
 
 from agentic_sandbox.proto import (
     PROTOCOL_VERSION,
+    ErrorCode,
     FrameBuffer,
     FrameEncoder,
     HostdConnectionLost,
     HostdRemoteError,
+    Limit,
     open_hostd,
 )
 from agentic_sandbox.proto import messages as m
@@ -581,3 +583,17 @@ async def test_a_stream_cancelled_before_its_task_ran_is_ended(hostd: HostdProce
         async with open_hostd(hostd.socket_path) as client:
             assert (await client.call(m.SessionGetRequest(session_id=sid))).session.subscribers == 0
             await client.call(m.InstanceDestroyRequest(instance_id="cancel", grace_s=0.5))
+
+
+async def test_a_connection_past_the_limit_is_told_which_limit(tmp_path: Path) -> None:
+    proc = HostdProcess(tmp_path / "state", env={"AIWG_MAX_CONNECTIONS": "1"}).start()
+    try:
+        async with open_hostd(proc.socket_path):
+            # Nothing sent: refused before its Hello, it is told why and closed.
+            frames = await raw_exchange(proc.socket_path, b"")
+    finally:
+        proc.stop()
+    assert len(frames) == 1 and isinstance(frames[0], m.ErrorResponse), frames
+    assert frames[0].code == ErrorCode.LIMIT_REACHED.value
+    # Which limit and the setting that raises it; no retry_after_s: hostd cannot say when one ends.
+    assert Limit.from_details(frames[0].details) == Limit(name="connections", limit=1, setting="AIWG_MAX_CONNECTIONS")

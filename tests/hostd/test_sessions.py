@@ -20,12 +20,12 @@ import pytest
 import trio
 
 from agentic_sandbox.hostd import procspawn
-from agentic_sandbox.hostd.config import RETAINED_PER_LIVE
-from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.hostd.config import RETAINED_PER_LIVE, SETTINGS
+from agentic_sandbox.hostd.errors import QUEUE_RETRY_S, SLOT_RETRY_S, RpcError
 from agentic_sandbox.hostd.proctree import Cgroups
-from agentic_sandbox.hostd.ptysession import parse_signal
+from agentic_sandbox.hostd.ptysession import INPUT_BACKLOG_BYTES, parse_signal
 from agentic_sandbox.hostd.sessions import SessionRegistry
-from agentic_sandbox.proto import ErrorCode
+from agentic_sandbox.proto import ErrorCode, Limit
 from agentic_sandbox.proto import messages as m
 from tests.hostd.registries import make_config, open_registry, real_cgroups
 from tests.processes import procs_where, tree_procs
@@ -497,9 +497,33 @@ async def test_max_sessions(make_harness: Callable[..., Awaitable[Harness]]) -> 
     with pytest.raises(RpcError) as err:
         await h.create("sleep", "300")
     assert err.value.code is ErrorCode.LIMIT_REACHED
+    # Which limit, its setting, and that a session ending frees a slot: the controller's 429.
+    assert Limit.from_details(err.value.details) == Limit(
+        name="sessions", limit=2, setting="AIWG_MAX_SESSIONS", retry_after_s=SLOT_RETRY_S
+    )
     await h.registry.kill(a.session_id, 0)
     await h.create("sleep", "300")  # exited sessions do not count
     assert h.registry.counts() == (3, 2)
+
+
+def test_the_limit_names_the_setting_that_sets_it() -> None:
+    assert {row.field: row.env for row in SETTINGS}["max_sessions"] == SessionRegistry.setting
+
+
+async def test_input_a_session_does_not_read_is_refused_past_its_backlog(
+    make_harness: Callable[..., Awaitable[Harness]],
+) -> None:
+    h = await make_harness()
+    info = await h.create("sleep", "300")  # never reads its terminal
+    chunk = b"x" * m.MAX_INPUT_BYTES
+    with pytest.raises(RpcError) as err:
+        for _ in range(INPUT_BACKLOG_BYTES // len(chunk) + 2):
+            await h.registry.write(info.session_id, chunk)
+    assert err.value.code is ErrorCode.LIMIT_REACHED
+    # A fixed bound, worth retrying: a child that reads again drains it.
+    assert Limit.from_details(err.value.details) == Limit(
+        name="input_backlog", limit=INPUT_BACKLOG_BYTES, retry_after_s=QUEUE_RETRY_S
+    )
 
 
 async def test_exited_sessions_kept_are_bounded_not_dropped(make_harness: Callable[..., Awaitable[Harness]]) -> None:
@@ -514,6 +538,11 @@ async def test_exited_sessions_kept_are_bounded_not_dropped(make_harness: Callab
     with pytest.raises(RpcError) as err:
         await h.create("true")
     assert err.value.code is ErrorCode.LIMIT_REACHED
+    # Waiting does not help here (no retry_after_s): exited sessions stay until deleted.
+    assert Limit.from_details(err.value.details) == Limit(
+        name="exited_sessions", limit=RETAINED_PER_LIVE, setting="AIWG_MAX_SESSIONS"
+    )
+    assert err.value.details["retained"] == RETAINED_PER_LIVE
     # Nothing was dropped to make room: every exit code is still there.
     assert all(h.registry.get(sid).exit_code == 0 for sid in done)
     await h.registry.delete(done[0])

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from agentic_sandbox.proto import errors as e
-from agentic_sandbox.proto.errors import ErrorCode, HostdRemoteError
+from agentic_sandbox.proto.errors import ErrorCode, HostdRemoteError, Limit
 
 
 def test_codes_are_distinct_dotted_values_each_with_a_phrase() -> None:
@@ -54,3 +54,12 @@ def test_the_hierarchy_callers_catch_by(cls: type[Exception], parents: tuple[typ
     others = {e.HostdUnavailable, e.HostdTimeout, e.HostdProtocolError, e.HostdRemoteError} - {cls, *parents}
     assert not any(issubclass(cls, other) for other in others)
     assert not issubclass(e.HostdError, (TimeoutError, OSError))  # callers never catch it by accident
+
+
+def test_a_limit_rides_in_a_refusals_details_and_older_details_name_none() -> None:
+    limit = Limit(name="sessions", limit=256, setting="AIWG_MAX_SESSIONS", retry_after_s=5)
+    details = {**limit.details(), "retained": 3}  # a refusal may add its own entries
+    assert Limit.from_details(details) == limit
+    assert Limit.from_details({"name": "checkpoints", "limit": 256}) == Limit(name="checkpoints", limit=256)
+    assert Limit.from_details({"limit": 256}) is None  # an older hostd's: which limit is unknown
+    assert Limit.from_details({}) is None

@@ -18,7 +18,8 @@ service failure reads the same on every surface, and no service picks a status c
     │   └── UnsupportedMedia        input in a form this call does not take
     ├── TooLarge                    input over a configured bound
     │   └── storage.ObjectTooLarge  (storage.too_large)
-    ├── LimitReached                a bound on concurrent use is full (rate_limit.exceeded)
+    ├── LimitReached                a configured limit is full (limit.sessions, limit.execs, ...,
+    │                               rate_limit.exceeded): 429, Retry-After where waiting helps
     ├── Unauthenticated             no credential, or an unknown one (auth.unauthorized)
     ├── Forbidden                   the caller may not do this (auth.forbidden)
     │   └── storage.ScopeReadOnly   (storage.scope_disabled)
@@ -119,7 +120,21 @@ class TooLarge(ControllerError):
 
 
 class LimitReached(ControllerError):
-    """A bound on concurrent use is full (e.g. stream followers); the caller may retry later."""
+    """A configured limit is full (hostd's session or exec table, stream followers, ...): an answer,
+    not an outage. ``code`` names the limit (``limit.<what is full>``); the message says the bound
+    and the setting that raises it; ``retry_after_s`` is set where waiting helps (something running
+    ends and frees a slot) and None where it does not (something must be deleted first)."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        retry_after_s: int | None = None,
+        details: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(code, message, details=details)
+        self.retry_after_s = retry_after_s
 
 
 class Unauthenticated(ControllerError):

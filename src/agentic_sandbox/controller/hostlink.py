@@ -12,7 +12,10 @@ proto error. :meth:`call` fails closed: when the link is down it raises
 went down; it never queues, waits for a reconnect, or retries. A timeout, a dropped connection or a
 reply we cannot trust is :class:`~controller.errors.OutcomeUnknown` (the call may have taken
 effect); an explicit hostd error keeps its meaning where it names a caller mistake (unknown
-instance, wrong state, bad working dir, ...) and is ``internal.unavailable`` otherwise. The hostd
+instance, wrong state, bad working dir, ...), hostd at one of its limits is
+:class:`~controller.errors.LimitReached` (``limit.<name>``: the limit, its setting and whether
+waiting helps, from the :class:`proto.Limit` in the answer's details), and anything else is
+``internal.unavailable``. The hostd
 code is kept in ``details["hostd_code"]`` and the proto error as ``__cause__``. A ping every
 ``ping_interval_s`` notices a peer that is connected but hung (the ping's deadline passes): the link
 drops the connection, reports not ready with the reason, and reconnects. ``ready`` and ``reason``
@@ -38,6 +41,7 @@ from agentic_sandbox.proto import (
     HostdRemoteError,
     HostdStreamOverflow,
     HostdTimeout,
+    Limit,
     current_log_ids,
     open_hostd,
 )
@@ -47,6 +51,7 @@ from .errors import (
     Conflict,
     ControllerError,
     InvalidState,
+    LimitReached,
     NotFound,
     OperationFailed,
     OutcomeUnknown,
@@ -65,6 +70,8 @@ BROKEN_POLL_S = 0.05
 
 
 UNAVAILABLE = "internal.unavailable"
+#: hostd at a limit it did not name (an older hostd).
+LIMIT_REACHED = "limit.reached"
 
 
 RemoteFailure = Callable[[HostdRemoteError, dict[str, str]], ControllerError]
@@ -86,8 +93,29 @@ def _invalid(field: str | None) -> RemoteFailure:
     return make
 
 
-#: hostd's explicit answers and the domain error each becomes: caller mistakes keep their meaning;
-#: a code not here (hostd at a limit, shutting down, an internal error) fails closed as unavailable.
+def _limit_reached(exc: HostdRemoteError, details: dict[str, str]) -> ControllerError:
+    """hostd at a limit: 429 ``limit.<name>`` with the bound, the setting that raises it and, where
+    waiting helps, how long to wait; an older hostd that names no limit: ``limit.reached``."""
+    limit = Limit.from_details(exc.details)
+    if limit is None:
+        return LimitReached(LIMIT_REACHED, exc.message, details=details)
+    details = {**details, "limit": str(limit.limit)}
+    if limit.setting:
+        details["setting"] = limit.setting
+        raised_by = f"set by {limit.setting} on hostd"
+    else:
+        raised_by = "fixed in hostd"
+    return LimitReached(
+        f"limit.{limit.name}",
+        f"{exc.message} (limit {limit.limit}, {raised_by})",
+        retry_after_s=limit.retry_after_s or None,
+        details=details,
+    )
+
+
+#: hostd's explicit answers and the domain error each becomes: caller mistakes keep their meaning,
+#: a full table or queue is a limit (429); a code not here (shutting down, an internal error) fails
+#: closed as unavailable.
 REMOTE_FAILURES: dict[ErrorCode, RemoteFailure] = {
     ErrorCode.INSTANCE_NOT_FOUND: _as(NotFound, "instance.not_found"),
     ErrorCode.INSTANCE_EXISTS: _as(Conflict, "instance.already_exists"),
@@ -106,6 +134,7 @@ REMOTE_FAILURES: dict[ErrorCode, RemoteFailure] = {
     ErrorCode.SESSION_NOT_FOUND: _as(NotFound, "session.not_found"),
     ErrorCode.SESSION_EXITED: _as(InvalidState, "session.exited"),
     ErrorCode.SESSION_PENDING: _as(InvalidState, "session.pending"),
+    ErrorCode.LIMIT_REACHED: _limit_reached,
 }
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import msgspec
 
-from agentic_sandbox.proto import ErrorCode
+from agentic_sandbox.proto import ErrorCode, Limit
 from agentic_sandbox.proto import messages as m
 
-from .errors import RpcError
+from .errors import RpcError, limit_reached
 from .statefile import mkdir_private, write_private
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,11 @@ class CheckpointStore:
                 ErrorCode.REQUEST_INVALID, f"checkpoint {checkpoint_id!r} already exists", checkpoint_id=checkpoint_id
             )
         if len(self.list()) >= MAX_CHECKPOINTS:
-            raise RpcError(ErrorCode.LIMIT_REACHED, f"at most {MAX_CHECKPOINTS} checkpoints are kept")
+            # Fixed, and waiting does not help: checkpoints stay until deleted.
+            raise limit_reached(
+                f"at most {MAX_CHECKPOINTS} checkpoints are kept; delete some before taking more",
+                Limit(name="checkpoints", limit=MAX_CHECKPOINTS),
+            )
         mkdir_private(self.directory)
         data = self.data_path(checkpoint_id)
         data.unlink(missing_ok=True)  # left by a save that failed half way

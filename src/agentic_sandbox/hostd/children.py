@@ -34,11 +34,11 @@ from typing import ClassVar, Generic, TypeVar
 
 import trio
 
-from agentic_sandbox.proto import ErrorCode, bind_log_ids, new_id
+from agentic_sandbox.proto import ErrorCode, Limit, bind_log_ids, new_id
 
 from .config import HostdConfig
 from .envrules import validate_child_env
-from .errors import RpcError
+from .errors import SLOT_RETRY_S, RpcError, limit_reached
 from .instances import Placement
 from .proctree import Cgroups
 
@@ -99,6 +99,8 @@ class ChildRegistry(Generic[C]):
     cgroup_prefix: ClassVar[str]
     not_found: ClassVar[ErrorCode]
     exited: ClassVar[ErrorCode]
+    #: The hostd setting of ``max_live`` (``AIWG_MAX_SESSIONS``, ...), named when a limit is hit.
+    setting: ClassVar[str]
 
     def __init__(
         self,
@@ -175,14 +177,16 @@ class ChildRegistry(Generic[C]):
             )
         running = sum(1 for c in self._children.values() if c.running) + len(self._starting)
         if live and running >= self.max_live:
-            raise RpcError(
-                ErrorCode.LIMIT_REACHED, f"at most {self.max_live} {self.kind}s may run at once", limit=self.max_live
+            raise limit_reached(
+                f"at most {self.max_live} {self.kind}s may run at once",
+                Limit(name=f"{self.kind}s", limit=self.max_live, setting=self.setting, retry_after_s=SLOT_RETRY_S),
             )
         retained = sum(1 for c in self._children.values() if c.done.is_set())
         if retained >= self.max_retained:
-            raise RpcError(
-                ErrorCode.LIMIT_REACHED,
+            # Waiting does not help: exited ones stay until deleted.
+            raise limit_reached(
                 f"{retained} exited {self.kind}s are kept; delete some before starting more",
+                Limit(name=f"exited_{self.kind}s", limit=self.max_retained, setting=self.setting),
                 retained=retained,
             )
         validate_child_env(env)

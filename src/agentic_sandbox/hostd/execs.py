@@ -145,6 +145,7 @@ class ExecRegistry(ChildRegistry[_Exec]):
     cgroup_prefix = "x"
     not_found = ErrorCode.EXEC_NOT_FOUND
     exited = ErrorCode.EXEC_EXITED
+    setting = "AIWG_MAX_EXECS"
 
     def __init__(
         self,

@@ -11,10 +11,10 @@ from pathlib import Path
 import trio
 
 from agentic_sandbox.hostd.children import Child
-from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.hostd.errors import QUEUE_RETRY_S, RpcError, limit_reached
 from agentic_sandbox.hostd.ptyspawn import ExitStatus, PtyChild
 from agentic_sandbox.hostd.ring import OutputRing
-from agentic_sandbox.proto import ErrorCode
+from agentic_sandbox.proto import ErrorCode, Limit
 from agentic_sandbox.proto import messages as m
 
 #: Largest chunk read from or written to a PTY master in one go (one ring entry).
@@ -123,11 +123,11 @@ class Session(Child):
         reading its terminal is told, not buffered for.
         """
         if len(self.pending_input) + len(data) > INPUT_BACKLOG_BYTES:
-            raise RpcError(
-                ErrorCode.LIMIT_REACHED,
+            # Fixed, and worth retrying: a child that reads again drains it.
+            raise limit_reached(
                 f"session {self.id!r} is not reading its input; {len(self.pending_input)} bytes already wait",
+                Limit(name="input_backlog", limit=INPUT_BACKLOG_BYTES, retry_after_s=QUEUE_RETRY_S),
                 backlog=len(self.pending_input),
-                limit=INPUT_BACKLOG_BYTES,
             )
         written = 0
         if not self.pending_input:

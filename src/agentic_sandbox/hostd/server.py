@@ -42,13 +42,14 @@ from agentic_sandbox.proto import (
     FrameEncoder,
     FrameInvalid,
     FrameTooLarge,
+    Limit,
     UnknownFrame,
     log_context,
 )
 from agentic_sandbox.proto import messages as m
 
 from .config import HostdConfig
-from .errors import RpcError
+from .errors import QUEUE_RETRY_S, RpcError
 from .handlers import INLINE, ORDERED, STREAMS, Handlers, ordered_key
 from .listener import BoundSocket, peer_credentials
 from .logids import request_log_ids
@@ -169,11 +170,11 @@ class Connection:
             for send in self._ordered.values():
                 send.close()
 
-    async def _fatal(self, code: ErrorCode, message: str) -> None:
+    async def _fatal(self, code: ErrorCode, message: str, **details: object) -> None:
         """Send a connection-level error frame and give up on the connection."""
         try:
             with trio.move_on_after(1):
-                await self.send_error(0, code, message)
+                await self.send_error(0, code, message, **details)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
@@ -273,7 +274,13 @@ class Connection:
             elif kind is m.HelloRequest:
                 await self.send_error(frame.id, ErrorCode.REQUEST_INVALID, "Hello was already exchanged")
             elif self._tasks >= MAX_TASKS_PER_CONNECTION:
-                await self.send_error(frame.id, ErrorCode.LIMIT_REACHED, "too many requests in flight")
+                limit = Limit(name="requests_in_flight", limit=MAX_TASKS_PER_CONNECTION, retry_after_s=QUEUE_RETRY_S)
+                await self.send_error(
+                    frame.id,
+                    ErrorCode.LIMIT_REACHED,
+                    f"more than {MAX_TASKS_PER_CONNECTION} requests in flight on this connection",
+                    **limit.details(),
+                )
             elif kind in ORDERED:
                 await self._enqueue_ordered(frame)
             elif kind in STREAMS:
@@ -336,8 +343,12 @@ class Connection:
         try:
             channel.send_nowait(frame)
         except trio.WouldBlock:
+            limit = Limit(name="pending_writes", limit=ORDERED_BACKLOG, retry_after_s=QUEUE_RETRY_S)
             await self.send_error(
-                frame.id, ErrorCode.LIMIT_REACHED, f"more than {ORDERED_BACKLOG} writes to {key} waiting; not buffered"
+                frame.id,
+                ErrorCode.LIMIT_REACHED,
+                f"more than {ORDERED_BACKLOG} writes to {key} waiting; not buffered",
+                **limit.details(),
             )
 
     async def _ordered_worker(self, key: str, receive: trio.MemoryReceiveChannel[m.Request]) -> None:
@@ -418,7 +429,10 @@ class RpcServer:
             stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, CONNECTION_SEND_BUFFER)
             conn = Connection(self, stream, peer)
             if len(self.connections) >= self.config.max_connections:
-                await conn._fatal(ErrorCode.LIMIT_REACHED, f"more than {self.config.max_connections} connections")
+                limit = Limit(name="connections", limit=self.config.max_connections, setting="AIWG_MAX_CONNECTIONS")
+                await conn._fatal(
+                    ErrorCode.LIMIT_REACHED, f"more than {self.config.max_connections} connections", **limit.details()
+                )
                 return
             self.connections.add(conn)
             try:

@@ -40,7 +40,7 @@ import trio
 
 from agentic_sandbox.hostd.children import ChildRegistry
 from agentic_sandbox.hostd.config import HostdConfig
-from agentic_sandbox.hostd.errors import RpcError
+from agentic_sandbox.hostd.errors import SLOT_RETRY_S, RpcError, limit_reached
 from agentic_sandbox.hostd.instances import Placement
 from agentic_sandbox.hostd.proctree import (
     TREE_ENV,
@@ -55,7 +55,7 @@ from agentic_sandbox.hostd.ptysession import READ_CHUNK, Session, parse_signal
 from agentic_sandbox.hostd.ptyspawn import PtyChild, spawn_pty
 from agentic_sandbox.hostd.ring import Lag, MemoryBudget, OutputRing, follow, start_seq
 from agentic_sandbox.hostd.spool import Spool
-from agentic_sandbox.proto import ErrorCode
+from agentic_sandbox.proto import ErrorCode, Limit
 from agentic_sandbox.proto import messages as m
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,7 @@ class SessionRegistry(ChildRegistry[Session]):
     cgroup_prefix = "s"
     not_found = ErrorCode.SESSION_NOT_FOUND
     exited = ErrorCode.SESSION_EXITED
+    setting = "AIWG_MAX_SESSIONS"
 
     def __init__(
         self,
@@ -152,8 +153,10 @@ class SessionRegistry(ChildRegistry[Session]):
         """A deferred create: the checks of a start (instance, id, env, cwd), nothing spawned."""
         waiting = len(self._pending())
         if waiting >= self.max_live:
-            raise RpcError(
-                ErrorCode.LIMIT_REACHED, f"at most {self.max_live} sessions may wait to start", limit=self.max_live
+            # A pending session that starts or is deleted frees a place.
+            raise limit_reached(
+                f"at most {self.max_live} sessions may wait to start",
+                Limit(name="pending_sessions", limit=self.max_live, setting=self.setting, retry_after_s=SLOT_RETRY_S),
             )
         env = dict(req.env)
         sid, placement = self._admit(req.session_id, req.instance_id, env, live=False)

@@ -20,6 +20,7 @@ from .errors import (
     HostdTimeout,
     HostdUnavailable,
     HostdVersionMismatch,
+    Limit,
 )
 from .framing import FrameBuffer, FrameEncoder, FrameInvalid, FrameTooLarge, UnknownFrame
 from .ids import is_uuid, new_id, uuid7
@@ -55,6 +56,7 @@ __all__ = [
     "HostdTimeout",
     "HostdUnavailable",
     "HostdVersionMismatch",
+    "Limit",
     "LogConfigError",
     "UnknownFrame",
     "bind_log_ids",

@@ -12,12 +12,18 @@ Every failure a caller of hostd can see is a :class:`HostdError`::
     └── HostdRemoteError        hostd answered with an explicit error (``code``)
 
 Callers fail their own operation on any of these; nothing falls back or retries.
+
+A ``limit.reached`` answer says which limit it hit in its ``details``: the keys of :class:`Limit`
+(``name``, ``limit``, ``setting``, ``retry_after_s``), beside any others the refusal adds. A peer
+that sends fewer (an older hostd) still decodes: :meth:`Limit.from_details` is None for it.
 """
 
 from __future__ import annotations
 
 import enum
 from typing import Any
+
+import msgspec
 
 
 class ErrorCode(enum.Enum):
@@ -65,6 +71,34 @@ class ErrorCode(enum.Enum):
     def parse(cls, value: str) -> ErrorCode | None:
         member = cls._value2member_map_.get(value)
         return member if isinstance(member, cls) else None
+
+
+class Limit(msgspec.Struct, frozen=True, kw_only=True):
+    """Which configured limit a ``limit.reached`` refusal hit, carried in its ``details``.
+
+    ``name`` says what is full, in the controller's ``limit.<name>`` codes (``sessions``, ``execs``,
+    ``pending_sessions``, ``checkpoints``, ...); ``limit`` is the bound; ``setting`` the hostd
+    variable that raises it (empty when the bound is fixed); ``retry_after_s`` how long a caller
+    might wait before trying again when waiting helps (a running session or exec ends and frees its
+    slot), 0 when it does not (something must be deleted, or the setting raised).
+    """
+
+    name: str
+    limit: int
+    setting: str = ""
+    retry_after_s: int = 0
+
+    def details(self) -> dict[str, object]:
+        """The ``details`` entries of a refusal that hit this limit."""
+        return msgspec.structs.asdict(self)
+
+    @classmethod
+    def from_details(cls, details: dict[str, Any]) -> Limit | None:
+        """The limit a refusal's ``details`` name, or None when they name none (an older hostd)."""
+        try:
+            return msgspec.convert(details, type=cls)
+        except msgspec.ValidationError:
+            return None
 
 
 class HostdError(Exception):

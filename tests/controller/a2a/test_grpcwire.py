@@ -38,6 +38,7 @@ from agentic_sandbox.controller.a2a.grpcwire import (
 from agentic_sandbox.controller.errors import (
     HITL_RESPONSE_INVALID,
     TASK_NOT_FOUND,
+    LimitReached,
     MalformedInput,
     NotFound,
     ValidationFailed,
@@ -148,6 +149,14 @@ def test_status_carries_error_info_and_bad_request() -> None:
     violations = error_details_pb2.BadRequest()
     assert bad.Unpack(violations) and violations.field_violations[0].field == "a"
     assert other.type_url.endswith("google.protobuf.Struct")
+
+
+def test_a_limit_worth_waiting_for_carries_retry_info() -> None:
+    status = rpc_status(to_a2a(LimitReached("limit.execs", "full", retry_after_s=5)).body())
+    assert status.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    info, retry = error_details_pb2.ErrorInfo(), error_details_pb2.RetryInfo()
+    assert status.details[0].Unpack(info) and info.metadata["code"] == "limit.execs"
+    assert status.details[1].Unpack(retry) and retry.retry_delay.seconds == 5
 
 
 def test_any_other_detail_is_a_struct_with_its_type() -> None:

@@ -188,8 +188,9 @@ async def test_keepalive_comments_and_follower_bound(small: LiveController) -> N
             second_reader = SseReader(second)
             await second_reader.next(comments=True)  # surely counted by now
             r = await three.get(EVENTS, params={"follow": "true"})
-            assert_problem(r, 429, "rate_limit.exceeded")
+            problem = assert_problem(r, 429, "rate_limit.exceeded")
             assert r.headers["Retry-After"] == "1"
+            assert "(limit 2, set by AIWG_MAX_STREAM_FOLLOWERS)" in problem["detail"]
             assert (await three.get(EVENTS)).status_code == 200  # snapshots are not bounded
             assert (await first_reader.next(comments=True)).comments == ["keepalive"]
 

@@ -33,6 +33,7 @@ from agentic_sandbox.proto import (
     HostdProtocolError,
     HostdRemoteError,
     HostdTimeout,
+    Limit,
 )
 from tests.contracts import validate_problem
 
@@ -126,6 +127,23 @@ def test_decode_json_accepts_a_valid_body() -> None:
     assert (req.name, req.runtime, req.labels, req.start) == ("agent-01", "host", {"a": "b"}, None)
 
 
+def test_a_full_limit_is_429_naming_it_with_retry_after_only_where_waiting_helps() -> None:
+    sessions = Limit(name="sessions", limit=1, setting="AIWG_MAX_SESSIONS", retry_after_s=5)
+    problem = to_problem(hostd_failure(HostdRemoteError("limit.reached", "full", sessions.details())))
+    assert (problem.status, problem.code, problem.title) == (429, "limit.sessions", "Too many requests")
+    assert problem.detail == "full (limit 1, set by AIWG_MAX_SESSIONS on hostd)"
+    assert problem.headers == {"Retry-After": "5"}
+    jsonschema.validate(problem.body("/x", "0" * 32), ENVELOPE)
+    checkpoints = Limit(name="checkpoints", limit=256)
+    problem = to_problem(hostd_failure(HostdRemoteError("limit.reached", "full", checkpoints.details())))
+    assert (problem.status, problem.code, problem.detail) == (
+        429,
+        "limit.checkpoints",
+        "full (limit 256, fixed in hostd)",
+    )
+    assert "Retry-After" not in problem.headers  # deleting one helps, waiting does not
+
+
 @pytest.mark.parametrize(
     ("exc", "status", "code"),
     [
@@ -134,7 +152,7 @@ def test_decode_json_accepts_a_valid_body() -> None:
         (HostdTimeout("slow"), 503, "internal.unavailable"),
         (HostdProtocolError("garbage"), 503, "internal.unavailable"),
         (HostdRemoteError("internal.error", "boom"), 503, "internal.unavailable"),
-        (HostdRemoteError("limit.reached", "full"), 503, "internal.unavailable"),
+        (HostdRemoteError("limit.reached", "full"), 429, "limit.reached"),
         (HostdRemoteError("instance.not_found", "no"), 404, "instance.not_found"),
         (HostdRemoteError("instance.invalid_state", "no"), 409, "instance.invalid_state"),
         (HostdRemoteError("instance.exists", "no"), 409, "instance.already_exists"),

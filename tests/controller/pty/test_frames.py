@@ -39,6 +39,16 @@ def test_server_frames_validate() -> None:
     assert output["sequence"] == 7 and output["payload"]["stream"] == "stdout"
 
 
+def test_an_error_frame_names_the_a2a_error_only_when_given() -> None:
+    a2a_error = {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "full", "details": []}
+    limited = json.loads(f.error_frame("RATE_LIMITED", "full", retryable=True, a2a_error=a2a_error))
+    validate_pty_frame(limited)
+    assert limited["payload"] == {"code": "RATE_LIMITED", "message": "full", "retryable": True, "a2a_error": a2a_error}
+    plain = json.loads(f.error_frame("INTERNAL", "m"))
+    validate_pty_frame(plain)
+    assert "a2a_error" not in plain["payload"]
+
+
 def test_binary_output_header() -> None:
     frame = f.output_binary(2**40 + 5, b"data")
     assert struct.unpack(">4sQB", frame[:13]) == (b"PW1O", 2**40 + 5, 1)

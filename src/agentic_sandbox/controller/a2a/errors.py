@@ -15,6 +15,11 @@ of the v1.0.1 table, each with its HTTP status, gRPC status and JSON-RPC code), 
 the error's ``details``. Validation failures add a BadRequest with one violation per field. The
 JSON-RPC binding takes ``jsonrpc_code`` and the same ``details`` as ``error.data``.
 
+A configured limit that is full (:class:`~controller.errors.LimitReached`, ``limit.sessions``, ...)
+is 429 / ``RESOURCE_EXHAUSTED`` (gRPC's code for it), its code, bound and setting in the ErrorInfo
+metadata; where waiting helps it adds a ``google.rpc.RetryInfo`` detail (``retryDelay``) and, on
+HTTP, ``Retry-After``.
+
 A hitl-prompt/v1 answer that breaks its prompt's schema (422 / -32011) carries one more detail,
 ``{"@type": HITL_VALIDATION_ERRORS, "extension", "prompt_id", "validation_errors": [{path, keyword,
 message}]}``: the array the extension's spec names, in the one error model both bindings share.
@@ -66,6 +71,7 @@ log = logging.getLogger(__name__)
 DOMAIN = "a2a-protocol.org"
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
+RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 HITL_VALIDATION_ERRORS = "https://agentic-sandbox.aiwg.io/extensions/hitl-prompt/v1/ValidationErrors"
 
 
@@ -137,6 +143,8 @@ class A2AError:
     violations: list[dict[str, str]] = field(default_factory=list)
     #: Details beyond ErrorInfo and BadRequest (hitl-prompt/v1's validation errors).
     extra: list[dict[str, Any]] = field(default_factory=list)
+    #: Seconds worth waiting before a retry, where waiting helps (a full limit; RetryInfo, Retry-After).
+    retry_after_s: int | None = None
 
     @property
     def http_status(self) -> int:
@@ -148,6 +156,8 @@ class A2AError:
         ]
         if self.violations:
             out.append({"@type": BAD_REQUEST, "fieldViolations": self.violations})
+        if self.retry_after_s:
+            out.append({"@type": RETRY_INFO, "retryDelay": f"{self.retry_after_s}s"})
         return out + self.extra
 
     def body(self) -> dict[str, Any]:
@@ -164,6 +174,8 @@ class A2AError:
     def headers(self) -> dict[str, str]:
         if self.kind.http == 401:
             return {"WWW-Authenticate": "Bearer"}
+        if self.retry_after_s:
+            return {"Retry-After": str(self.retry_after_s)}
         if self.kind.http == 503:
             return {"Retry-After": "1"}
         return {}
@@ -177,7 +189,8 @@ def to_a2a(exc: ControllerError) -> A2AError:
     if exc.code == HITL_RESPONSE_INVALID:
         errors = [{"path": f["field"], "keyword": f["code"], "message": f["message"]} for f in exc.fields]
         extra.append({"@type": HITL_VALIDATION_ERRORS, **exc.details, "validation_errors": errors})
-    return A2AError(kind, exc.message, metadata, violations, extra)
+    retry_after_s = exc.retry_after_s if isinstance(exc, LimitReached) else None
+    return A2AError(kind, exc.message, metadata, violations, extra, retry_after_s)
 
 
 def internal_error() -> A2AError:

@@ -9,9 +9,10 @@ JSON is a2a.proto's, so none is expected but the AgentCard's A2A 0.3 fields, the
 (its signatures cover the proto's form too); the tests convert the rest strictly.
 
 An error is its A2A error body (:meth:`A2AError.body`) as a ``google.rpc.Status``: the gRPC code of
-the v1.0.1 table (``Kind.status``), the message, and the details packed as ``Any``: ErrorInfo and
-BadRequest as themselves, any other detail (hitl-prompt/v1's validation errors) as a
-``google.protobuf.Struct`` of its JSON, ``@type`` included. The status travels serialized in the
+the v1.0.1 table (``Kind.status``), the message, and the details packed as ``Any``: ErrorInfo,
+BadRequest and RetryInfo (a full limit worth retrying) as themselves, any other detail
+(hitl-prompt/v1's validation errors) as a ``google.protobuf.Struct`` of its JSON, ``@type``
+included. The status travels serialized in the
 ``grpc-status-details-bin`` trailer, where a2a-sdk's client finds the ErrorInfo reason its typed
 errors are chosen by; its code and message are the call's own.
 """
@@ -28,7 +29,7 @@ from google.protobuf.message import DecodeError, Message
 from google.rpc import error_details_pb2, status_pb2
 
 from ..errors import MalformedInput
-from .errors import BAD_REQUEST, ERROR_INFO, A2AError, internal_error
+from .errors import BAD_REQUEST, ERROR_INFO, RETRY_INFO, A2AError, internal_error
 from .streams import Framing
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
@@ -36,6 +37,7 @@ STATUS_DETAILS_KEY = "grpc-status-details-bin"
 DETAIL_TYPES: dict[str, type[Message]] = {
     ERROR_INFO: error_details_pb2.ErrorInfo,
     BAD_REQUEST: error_details_pb2.BadRequest,
+    RETRY_INFO: error_details_pb2.RetryInfo,
 }
 
 
@@ -105,8 +107,14 @@ class GrpcFraming(Framing):
     with its status (raised out of the stream); idle time writes nothing (HTTP/2 keeps the
     connection alive, and a client that leaves cancels its call)."""
 
-    def data(self, obj: dict[str, Any]) -> bytes:
+    form = "grpc"
+    joins = False  # each item is one message
+
+    def payload(self, obj: dict[str, Any]) -> bytes:
         return message_bytes(a2a_pb2.StreamResponse, obj)
+
+    def wrap(self, payload: bytes) -> bytes:
+        return payload
 
     def error(self, error: A2AError) -> bytes:
         raise failure(error)

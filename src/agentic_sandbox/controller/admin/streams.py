@@ -154,9 +154,12 @@ def _respond(
     _limit()  # validated even though a stream has no limit
     last = _last_event_id()
     if state.followers.get(stream, 0) >= state.config.max_stream_followers:
+        limit = state.config.max_stream_followers
         raise LimitReached(
-            "rate_limit.exceeded",
-            f"{state.config.max_stream_followers} clients already follow /{stream}; retry later",
+            "rate_limit.exceeded",  # upstream's code for it (docs/compatibility.md)
+            f"{limit} clients already follow /{stream}; retry later (limit {limit}, set by AIWG_MAX_STREAM_FOLLOWERS)",
+            retry_after_s=1,
+            details={"limit": str(limit), "setting": "AIWG_MAX_STREAM_FOLLOWERS"},
         )
     after = ring.last_seq if last is None else last
 

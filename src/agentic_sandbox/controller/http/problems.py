@@ -11,7 +11,8 @@ Translation happens once, here, at the edge; services raise only :mod:`controlle
   nearest listed base class wins), its ``code``, ``message`` as ``detail`` and ``fields`` as
   ``errors``; the title is the code's (one title per problem type, as RFC 7807 asks), else the
   class's. hostd failures arrive here already translated by :mod:`controller.hostlink` (503
-  ``internal.unavailable`` with the reason when hostd cannot serve: fail closed);
+  ``internal.unavailable`` with the reason when hostd cannot serve: fail closed; 429
+  ``limit.<name>`` when it is at a limit, with ``Retry-After`` where waiting helps);
 * werkzeug HTTP errors (routing 404/405, 413 from the body limit) -> the same status as a problem;
 * anything else -> 500 ``internal.error``, logged with its traceback, never shown to the client.
 
@@ -176,13 +177,16 @@ def problem_response(problem: Problem, instance_path: str | None = None) -> Resp
 def to_problem(exc: ControllerError) -> Problem:
     """The one mapping of the domain family onto problems (see the module docstring)."""
     status, title = next(STATUS[cls] for cls in type(exc).__mro__ if cls in STATUS)
+    headers = dict(HEADERS.get(exc.code, {}))
+    if isinstance(exc, LimitReached) and exc.retry_after_s:
+        headers["Retry-After"] = str(exc.retry_after_s)
     return Problem(
         status,
         exc.code,
         TITLES.get(exc.code, title),
         exc.message,
         errors=[dict(e) for e in exc.fields] or None,
-        headers=dict(HEADERS.get(exc.code, {})),
+        headers=headers,
     )
 
 

@@ -82,7 +82,9 @@ class FrameDispatch:
             self.bad_frames = 0
         except f.FrameError as exc:
             self.bad_frames += 1
-            self._outbox.put_control(f.error_frame(exc.code, exc.message, exc.request_id, retryable=exc.retryable))
+            self._outbox.put_control(
+                f.error_frame(exc.code, exc.message, exc.request_id, retryable=exc.retryable, a2a_error=exc.a2a_error)
+            )
             if self.bad_frames >= MAX_BAD_FRAMES:
                 self._outbox.put_control(Close(f.CLOSE_PROTOCOL, "too many bad frames"))
                 return False

@@ -7,7 +7,9 @@ the binary subprotocol output is ``PW1O`` + 8-byte big-endian sequence + stream 
 
 Client frames decode into :class:`ClientFrame` (the envelope, unknown fields refused, as the
 schema's ``additionalProperties: false`` says) and then the payload into the op's Struct;
-:class:`FrameError` carries the binding's error code and the request id to answer with.
+:class:`FrameError` carries the binding's error code and the request id to answer with (and, where
+the code says less than the domain error did, the A2A error object: a full limit is ``RATE_LIMITED``
+with ``limit.sessions`` in its ``a2a_error``).
 
 Sequences: output frames carry hostd's sequence (gap-free, shared by every client of the
 session); ``binding_hello`` carries 0. Other server frames (roles, membership, resize, keyframes,
@@ -184,13 +186,20 @@ class FrameError(Exception):
     """A client frame the binding refuses: ``code`` for the Error frame, ``request_id`` to answer."""
 
     def __init__(
-        self, code: ErrorCode, message: str, request_id: str | None = None, *, retryable: bool = False
+        self,
+        code: ErrorCode,
+        message: str,
+        request_id: str | None = None,
+        *,
+        retryable: bool = False,
+        a2a_error: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.code: ErrorCode = code
         self.message = message
         self.request_id = request_id
         self.retryable = retryable
+        self.a2a_error = a2a_error
 
 
 def decode_client(text: str | bytes) -> tuple[ClientFrame, Any]:
@@ -266,6 +275,9 @@ class ErrorPayload(msgspec.Struct, kw_only=True):
     code: str
     message: str
     retryable: bool = False
+    #: The canonical A2A error object (``{code, status, message, details}``) where the binding's
+    #: code says less than it: a full limit is ``RATE_LIMITED``, the limit itself is named here.
+    a2a_error: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
 
 class SessionRef(msgspec.Struct, kw_only=True):
@@ -313,8 +325,18 @@ def session_frame(frame: SessionFrame, *, sequence: int | None = None) -> str:
     return encode("pty.session_frame", frame, sequence=sequence)
 
 
-def error_frame(code: ErrorCode, message: str, request_id: str | None = None, *, retryable: bool = False) -> str:
-    return encode("Error", ErrorPayload(code=code, message=message, retryable=retryable), request_id=request_id)
+def error_frame(
+    code: ErrorCode,
+    message: str,
+    request_id: str | None = None,
+    *,
+    retryable: bool = False,
+    a2a_error: dict[str, Any] | None = None,
+) -> str:
+    payload = ErrorPayload(code=code, message=message, retryable=retryable)
+    if a2a_error is not None:
+        payload.a2a_error = a2a_error
+    return encode("Error", payload, request_id=request_id)
 
 
 def pty_error(code: str, message: str) -> str:

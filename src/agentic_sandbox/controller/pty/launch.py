@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 
 from agentic_sandbox.proto import messages as m
 
-from ..errors import ControllerError, Unavailable
+from ..a2a.errors import to_a2a
+from ..errors import ControllerError, LimitReached, Unavailable
 from ..instances.sessions import Launch
 from . import frames as f
 
@@ -114,8 +115,15 @@ def _resize(room: Room, cols: int, rows: int) -> None:
 
 def start_failure(exc: ControllerError, request_id: str | None) -> f.FrameError:
     """A failed start as the binding says it: the caller's fields (or the session's state) are
-    INVALID_REQUEST; hostd away or at a limit is INTERNAL, worth retrying."""
+    INVALID_REQUEST; hostd at a limit (its session table full) is RATE_LIMITED, retryable where
+    waiting helps, the limit named in the frame's ``a2a_error``; hostd away is INTERNAL, worth
+    retrying."""
     message = f"cannot start the session: {exc.message}"
+    if isinstance(exc, LimitReached):
+        a2a_error = to_a2a(exc).body()["error"]
+        return f.FrameError(
+            "RATE_LIMITED", message, request_id, retryable=exc.retry_after_s is not None, a2a_error=a2a_error
+        )
     if isinstance(exc, Unavailable):
         return f.FrameError("INTERNAL", message, request_id, retryable=True)
     return f.FrameError("INVALID_REQUEST", message, request_id)

@@ -35,7 +35,7 @@ import trio
 from agentic_sandbox.proto import messages as m
 from agentic_sandbox.proto import new_id
 
-from ..errors import ControllerError, NotFound, Unavailable
+from ..errors import ControllerError, LimitReached, NotFound, Unavailable
 from ..hostlink import HostdLink
 from ..store import Append, StoreUnavailable, TaskRecord
 from . import prompts
@@ -205,6 +205,10 @@ class Runner:
                     self.task.exec_seq = info.first_seq - 1
                     continue
                 log.info("task %s: hostd link lost (%s); resuming once it is back", self.task.id, exc.message)
+            except LimitReached as exc:
+                # hostd's requests in flight are full for a moment: an answer to wait out, not a failure.
+                log.info("task %s: %s; resubscribing in a moment", self.task.id, exc.message)
+                await trio.sleep(exc.retry_after_s or RESUBSCRIBE_PAUSE_S)
             await self.link.wait_ready()
             await trio.sleep(RESUBSCRIBE_PAUSE_S)
 
