@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from agentic_sandbox.controller.admin.views import operation_path
-from agentic_sandbox.controller.errors import InvalidState
+from agentic_sandbox.controller.errors import InvalidState, ValidationFailed
 from agentic_sandbox.controller.events.bus import EventBus
 from agentic_sandbox.controller.hostlink import hostd_failure
 from agentic_sandbox.controller.http.problems import error_body
@@ -158,6 +158,25 @@ async def test_ended_operations_are_purged_after_retention(tmp_path: Path) -> No
             while await store.operations.get(op.id) is not None:  # the timer deletes the row
                 await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
+    store.close()
+
+
+async def test_a_page_leaves_out_what_get_leaves_out_and_refuses_an_unknown_state(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "c.db")
+    svc = _service(store, 60)
+    now = time.time()
+    kept = OperationRecord(id="op_kept", kind="k", state="failed", created_at=now - 90, completed_at=now - 30)
+    gone = OperationRecord(id="op_gone", kind="k", state="succeeded", created_at=now - 200, completed_at=now - 100)
+    live = OperationRecord(id="op_live", kind="k", state="running", created_at=now - 500)  # never expires
+    for op in (kept, gone, live):
+        await store.operations.save(op)
+    assert await svc.get("op_gone") is None
+    page, more = await svc.page(limit=10)
+    assert [op.id for op in page] == ["op_kept", "op_live"] and not more
+    assert await svc.page(state="failed", limit=1) == ([kept], False)
+    with pytest.raises(ValidationFailed) as exc:
+        await svc.page(state="done", limit=1)
+    assert exc.value.fields[0]["field"] == "state"
     store.close()
 
 

@@ -163,8 +163,10 @@ class InstanceView(msgspec.Struct, omit_defaults=True, kw_only=True):
     provider_state: dict[str, Any] | None = None
 
 
-class InstanceList(msgspec.Struct, kw_only=True):
+class InstanceList(msgspec.Struct, kw_only=True, omit_defaults=True):
     items: list[InstanceView]
+    #: Only on a paged answer (``limit`` given): the next page's ``page_token``, "" on the last page.
+    next_page_token: str | None = None
 
 
 class OperationView(msgspec.Struct, omit_defaults=True, kw_only=True):

@@ -47,7 +47,7 @@ import trio
 
 from agentic_sandbox.proto import bind_log_ids
 
-from .errors import ControllerError, InternalError, NotFound
+from .errors import ControllerError, InternalError, NotFound, ValidationFailed
 from .events.bus import EventBus
 from .metrics import Metrics
 from .store import TERMINAL_STATES, OperationRecord, Store, StoreClosed, StoreUnavailable
@@ -55,6 +55,8 @@ from .ulid import new_ulid
 
 log = logging.getLogger(__name__)
 
+#: Every state an operation can be in, in the order it passes through them.
+STATES = ("pending", "running", *TERMINAL_STATES)
 Work = Callable[[OperationRecord], Awaitable[dict[str, Any]]]
 #: Renders a failure as the operation's stored ``error``: ``(exception, operation id) -> body``.
 ErrorBody = Callable[[BaseException, str], dict[str, Any]]
@@ -114,6 +116,30 @@ class OperationService:
         if op is None:
             raise NotFound("operation.not_found", f"no operation with id {op_id!r} (ended ones are kept for a day)")
         return op
+
+    async def page(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        instance_id: str | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int,
+    ) -> tuple[list[OperationRecord], bool]:
+        """One page of the operations still kept (ended ones for ``retention_s``), newest first,
+        after ``after`` (``(created_at, id)``), and whether more follow; 422 for a state that is not one."""
+        if state is not None and state not in STATES:
+            raise ValidationFailed(
+                [{"field": "state", "message": f"must be one of {', '.join(STATES)}", "code": "enum"}]
+            )
+        return await self.store.operations.page(
+            state=state,
+            kind=kind,
+            instance_id=instance_id,
+            completed_since=time.time() - self.retention_s,
+            after=after,
+            limit=limit,
+        )
 
     async def wait(self, op_id: str) -> None:
         """Return once the operation (started by this process) has ended."""

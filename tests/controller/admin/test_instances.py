@@ -35,6 +35,7 @@ from ..conftest import (
     wait_operation,
 )
 from ..http.test_problems import assert_problem
+from .pages import all_pages
 
 #: Our stricter reading of the contract's Instance schema (admin-api.openapi.yaml); bodies are
 #: validated against the contract file too.
@@ -562,3 +563,92 @@ async def test_libvirt_checkpoint_and_restore_routes(short_dir: Path, tmp_path: 
             admin, (await admin.delete(f"/api/v2/admin/instances/{new_id}?force=true")).json()["id"]
         )
         assert op["state"] == "succeeded", op
+
+
+async def test_pages_of_instances_filters_and_the_unpaged_shape(controller: LiveController) -> None:
+    async with controller.client() as admin:
+        made = []
+        for i, labels in enumerate(({"team": "x"}, {"team": "y"}, {"team": "x", "tier": "1"}, {}, {"tier": "2"})):
+            made.append((await provision(admin, f"pg-{i}", labels=labels))["result"]["instance_id"])
+        hostd_made = await admin.post(
+            "/api/v2/admin/instances", json={"name": "pg-run", "runtime": "host", "start": True}
+        )
+        running = (await wait_operation(admin, hostd_made.json()["id"]))["result"]["instance_id"]
+        token = hostd_made.json()["a2a_token"]
+        everything = [*made, running]
+
+        # Without limit: upstream's shape, nothing added.
+        whole = (await admin.get("/api/v2/admin/instances")).json()
+        assert list(whole) == ["items"] and [i["id"] for i in whole["items"]] == everything
+
+        # Every page in creation order, each instance once, whatever the page size.
+        for limit in (1, 2, 5, 6, 500):
+            items = await all_pages(admin, "/api/v2/admin/instances", limit=limit)
+            assert [i["id"] for i in items] == everything
+            for item in items:
+                validate(item, component("Instance"))
+        last = (await admin.get("/api/v2/admin/instances", params={"limit": 6})).json()
+        assert last["next_page_token"] == ""
+
+        async def ids(**params: Any) -> list[str]:
+            return [i["id"] for i in await all_pages(admin, "/api/v2/admin/instances", limit=1, **params)]
+
+        assert await ids(state="running") == [running]
+        assert await ids(state="stopped") == made
+        assert await ids(runtime="host") == everything and await ids(runtime="qemu") == []
+        assert await ids(label="team=x") == [made[0], made[2]]
+        assert await ids(label=["team=x", "tier=1"]) == [made[2]]
+        assert await ids(label="tier") == [made[2], made[4]]
+        assert await ids(label="team=z") == []
+        unpaged = (await admin.get("/api/v2/admin/instances", params={"label": ["team=x", "tier"]})).json()
+        assert [i["id"] for i in unpaged["items"]] == [made[2]]
+
+        # Bad limits and tokens: 400 naming the parameter.
+        for params, field in (
+            ({"limit": "0"}, "limit"),
+            ({"limit": "501"}, "limit"),
+            ({"limit": "many"}, "limit"),
+            ({"limit": "2", "page_token": "garbage!"}, "page_token"),
+        ):
+            problem = assert_problem(
+                await admin.get("/api/v2/admin/instances", params=params), 400, "validation.failed"
+            )
+            assert problem["errors"][0]["field"] == field
+        first = (await admin.get("/api/v2/admin/instances", params={"limit": 1, "state": "stopped"})).json()
+        foreign = (await admin.get("/api/v2/admin/operations", params={"limit": 1})).json()["next_page_token"]
+        for params in (
+            {"limit": 1, "state": "running", "page_token": first["next_page_token"]},  # other filters
+            {"limit": 1, "page_token": foreign},  # another list's
+        ):
+            problem = assert_problem(
+                await admin.get("/api/v2/admin/instances", params=params), 400, "validation.failed"
+            )
+            assert problem["errors"][0]["field"] == "page_token"
+        # A token alone continues at the default page size.
+        rest = await admin.get(
+            "/api/v2/admin/instances", params={"state": "stopped", "page_token": first["next_page_token"]}
+        )
+        assert [i["id"] for i in rest.json()["items"]] == made[1:] and rest.json()["next_page_token"] == ""
+        problem = assert_problem(
+            await admin.get("/api/v2/admin/instances", params={"limit": 1, "label": "=x"}), 422, "validation.failed"
+        )
+        assert problem["errors"][0]["field"] == "label"
+
+    # An instance token sees only its own instance, paged or not.
+    async with controller.client(token) as own:
+        assert [i["id"] for i in await all_pages(own, "/api/v2/admin/instances", limit=1)] == [running]
+        assert [i["id"] for i in (await own.get("/api/v2/admin/instances")).json()["items"]] == [running]
+        assert await all_pages(own, "/api/v2/admin/instances", limit=1, state="stopped") == []
+
+
+async def test_both_lists_fail_closed_while_hostd_is_away(controller: LiveController, hostd: LiveHostd) -> None:
+    async with controller.client() as admin:
+        await provision(admin, "away-one")
+        assert len((await admin.get("/api/v2/admin/instances", params={"limit": 5})).json()["items"]) == 1
+        hostd.kill()
+        with trio.fail_after(10):
+            while controller.state.link.ready:
+                await trio.sleep(0.02)
+        for params in ({}, {"limit": 5}):
+            assert_problem(await admin.get("/api/v2/admin/instances", params=params), 503, "internal.unavailable")
+        await hostd.start()

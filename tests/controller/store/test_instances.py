@@ -56,3 +56,53 @@ async def test_concurrent_calls_from_trio(store: Store) -> None:
         for i in range(40):
             nursery.start_soon(add, i)
     assert len(await store.instances.list()) == 40
+
+
+async def _walk(store: Store, limit: int, **filters: object) -> list[str]:
+    """Every page of ``page`` in turn, each cursor the last row of the page before."""
+    seen: list[str] = []
+    after = None
+    while True:
+        rows, more = await store.instances.page(after=after, limit=limit, **filters)  # type: ignore[arg-type]
+        assert len(rows) <= limit
+        seen += [r.id for r in rows]
+        if not more:
+            return seen
+        assert len(rows) == limit
+        after = (rows[-1].created_at, rows[-1].id)
+
+
+async def test_pages_walk_every_row_once_oldest_first_with_ties_by_id(store: Store) -> None:
+    # Two rows share a creation time: the id decides between them, and no page loses one.
+    rows = [
+        instance("id-e", "e", created_at=5.0, state="stopped", labels={"team": "x", "tier": "1"}),
+        instance("id-b", "b", created_at=2.0, runtime="docker", provider="podman", labels={"team": "y"}),
+        instance("id-d", "d", created_at=2.0, labels={"team": "x"}),
+        instance("id-a", "a", created_at=1.0, labels={"tier": "2"}),
+        instance("id-c", "c", created_at=3.0, state="stopped"),
+    ]
+    for rec in rows:
+        await store.instances.insert(rec)
+    everything = ["id-a", "id-b", "id-d", "id-c", "id-e"]
+    for limit in (1, 2, 4, 5, 50):
+        assert await _walk(store, limit) == everything
+    assert await _walk(store, 1, state="stopped") == ["id-c", "id-e"]
+    assert await _walk(store, 1, runtime="docker") == ["id-b"]
+    assert await _walk(store, 1, provider="podman") == ["id-b"]
+    assert await _walk(store, 2, instance_id="id-d") == ["id-d"]
+    assert await _walk(store, 1, labels=[("team", "x")]) == ["id-d", "id-e"]
+    assert await _walk(store, 1, labels=[("team", "x"), ("tier", "1")]) == ["id-e"]
+    assert await _walk(store, 1, labels=[("tier", None)]) == ["id-a", "id-e"]
+    assert await _walk(store, 1, labels=[("team", "x"), ("team", "y")]) == []
+    assert await _walk(store, 3, state="running", labels=[("team", None)]) == ["id-b", "id-d"]
+    assert await store.instances.page(limit=5, after=(5.0, "id-e")) == ([], False)
+
+
+async def test_a_label_page_reads_past_rows_without_the_label(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Rows read in batches of 3: the matches sit in the third and the fifth batch.
+    monkeypatch.setattr("agentic_sandbox.controller.store.instances.LABEL_SCAN_BATCH", 3)
+    for i in range(15):
+        await store.instances.insert(instance(f"id-{i:02}", f"n{i:02}", created_at=float(i), labels={"k": str(i % 7)}))
+    assert await _walk(store, 1, labels=[("k", "0")]) == ["id-00", "id-07", "id-14"]
+    rows, more = await store.instances.page(limit=1, labels=[("k", "6")])
+    assert [r.id for r in rows] == ["id-06"] and more

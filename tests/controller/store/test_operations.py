@@ -52,3 +52,37 @@ async def test_a_result_keeps_its_json(store: Store) -> None:
     )  # fmt: skip
     await store.operations.save(op)
     assert await store.operations.get("op_r") == op
+
+
+async def test_pages_newest_first_with_filters_and_retention(store: Store) -> None:
+    ops = [
+        OperationRecord(id="op_1", kind="instance.provision", state="succeeded", instance_id="i1", created_at=1.0,
+                        completed_at=1.5),
+        OperationRecord(id="op_2", kind="instance.start", state="running", instance_id="i1", created_at=2.0),
+        OperationRecord(id="op_3", kind="instance.start", state="failed", instance_id="i2", created_at=2.0,
+                        completed_at=9.0),
+        OperationRecord(id="op_4", kind="instance.stop", state="pending", created_at=4.0),
+    ]  # fmt: skip
+    for op in ops:
+        await store.operations.save(op)
+
+    async def walk(limit: int, **filters: object) -> list[str]:
+        seen: list[str] = []
+        after = None
+        while True:
+            page, more = await store.operations.page(after=after, limit=limit, **filters)  # type: ignore[arg-type]
+            seen += [op.id for op in page]
+            if not more:
+                return seen
+            assert len(page) == limit
+            after = (page[-1].created_at, page[-1].id)
+
+    for limit in (1, 2, 3, 4, 10):
+        assert await walk(limit) == ["op_4", "op_3", "op_2", "op_1"]
+    assert await walk(1, kind="instance.start") == ["op_3", "op_2"]
+    assert await walk(1, state="running") == ["op_2"]
+    assert await walk(1, instance_id="i1") == ["op_2", "op_1"]
+    assert await walk(1, instance_id="i1", state="failed") == []
+    # Ended before the retention's start: left out, as GET leaves it out.
+    assert await walk(2, completed_since=2.0) == ["op_4", "op_3", "op_2"]
+    assert (await store.operations.get("op_1")) == ops[0]

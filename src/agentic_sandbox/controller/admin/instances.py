@@ -16,6 +16,7 @@ from ..http.roles import require_role
 from ..models import InstanceList, ProvisionRequest, ReprovisionRequest
 from ..state import app_state
 from .blueprint import admin
+from .paging import DEFAULT_PAGE_SIZE, decode_token, encode_token, narrowed_to, page_size
 from .views import accepted, instance_view
 
 TRUE = ("true", "1", "yes")
@@ -25,13 +26,43 @@ FALSE = ("false", "0", "no", "")
 @admin.get("/instances")
 @require_role(*READ, own_instance=True)
 async def list_instances() -> Response:
-    state = app_state()
-    records = await state.instances.list(
-        state=request.args.get("state"), runtime=request.args.get("runtime"), provider=request.args.get("provider")
-    )
+    """Without ``limit`` (and ``page_token``) the whole list, as upstream answers it; with it a
+    page, oldest first, and ``next_page_token`` (see :mod:`.paging`)."""
+    state, args = app_state(), request.args
+    wanted_state, runtime, provider = args.get("state"), args.get("runtime"), args.get("provider")
+    labels = label_filter(args.getlist("label"))
+    filters = {"state": wanted_state, "runtime": runtime, "provider": provider, "label": sorted(args.getlist("label"))}
+    limit = page_size(args.get("limit"), default=DEFAULT_PAGE_SIZE if args.get("page_token") else None)
     base, ready = base_url(), state.link.ready
-    visible = [rec for rec in records if may_use_instance(g.principal, rec.id)]  # an instance token: its own
-    return json_response(InstanceList(items=[instance_view(rec, base, hostd_available=ready) for rec in visible]))
+    if limit is None:
+        records = await state.instances.list(state=wanted_state, runtime=runtime, provider=provider, labels=labels)
+        visible = [rec for rec in records if may_use_instance(g.principal, rec.id)]  # an instance token: its own
+        return json_response(InstanceList(items=[instance_view(rec, base, hostd_available=ready) for rec in visible]))
+    after = decode_token(args.get("page_token"), "instances", filters)
+    records, more = await state.instances.page(
+        state=wanted_state,
+        runtime=runtime,
+        provider=provider,
+        labels=labels,
+        instance_id=narrowed_to(g.principal),  # an instance token: its own
+        after=after,
+        limit=limit,
+    )
+    token = encode_token("instances", filters, (records[-1].created_at, records[-1].id)) if more else ""
+    items = [instance_view(rec, base, hostd_available=ready) for rec in records]
+    return json_response(InstanceList(items=items, next_page_token=token))
+
+
+def label_filter(raw: list[str]) -> list[tuple[str, str | None]]:
+    """``label`` parameters, each ``key=value`` (split at the first ``=``) or a bare ``key`` (the
+    instance has that label, whatever its value); an instance matches when it matches them all."""
+    wanted: list[tuple[str, str | None]] = []
+    for item in raw:
+        key, eq, value = item.partition("=")
+        if not key:
+            raise ValidationFailed([{"field": "label", "message": "must be key=value or key", "code": "format"}])
+        wanted.append((key, value if eq else None))
+    return wanted
 
 
 @admin.post("/instances")

@@ -16,19 +16,21 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
-from quart import Response
+from quart import Response, request
 
 from agentic_sandbox.proto import messages as m
 
 from ..auth.tokens import OPERATE, READ
 from ..decoding import decode_json
+from ..errors import ValidationFailed
 from ..http.responses import base_url, json_response, request_body
 from ..http.roles import require_role
 from ..instances.sessions import DEFAULT_COLS, DEFAULT_ROWS
 from ..state import app_state
 from ..values import Cwd
 from .blueprint import admin
-from .views import SessionList, session_path, session_view
+from .paging import DEFAULT_PAGE_SIZE, decode_token, encode_token, page_size
+from .views import SESSION_STATES, SessionList, session_path, session_state, session_view
 
 Dim = Annotated[int, msgspec.Meta(ge=1, le=m.MAX_TERMINAL_DIM)]
 
@@ -69,9 +71,28 @@ async def create_session(instance_id: str) -> Response:
 @admin.get("/instances/<instance_id>/sessions")
 @require_role(*READ, own_instance=True)
 async def list_sessions(instance_id: str) -> Response:
-    infos = await app_state().sessions.list(instance_id)
+    """Without ``limit`` (and ``page_token``) every session, in hostd's order, as before; with it
+    a page, oldest first (``created_at``, then id), and ``next_page_token`` (see :mod:`.paging`).
+    hostd answers the whole list (it holds a bounded number of sessions); the page is cut here."""
+    args = request.args
+    wanted = args.get("state")
+    if wanted is not None and wanted not in SESSION_STATES:
+        message = f"must be one of {', '.join(SESSION_STATES)}"
+        raise ValidationFailed([{"field": "state", "message": message, "code": "enum"}])
+    filters = {"instance_id": instance_id, "state": wanted}
+    limit = page_size(args.get("limit"), default=DEFAULT_PAGE_SIZE if args.get("page_token") else None)
+    after = decode_token(args.get("page_token"), "sessions", filters) if limit else None
+    infos = [info for info in await app_state().sessions.list(instance_id) if wanted in (None, session_state(info))]
     base = base_url()
-    return json_response(SessionList(items=[session_view(info, base) for info in infos]))
+    if limit is None:
+        return json_response(SessionList(items=[session_view(info, base) for info in infos]))
+    infos = sorted((info for info in infos if after is None or _key(info) > after), key=_key)
+    token = encode_token("sessions", filters, _key(infos[limit - 1])) if len(infos) > limit else ""
+    return json_response(SessionList(items=[session_view(info, base) for info in infos[:limit]], next_page_token=token))
+
+
+def _key(info: m.SessionInfo) -> tuple[float, str]:
+    return (info.created_at, info.session_id)
 
 
 @admin.get("/instances/<instance_id>/sessions/<session_id>")

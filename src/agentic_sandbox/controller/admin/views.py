@@ -14,7 +14,7 @@ from agentic_sandbox.proto import messages as m
 
 from ..http.responses import json_response
 from ..models import HostDaemon, InstanceView, OperationView, iso
-from ..store import InstanceRecord, OperationRecord
+from ..store import InstanceRecord, OperationRecord, TaskRecord
 
 #: The contract's ``operation_status`` for each instance state.
 OPERATION_STATUS = {
@@ -94,6 +94,13 @@ def operation_view(op: OperationRecord) -> OperationView:
     )
 
 
+class OperationList(msgspec.Struct, kw_only=True):
+    """``GET /operations``: a page, newest first; ``next_page_token`` is "" on the last page."""
+
+    items: list[OperationView]
+    next_page_token: str
+
+
 def accepted(op: OperationRecord, *, a2a_token: str | None = None) -> Response:
     """202 with the ``OperationStatus`` and its ``Location`` (a provision adds the instance's
     A2A bearer token, the one time it is shown)."""
@@ -171,8 +178,10 @@ class SessionView(msgspec.Struct, kw_only=True):
     attach: SessionAttach
 
 
-class SessionList(msgspec.Struct, kw_only=True):
+class SessionList(msgspec.Struct, kw_only=True, omit_defaults=True):
     items: list[SessionView]
+    #: Only on a paged answer (``limit`` given): the next page's ``page_token``, "" on the last page.
+    next_page_token: str | None = None
 
 
 def attach_url(base_url: str, instance_id: str, session_id: str) -> str:
@@ -184,13 +193,21 @@ def session_path(instance_id: str, session_id: str) -> str:
     return f"/api/v2/admin/instances/{instance_id}/sessions/{session_id}"
 
 
+#: What a session's ``state`` may be (also the list's ``state`` filter).
+SESSION_STATES = ("pending", "running", "exited")
+
+
+def session_state(info: m.SessionInfo) -> str:
+    return "pending" if info.pending else info.state
+
+
 def session_view(info: m.SessionInfo, base_url: str) -> SessionView:
     return SessionView(
         id=info.session_id,
         instance_id=info.instance_id,
         argv=list(info.argv),
         cwd=info.cwd,
-        state="pending" if info.pending else info.state,
+        state=session_state(info),
         cols=info.cols,
         rows=info.rows,
         created_at=iso(info.created_at),
@@ -204,4 +221,40 @@ def session_view(info: m.SessionInfo, base_url: str) -> SessionView:
         attach=SessionAttach(
             url=attach_url(base_url, info.instance_id, info.session_id), subprotocols=list(PTY_SUBPROTOCOLS)
         ),
+    )
+
+
+# -- A2A tasks -----------------------------------------------------------------------------------
+
+
+class TaskSummary(msgspec.Struct, kw_only=True):
+    """A task as the admin list shows it: where it is and how it stands, not what it holds
+    (the A2A surface serves the task itself)."""
+
+    id: str
+    instance_id: str
+    context_id: str
+    #: The A2A state name (``TASK_STATE_WORKING``, ...).
+    state: str
+    created_at: str
+    #: When its status last changed (the list's order, newest first).
+    updated_at: str
+
+
+class TaskList(msgspec.Struct, kw_only=True):
+    """``GET /tasks``: a page, and how many tasks match the filters in all."""
+
+    items: list[TaskSummary]
+    next_page_token: str
+    total_size: int
+
+
+def task_summary(rec: TaskRecord) -> TaskSummary:
+    return TaskSummary(
+        id=rec.id,
+        instance_id=rec.instance_id,
+        context_id=rec.context_id,
+        state=rec.state,
+        created_at=iso(rec.created_at),
+        updated_at=iso(rec.status_at),
     )

@@ -39,6 +39,7 @@ from __future__ import annotations
 import builtins
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import trio
@@ -73,6 +74,18 @@ log = logging.getLogger(__name__)
 LIFECYCLE_VERBS = ("start", "stop", "restart", "destroy")
 TRANSIENT = {"start": "starting", "stop": "stopping", "restart": "stopping", "destroy": "destroying"}
 LIVE_STATES = ("provisioning", "starting", "running", "stopping")
+
+
+def _check_filters(state: str | None, runtime: str | None) -> str | None:
+    """422 for a state or runtime that is not one; the runtime as stored (aliases resolved)."""
+    errors = []
+    if state is not None and state not in INSTANCE_STATES:
+        errors.append({"field": "state", "message": f"must be one of {', '.join(INSTANCE_STATES)}", "code": "enum"})
+    if runtime is not None and runtime not in RUNTIMES:
+        errors.append({"field": "runtime", "message": f"must be one of {', '.join(RUNTIMES)}", "code": "enum"})
+    if errors:
+        raise ValidationFailed(errors)
+    return RUNTIME_ALIASES.get(runtime, runtime) if runtime is not None else None
 
 
 class InstanceService:
@@ -209,16 +222,16 @@ class InstanceService:
     # -- reads --------------------------------------------------------------------------------
 
     async def list(
-        self, *, state: str | None = None, runtime: str | None = None, provider: str | None = None
+        self,
+        *,
+        state: str | None = None,
+        runtime: str | None = None,
+        provider: str | None = None,
+        labels: Sequence[tuple[str, str | None]] = (),
     ) -> list[InstanceRecord]:
-        errors = []
-        if state is not None and state not in INSTANCE_STATES:
-            errors.append({"field": "state", "message": f"must be one of {', '.join(INSTANCE_STATES)}", "code": "enum"})
-        if runtime is not None and runtime not in RUNTIMES:
-            errors.append({"field": "runtime", "message": f"must be one of {', '.join(RUNTIMES)}", "code": "enum"})
-        if errors:
-            raise ValidationFailed(errors)
-        runtime = RUNTIME_ALIASES.get(runtime, runtime) if runtime is not None else None
+        """Every instance, reconciled with hostd first, matching the filters (each label pair
+        ``(key, value)`` holds; value None: the instance has the key)."""
+        runtime = _check_filters(state, runtime)
         records = await self.reconcile()
         return [
             r
@@ -226,7 +239,38 @@ class InstanceService:
             if (state is None or r.state == state)
             and (runtime is None or r.runtime == runtime)
             and (provider is None or r.provider == provider)
+            and all(r.labels.get(k) == v if v is not None else k in r.labels for k, v in labels)
         ]
+
+    async def page(
+        self,
+        *,
+        state: str | None = None,
+        runtime: str | None = None,
+        provider: str | None = None,
+        labels: Sequence[tuple[str, str | None]] = (),
+        instance_id: str | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int,
+    ) -> tuple[builtins.list[InstanceRecord], bool]:
+        """One page of the catalog, oldest first, after ``after`` (see :meth:`InstanceTable.page`),
+        and whether more follow; ``instance_id`` narrows it to that instance.
+
+        Unlike :meth:`list` it does not reconcile the whole catalog with hostd (that costs a read
+        of every row): the rows are as the hostd watch last folded them (every
+        ``AIWG_WATCH_INTERVAL_S``) and as operations wrote them. It still fails closed while
+        hostd is unreachable, as :meth:`list` does."""
+        runtime = _check_filters(state, runtime)
+        self.link.require_ready()
+        return await self.store.instances.page(
+            state=state,
+            runtime=runtime,
+            provider=provider,
+            instance_id=instance_id,
+            labels=labels,
+            after=after,
+            limit=limit,
+        )
 
     async def get(self, instance_id: str) -> InstanceRecord:
         return (await self.get_detail(instance_id))[0]

@@ -1,12 +1,23 @@
-"""The instance catalog: what the admin API made (or adopted from hostd), by id and unique name."""
+"""The instance catalog: what the admin API made (or adopted from hostd), by id and unique name.
+
+:meth:`InstanceTable.page` reads the catalog in pages, oldest first (``created_at``, then ``id``),
+after a cursor, with the admin list's filters. The columns filter in SQL; labels (a JSON column)
+filter here, over the rows read in order in batches, so a label that few rows carry costs a longer
+read, never a wrong page.
+"""
 
 from __future__ import annotations
 
+import builtins
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from .database import Connection, Database, from_json, to_json
+
+#: Rows read at a time while a page looks for rows with the labels asked for.
+LABEL_SCAN_BATCH = 200
 
 
 class NameTaken(Exception):
@@ -115,6 +126,54 @@ class InstanceTable:
     async def list(self) -> list[InstanceRecord]:
         rows = await self._db.run(lambda db: db.execute("SELECT * FROM instances ORDER BY created_at, id").fetchall())
         return [_record(r) for r in rows]
+
+    async def page(
+        self,
+        *,
+        state: str | None = None,
+        runtime: str | None = None,
+        provider: str | None = None,
+        instance_id: str | None = None,
+        labels: Sequence[tuple[str, str | None]] = (),
+        after: tuple[float, str] | None = None,
+        limit: int,
+    ) -> tuple[builtins.list[InstanceRecord], bool]:
+        """Up to ``limit`` rows after the ``after`` cursor (``(created_at, id)`` of the last row of
+        the page before), oldest first, matching every filter given: each label pair ``(key, value)``
+        holds (value None: the row has the key). Also whether more rows match after these."""
+        where: list[str] = []
+        args: list[Any] = []
+        for column, value in (("state", state), ("runtime", runtime), ("provider", provider), ("id", instance_id)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        wanted = list(labels)
+        # Without a label filter every row read is shown: one more than the page tells if more follow.
+        batch = limit + 1 if not wanted else max(limit + 1, LABEL_SCAN_BATCH)
+
+        def query(db: Connection) -> tuple[builtins.list[InstanceRecord], bool]:
+            found: builtins.list[InstanceRecord] = []
+            cursor = after
+            while True:
+                clauses, params = list(where), list(args)
+                if cursor is not None:
+                    clauses.append("(created_at, id) > (?, ?)")
+                    params += [cursor[0], cursor[1]]
+                sql = (
+                    f"SELECT * FROM instances WHERE {' AND '.join(clauses) or '1 = 1'} ORDER BY created_at, id LIMIT ?"
+                )
+                rows = db.execute(sql, [*params, batch]).fetchall()
+                for row in rows:
+                    rec = _record(row)
+                    if all(rec.labels.get(k) == v if v is not None else k in rec.labels for k, v in wanted):
+                        found.append(rec)
+                        if len(found) > limit:
+                            return found[:limit], True
+                if len(rows) < batch:
+                    return found, False
+                cursor = (rows[-1]["created_at"], rows[-1]["id"])
+
+        return await self._db.run(query)
 
     async def delete(self, instance_id: str) -> bool:
         cursor = await self._db.run(lambda db: db.execute("DELETE FROM instances WHERE id = ?", (instance_id,)))

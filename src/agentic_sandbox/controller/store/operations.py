@@ -1,4 +1,5 @@
-"""Operation records (``op_<ULID>``), written whole on every state change."""
+"""Operation records (``op_<ULID>``), written whole on every state change; read one by id, or in
+pages newest first (:meth:`OperationTable.page`)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,37 @@ class OperationTable:
     async def get(self, op_id: str) -> OperationRecord | None:
         row = await self._db.run(lambda db: db.execute("SELECT * FROM operations WHERE id = ?", (op_id,)).fetchone())
         return None if row is None else _record(row)
+
+    async def page(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        instance_id: str | None = None,
+        completed_since: float | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int,
+    ) -> tuple[list[OperationRecord], bool]:
+        """Up to ``limit`` operations after the ``after`` cursor (``(created_at, id)`` of the last
+        one of the page before), newest first, matching every filter given; ``completed_since``
+        leaves out those that ended before it (past retention). Also whether more match after these."""
+        where: list[str] = []
+        args: list[Any] = []
+        for column, value in (("state", state), ("kind", kind), ("instance_id", instance_id)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if completed_since is not None:
+            where.append("(completed_at IS NULL OR completed_at >= ?)")
+            args.append(completed_since)
+        if after is not None:
+            where.append("(created_at, id) < (?, ?)")
+            args += [after[0], after[1]]
+        sql = (
+            f"SELECT * FROM operations WHERE {' AND '.join(where) or '1 = 1'} ORDER BY created_at DESC, id DESC LIMIT ?"
+        )
+        rows = await self._db.run(lambda db: db.execute(sql, [*args, limit + 1]).fetchall())
+        return [_record(r) for r in rows[:limit]], len(rows) > limit
 
     async def unfinished(self) -> list[OperationRecord]:
         marks = ",".join("?" * len(TERMINAL_STATES))

@@ -236,7 +236,8 @@ CREATE TRIGGER agent_outbox_news AFTER INSERT ON agent_outbox
 #: state, which gave no order, goes). Those the planner picks by their equalities alone leave the
 #: id out (a tie of status times is sorted when read: the id costs 36 bytes a task in each); one
 #: whose rival index gives the whole order keeps it, so that it wins (SQLite has no statistics
-#: here). Filling the counts reads the history once, here.
+#: here). Filling the counts reads the history once, here. The admin lists' pages of instances
+#: and operations (oldest or newest first, by state or instance) read indexes of their own too.
 STEP_9 = """
 CREATE TABLE IF NOT EXISTS task_counts (
     instance_id TEXT NOT NULL,
@@ -250,6 +251,11 @@ CREATE INDEX IF NOT EXISTS tasks_by_instance_state ON tasks (instance_id, state,
 CREATE INDEX IF NOT EXISTS tasks_by_status_at ON tasks (status_at DESC);
 DROP INDEX IF EXISTS tasks_by_state;
 CREATE INDEX IF NOT EXISTS tasks_by_state_at ON tasks (state, status_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS instances_by_created ON instances (created_at, id);
+CREATE INDEX IF NOT EXISTS instances_by_state ON instances (state, created_at, id);
+CREATE INDEX IF NOT EXISTS operations_by_created ON operations (created_at, id);
+CREATE INDEX IF NOT EXISTS operations_by_instance ON operations (instance_id, created_at, id);
+CREATE INDEX IF NOT EXISTS operations_by_state ON operations (state, created_at, id);
 """
 
 STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5, STEP_6, STEP_7, STEP_8, STEP_9)
