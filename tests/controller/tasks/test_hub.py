@@ -62,3 +62,24 @@ async def test_news_from_another_controller_says_what_is_missing_and_an_event_to
         hub.pulse("t", event(7))
         assert seqs(watch.tail_after(4)) == [5, 6, 7]
     assert hub.watched() == []
+
+
+async def test_an_event_in_the_tail_is_encoded_once_per_key_for_every_reader() -> None:
+    """Readers of one task share each event's encodings (made by the first that asks, per key)."""
+    hub = TaskHub()
+    made: list[object] = []
+
+    def make(key: object) -> bytes:
+        made.append(key)
+        return repr(key).encode()
+
+    with hub.watch("t") as first, hub.watch("t") as second:
+        hub.pulse("t", event(1))
+        [a] = first.told_after(0) or []
+        [b] = second.told_after(0) or []
+        assert a is b and a.event.seq == 1
+        for _ in range(3):
+            assert a.encoded(("1.0", False), lambda: make(("1.0", False))) == b"('1.0', False)"
+            assert b.encoded(("0.3", False), lambda: make(("0.3", False))) == b"('0.3', False)"
+        assert made == [("1.0", False), ("0.3", False)]
+        assert first.told_after(1) == []

@@ -92,9 +92,10 @@ class Framing03(Framing):
 
     def __init__(self, form: Form) -> None:
         self.translate = proto03.stream_out if form == "proto" else wire03.stream_out
+        self.form = "0.3-proto" if form == "proto" else "0.3"
 
-    def data(self, obj: dict[str, Any]) -> bytes:
-        return super().data(self.translate(obj))
+    def payload(self, obj: dict[str, Any]) -> bytes:
+        return super().payload(self.translate(obj))
 
 
 def framing(caller: Caller, form: Form = "json") -> Framing | None:

@@ -83,8 +83,10 @@ def error_body(call_id: JsonId, error: A2AError) -> dict[str, Any]:
 class Framing03(RpcFraming):
     """A 0.3 stream: each StreamResponse as 0.3's event, errors as 0.3's JSON-RPC errors."""
 
-    def data(self, obj: dict[str, Any]) -> bytes:
-        return super().data(wire03.stream_out(obj))
+    form = "0.3"
+
+    def payload(self, obj: dict[str, Any]) -> bytes:
+        return super().payload(wire03.stream_out(obj))
 
     def error(self, error: A2AError) -> bytes:
         return b"event: error\ndata: " + msgspec.json.encode(error_body(self.call_id, error)) + b"\n\n"

@@ -54,11 +54,16 @@ def rpc_result(call_id: JsonId, result: Any, caller: Caller) -> Response:
 
 
 class RpcFraming(Framing):
+    """Each item a JSON-RPC response of the request's id around the shared payload: the same
+    bytes as encoding ``{"jsonrpc": "2.0", "id": <id>, "result": <obj>}``, made by concatenation
+    (no JSON work per stream)."""
+
     def __init__(self, call_id: JsonId) -> None:
         self.call_id = call_id
+        self._head = b'data: {"jsonrpc":"2.0","id":' + msgspec.json.encode(call_id) + b',"result":'
 
-    def data(self, obj: dict[str, Any]) -> bytes:
-        return super().data({"jsonrpc": "2.0", "id": self.call_id, "result": obj})
+    def wrap(self, payload: bytes) -> bytes:
+        return self._head + payload + b"}\n\n"
 
     def error(self, error: A2AError) -> bytes:
         return b"event: error\ndata: " + msgspec.json.encode(rpc_error(self.call_id, error)) + b"\n\n"

@@ -8,7 +8,10 @@ events) at its own pace, so a slow reader holds up no one and needs no buffer of
 
 The tail keeps the last :data:`TAIL_EVENTS` events of tasks with live readers (at most about
 :data:`TAIL_BYTES` of artifact content: an agent streaming a large file must not pin it in memory),
-so the readers of a busy task are fed from memory rather than a database read each.
+so the readers of a busy task are fed from memory rather than a database read each. Each event
+in the tail is a :class:`Told`, which also keeps the event's wire forms as the first reader that
+needed each made them (:meth:`Told.encoded`): a thousand SSE streams of one task encode each
+event once per wire form, and each stream only writes bytes.
 
 Several controllers (a shared store): events another controller stored reach this hub through
 :meth:`TaskHub.behind` (the store's notifications and polls say how far a task has got) and are
@@ -19,6 +22,7 @@ catch-up racing a local write) is kept once.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import trio
 
@@ -41,12 +45,38 @@ def _weight(event: TaskEvent) -> int:
     return parts_weight(artifact.get("parts") if isinstance(artifact, dict) else None)
 
 
+class Told:
+    """An event as the hub holds it: the stored event and its encodings, made once each.
+
+    ``encoded(key, make)`` answers the bytes kept under ``key`` (a wire form and whatever else
+    changes the bytes, such as whether the reader sees prompts), making them with ``make()`` for
+    the first reader that asks. The encodings live as long as the event stays in the tail (their
+    size is about the event's, which the tail's byte budget counts once; at most a few forms are
+    ever asked for)."""
+
+    __slots__ = ("event", "forms")
+
+    def __init__(self, event: TaskEvent) -> None:
+        self.event = event
+        self.forms: dict[object, bytes] = {}
+
+    @property
+    def seq(self) -> int:
+        return self.event.seq
+
+    def encoded(self, key: object, make: Callable[[], bytes]) -> bytes:
+        data = self.forms.get(key)
+        if data is None:
+            data = self.forms[key] = make()
+        return data
+
+
 class _Entry:
     __slots__ = ("bytes", "changed", "seen", "tail", "users")
 
     def __init__(self) -> None:
         self.changed = trio.Event()
-        self.tail: deque[TaskEvent] = deque()
+        self.tail: deque[Told] = deque()
         self.bytes = 0
         self.users = 0
         #: The highest sequence told (kept or only announced).
@@ -59,14 +89,14 @@ class _Entry:
                 return  # told already
             # Stored earlier, told later (two writers whose writes went through worker threads
             # finished in the other order): the tail stays in sequence order.
-            ordered = sorted([*tail, event], key=lambda e: e.seq)
+            ordered = sorted([*tail, Told(event)], key=lambda e: e.seq)
             tail.clear()
             tail.extend(ordered)
         else:
-            tail.append(event)
+            tail.append(Told(event))
         self.bytes += _weight(event)
         while len(tail) > 1 and (len(tail) > TAIL_EVENTS or self.bytes > TAIL_BYTES):
-            self.bytes -= _weight(tail.popleft())
+            self.bytes -= _weight(tail.popleft().event)
 
 
 class TaskHub:
@@ -142,16 +172,23 @@ class Watch:
         """The events after ``seq`` from memory, in order and without a gap (an event stored but
         not told yet ends the list: its pulse comes), or None if the tail does not reach back that
         far."""
+        told = self.told_after(seq)
+        return None if told is None else [t.event for t in told]
+
+    def told_after(self, seq: int) -> list[Told] | None:
+        """:meth:`tail_after` as the tail holds them (with their encodings)."""
         tail = self._hub._entry(self._task_id).tail
-        if not tail or tail[0].seq > seq + 1:
+        if not tail or tail[0].event.seq > seq + 1:
             return None
-        out: list[TaskEvent] = []
-        for event in reversed(tail):  # the news is at the end
-            if event.seq <= seq:
+        if tail[-1].event.seq <= seq:
+            return []  # the common case of a reader that is up to date
+        out: list[Told] = []
+        for told in reversed(tail):  # the news is at the end
+            if told.event.seq <= seq:
                 break
-            out.append(event)
+            out.append(told)
         out.reverse()
-        for i, event in enumerate(out):
-            if event.seq != seq + 1 + i:
+        for i, told in enumerate(out):
+            if told.event.seq != seq + 1 + i:
                 return out[:i]
         return out
