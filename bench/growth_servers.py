@@ -32,6 +32,11 @@ START_TIMEOUT_S = 120.0
 OURS, PEER = "controller", "a2a-sdk (SQLite)"
 
 
+#: The filled tasks all belong to one instance: the retention's default count per instance would
+#: prune them in the background while the sizes are measured.
+RETENTION_OFF = {"AIWG_TASK_RETENTION_PER_INSTANCE": "0"}
+
+
 def child_env() -> dict[str, str]:
     """The bench's PYTHONPATH in front of the repository's (see the module docstring)."""
     return {"PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)}
@@ -89,7 +94,14 @@ class Ours(Server):
         t0 = time.perf_counter_ns()
         log = self.state_dir.parent / "controller.log"
         self.ctl = ctl = await trio.to_thread.run_sync(
-            partial(Controller, self.state_dir, self.hostd_socket, child_env(), token=self.token, log_path=log)
+            partial(
+                Controller,
+                self.state_dir,
+                self.hostd_socket,
+                {**child_env(), **RETENTION_OFF},
+                token=self.token,
+                log_path=log,
+            )
         )
         async with httpx.AsyncClient(base_url=ctl.url) as probe:
             with trio.fail_after(START_TIMEOUT_S):
