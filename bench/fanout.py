@@ -40,6 +40,7 @@ from typing import Any, Literal
 import httpx
 import msgspec
 import trio
+from bench_a2a import on_cpu_ns
 from bench_admin import Controller, admin_client, admin_provision_by_op, wait_ready
 from common import (
     ROOT,
@@ -204,17 +205,6 @@ def worker(
 
 # ---------------------------------------------------------------------------------------------
 # The controller side
-
-
-def on_cpu_ns(pid: int) -> int:
-    """Time the process ``pid`` (all its threads) has run on a CPU, in ns."""
-    total = 0
-    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
-        try:
-            total += int(stat.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass  # a thread that ended meanwhile
-    return total
 
 
 def _script(go: Path, events: int, interval_s: float) -> str:
