@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from abc import ABC, abstractmethod
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ def rss_mib(pid: int) -> float:
         return float("nan")
 
 
-class Server:
+class Server(ABC):
     """One side of the task cases: a controller, or the a2a-sdk peer, on a store of its own."""
 
     name: str
@@ -69,15 +70,17 @@ class Server:
     agent_url: str
     headers: dict[str, str]
 
+    @abstractmethod
     async def start(self) -> int:
         """Start it; ns from the spawn to ready."""
-        raise NotImplementedError
 
+    @abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """Stop it."""
 
+    @abstractmethod
     def fill(self, count: int) -> dict[str, Any]:
-        raise NotImplementedError
+        """Add ``count`` tasks to its store, through the store's own write path (it is stopped)."""
 
 
 class Ours(Server):
