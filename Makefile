@@ -39,7 +39,7 @@ run: $(STAMP) $(CONSOLE)
 # make run with three controllers (ports 8122-8124) on a private PostgreSQL server: the shared store
 # (docs/postgresql.md). Ctrl-C stops the controllers, hostd, then the database server.
 cluster: $(STAMP) $(CONSOLE)
-	$(PY) scripts/devcluster.py
+	$(PY) scripts/devcluster.py $(if $(HOSTS),--hosts $(HOSTS))
 
 test: $(STAMP) $(CONSOLE)
 	$(PY) -m pytest

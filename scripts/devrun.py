@@ -28,8 +28,9 @@ the web console's URL and where the admin token to sign in with is (the last lin
 
 Run it with the venv's python (``.venv/bin/python scripts/devrun.py``); the children are started
 with the same interpreter (``-m agentic_sandbox.hostd.main`` / ``-m agentic_sandbox.controller.main``,
-what the entry points run). :func:`supervise` is the wrapper itself, for any number of controllers:
-``scripts/devcluster.py`` (``make cluster``) runs it with three.
+what the entry points run). :func:`supervise` is the wrapper itself, for any number of hostds and
+controllers: ``scripts/devcluster.py`` (``make cluster``) runs it with three controllers, beside one
+hostd or several (``--hosts``).
 """
 
 from __future__ import annotations
@@ -85,9 +86,8 @@ def _stop(*children: Child) -> None:
             proc.wait()
 
 
-def _wait_for_socket(path: str, hostd: subprocess.Popen[bytes]) -> None:
+def _wait_for_socket(path: str, hostd: subprocess.Popen[bytes], deadline: float) -> None:
     """Give hostd a moment to listen so the controller's first connect succeeds (it retries anyway)."""
-    deadline = time.monotonic() + HOSTD_WAIT_S
     while time.monotonic() < deadline and hostd.poll() is None and not os.path.exists(path):
         time.sleep(0.05)
 
@@ -238,13 +238,15 @@ def announce(env: dict[str, str], state_dir: str) -> None:
     print(f"web console: {base}/console/  (sign in with the admin token in {where})", flush=True)
 
 
-def supervise(env: dict[str, str], controllers: list[tuple[str, dict[str, str]]], announce: Callable[[], None]) -> int:
-    """Start hostd (with ``env``), then each named controller with its environment (each once the one
-    before it listens: the first writes the dev admin token file the others read), run ``announce``
-    in a thread, and wait; stop them all as the module docstring says. The exit status."""
-    state_dir = env["AIWG_STATE_DIR"]
-    socket_path = env.get("AIWG_HOSTD_SOCKET") or dev_hostd_socket(state_dir)
+Named = list[tuple[str, dict[str, str]]]
 
+
+def supervise(hostds: Named, controllers: Named, announce: Callable[[], None]) -> int:
+    """Start each named hostd with its environment (all at once; its socket is ``AIWG_HOSTD_SOCKET``,
+    else the dev one in its ``AIWG_STATE_DIR``), wait until they listen, then start each named
+    controller with its environment (each once the one before it listens: the first writes the dev
+    admin token file the others read), run ``announce`` in a thread, and wait; stop them all as the
+    module docstring says (the controllers, then every hostd). The exit status."""
     stopping = False
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -255,19 +257,23 @@ def supervise(env: dict[str, str], controllers: list[tuple[str, dict[str, str]]]
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    hostd: subprocess.Popen[bytes] | None = None
-    started: list[Child] = []
+    running: list[Child] = []  # the hostds
+    started: list[Child] = []  # the controllers
     status = 0
     try:
-        _vm_setup(env)
-        hostd = _start("agentic_sandbox.hostd.main", env)
-        _wait_for_socket(socket_path, hostd)
+        _vm_setup(hostds[0][1])  # libvirt and the guest image are the machine's, whichever hostd asks
+        for name, hostd_env in hostds:
+            running.append((name, _start("agentic_sandbox.hostd.main", hostd_env)))
+        deadline = time.monotonic() + HOSTD_WAIT_S
+        for (_, hostd_env), (_, hostd) in zip(hostds, running, strict=True):
+            socket_path = hostd_env.get("AIWG_HOSTD_SOCKET") or dev_hostd_socket(hostd_env["AIWG_STATE_DIR"])
+            _wait_for_socket(socket_path, hostd, deadline)
         for index, (name, controller_env) in enumerate(controllers):
             if index:
                 _wait_listening(controllers[index - 1][1], started[-1][1])
             started.append((name, _start("agentic_sandbox.controller.main", controller_env)))
         threading.Thread(target=announce, daemon=True).start()
-        children = {proc.pid: (name, proc) for name, proc in [("hostd", hostd), *started]}
+        children = {proc.pid: (name, proc) for name, proc in [*running, *started]}
         while True:
             pid, raw = os.wait()  # the first child to exit ends them all
             if pid in children:
@@ -284,8 +290,7 @@ def supervise(env: dict[str, str], controllers: list[tuple[str, dict[str, str]]]
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _stop(*started)
-        if hostd is not None:
-            _stop(("hostd", hostd))
+        _stop(*running)
     if stopping:
         return 0
     return 128 - status if status < 0 else status  # a signal -N reads as 128+N, as in a shell
@@ -296,7 +301,7 @@ def main() -> int:
     env.setdefault("AIWG_STATE_DIR", str(ROOT / ".run"))
     state_dir = env["AIWG_STATE_DIR"]
     prepare_podman(env)
-    return supervise(env, [("controller", env)], lambda: announce(env, state_dir))
+    return supervise([("hostd", env)], [("controller", env)], lambda: announce(env, state_dir))
 
 
 if __name__ == "__main__":

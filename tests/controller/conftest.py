@@ -38,7 +38,7 @@ from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
 from agentic_sandbox.controller.app import create_app
-from agentic_sandbox.controller.config import ControllerConfig, load_config
+from agentic_sandbox.controller.config import ControllerConfig, advertised_url, load_config
 from agentic_sandbox.controller.main import hypercorn_config
 from agentic_sandbox.controller.state import AppState
 from agentic_sandbox.proto import HostdError, open_hostd
@@ -202,6 +202,7 @@ async def serve_controller(config: ControllerConfig, *, wait_ready: bool = True)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(serve, app, hc, shutdown_trigger=stop.wait))
         live = LiveController(url=binds[0], app=app, config=config)
+        live.state.hosts.url = advertised_url(config, binds[0])  # as main does once it bound its port
         try:
             if wait_ready:
                 with trio.fail_after(START_TIMEOUT_S):

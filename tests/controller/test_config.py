@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import socket
 import ssl
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from agentic_sandbox.controller.config import (
     PROD_STATE_DIR,
     ConfigError,
     ControllerConfig,
+    advertised_url,
     load_config,
     parse_imf_fixdate,
 )
@@ -75,6 +77,9 @@ def test_file_then_env_override(tmp_path: Path) -> None:
         ({"AIWG_OPERATOR_TOKEN": TOKEN, "AIWG_ADMIN_TOKEN": TOKEN}, "AIWG_OPERATOR_TOKEN"),
         ({"AIWG_PUBLIC_URL": "ftp://x"}, "AIWG_PUBLIC_URL"),
         ({"AIWG_HOSTD_SOCKET": "/" + "s" * 120}, "AIWG_HOSTD_SOCKET"),
+        ({"AIWG_ADVERTISE_URL": "10.0.0.2:8122"}, "AIWG_ADVERTISE_URL"),
+        ({"AIWG_HOST_HEARTBEAT_S": "5", "AIWG_HOST_TIMEOUT_S": "5"}, "AIWG_HOST_TIMEOUT_S"),
+        ({"AIWG_CARD_URLS": "peer"}, "AIWG_CARD_URLS"),
     ],
 )
 def test_invalid_settings_name_the_key(env: dict[str, str], named: str) -> None:
@@ -113,6 +118,34 @@ def test_warm_pools_from_env_and_file(tmp_path: Path) -> None:
     ):
         with pytest.raises(ConfigError, match=f"AIWG_WARM_POOLS.*{why}"):
             load_config(env={**env, "AIWG_WARM_POOLS": bad})
+
+
+def test_host_labels_from_env_and_file(tmp_path: Path) -> None:
+    env = {"AIWG_STATE_DIR": str(tmp_path), "AIWG_ADMIN_TOKEN": TOKEN}
+    assert load_config(env={**env, "AIWG_HOST_LABELS": " zone=a, gpu=yes,rack= "}).host_labels == {
+        "zone": "a",
+        "gpu": "yes",
+        "rack": "",
+    }
+    toml = tmp_path / "c.toml"
+    toml.write_text('[host_labels]\n"topology.io/zone" = "eu-1"\n')
+    assert load_config(toml, env=env).host_labels == {"topology.io/zone": "eu-1"}
+    bad_labels = (("zone", "not key=value"), ("Zone=a", "not a label"), ("zone=a b", "a label"), ("a=1,a=2", "twice"))
+    for bad, why in bad_labels:
+        with pytest.raises(ConfigError, match=f"AIWG_HOST_LABELS.*{why}"):
+            load_config(env={**env, "AIWG_HOST_LABELS": bad})
+
+
+def test_the_advertised_url() -> None:
+    env = {"AIWG_ADMIN_TOKEN": TOKEN}
+    config = load_config(env={**env, "AIWG_LISTEN": "127.0.0.1:8122"})
+    assert advertised_url(config) == "http://127.0.0.1:8122"
+    assert advertised_url(config, "http://127.0.0.1:40123") == "http://127.0.0.1:40123"  # the port bound
+    wildcard = load_config(env={**env, "AIWG_LISTEN": "0.0.0.0:8122"})
+    assert advertised_url(wildcard) == f"http://{socket.gethostname()}:8122"
+    assert advertised_url(load_config(env={**env, "AIWG_LISTEN": "[::1]:9"})) == "http://[::1]:9"
+    chosen = load_config(env={**env, "AIWG_ADVERTISE_URL": "https://h1.example:8443/"})
+    assert advertised_url(chosen, "http://0.0.0.0:1") == "https://h1.example:8443"
 
 
 def test_secrets_are_masked_in_repr() -> None:

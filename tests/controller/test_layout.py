@@ -26,6 +26,7 @@ SURFACE = (
     "state",
     "v1",
     "observability",
+    "hosts.router",
     "http.",
     "admin.",
     "console.",

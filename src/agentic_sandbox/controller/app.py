@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import trio
 from quart import Response, g, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
@@ -40,12 +41,15 @@ from .admin.views import operation_path
 from .auth.credentials import InstanceCredentials
 from .auth.tokens import Authenticator, config_tokens, resolve_admin_token
 from .cluster import Cluster
-from .config import ControllerConfig
+from .config import ControllerConfig, advertised_url
 from .console import install_console
 from .console.assets import ConsoleAssets, describe
 from .events.bus import EventBus
 from .events.logs import LogRing
 from .hostlink import HostdLink
+from .hosts.forward import Forwarder
+from .hosts.registry import HostRegistry
+from .hosts.router import REFUSAL, Router
 from .http.connection import HTTPConnection
 from .http.edge import install_http_edge
 from .http.problems import error_body, from_http_exception, problem_response, trace_id
@@ -157,6 +161,16 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         owner=controller_id,
         lease_ttl_s=config.lease_ttl_s,
     )
+    hosts = HostRegistry(
+        store,
+        link,
+        controller_id=controller_id,
+        url=advertised_url(config) if not config.listen.endswith(":0") else None,  # else once it bound
+        labels=config.host_labels,
+        heartbeat_s=config.host_heartbeat_s,
+        timeout_s=config.host_timeout_s,
+        max_instances=config.host_max_instances,
+    )
     loadouts = LoadoutService(Path(config.loadouts_dir))
     pools = WarmPoolService(link, operations, loadouts, config.warm_pools)
     pools.check_config()
@@ -188,6 +202,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         agent_cancel_grace_s=config.agent_cancel_grace_s,
         owner=controller_id,
         lease_ttl_s=config.lease_ttl_s,
+        hosts=hosts,
     )
     cluster = None
     if config.database_url is not None:
@@ -236,12 +251,13 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         events=events,
         logs=logs,
         watch=watch,
-        sessions=SessionService(instances, link),
+        sessions=SessionService(instances, link, hosts=hosts),
         rooms=Rooms(link),
         tasks=tasks,
         push=push,
         a2a=a2a_service,
         idempotency=idempotency,
+        hosts=hosts,
         store=store,
         console=ConsoleAssets.load(),
     )
@@ -259,6 +275,18 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     app.register_blueprint(pty)
     app.register_blueprint(a2a)
     install_console(app)
+    # In front of every surface: a request about another host's instance goes to that host.
+    forwarder = Forwarder(connect_timeout_s=config.hostd_connect_timeout_s)
+    router = Router(
+        app.asgi_app,  # type: ignore[arg-type]
+        registry=hosts,
+        store=store,
+        auth=auth,
+        forwarder=forwarder,
+        public_url=config.public_url,
+        max_body_bytes=config.max_request_bytes,
+    )
+    app.asgi_app = router  # type: ignore[assignment]
 
     @app.before_serving
     async def _start_services() -> None:
@@ -275,7 +303,10 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         operations.attach(app.nursery)
         app.extensions[EXTENSION_KEY].rooms.attach(app.nursery)
         await operations.recover()
+        if store.shared:
+            await router.start()  # the cluster's secret: requests for other hosts are forwarded
         await app.nursery.start(link.run)
+        await app.nursery.start(hosts.run)  # this host and controller in the store, and the others
         await app.nursery.start(operations.run_purger)
         if store.shared:
             await app.nursery.start(operations.run_sweeps)
@@ -305,6 +336,10 @@ def create_app(config: ControllerConfig) -> QuartTrio:
 
     @app.after_serving
     async def _close_store() -> None:
+        await forwarder.aclose()
+        if store.shared:
+            with trio.CancelScope(shield=True), trio.move_on_after(2):
+                await hosts.leave()  # a clean stop: the other controllers stop forwarding here at once
         push.delivery.close()
         logs.uninstall()
         logs.ring.detach()
@@ -318,6 +353,9 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         # problems carry, and the instance when the route names one. The request's task ends
         # with the request, so nothing needs resetting.
         bind_log_ids(request_id=trace_id(), instance_id=(request.view_args or {}).get("instance_id"))
+        refusal = REFUSAL.get()
+        if refusal is not None:  # the router could not serve it where it belongs (its host is away)
+            raise refusal
 
     install_http_edge(app)  # after the timer: its OPTIONS answer is timed and counted too
 

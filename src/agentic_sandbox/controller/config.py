@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import tomllib
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ import msgspec
 
 from agentic_sandbox.proto import DEV_STATE_DIR, PROD_HOSTD_SOCKET, dev_hostd_socket, settings
 from agentic_sandbox.proto.settings import (
+    Choice,
     Flag,
     Float,
     HostPort,
@@ -125,6 +127,12 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     database_timeout_s: float = 5.0
     lease_ttl_s: float = 2.0
     notify_poll_s: float = 1.0
+    advertise_url: str | None = None
+    host_labels: dict[str, str] = {}
+    host_heartbeat_s: float = 2.0
+    host_timeout_s: float = 10.0
+    host_max_instances: int = 0
+    card_urls: str = "edge"
     #: ``--dev`` (or ``dev = true`` in the file): see the module's doc.
     dev: bool = False
 
@@ -248,6 +256,42 @@ class WarmPools(Kind[dict[str, int]]):
 
     def show(self, value: dict[str, int]) -> str:
         return ",".join(f"{name}={size}" for name, size in value.items())
+
+
+#: A host label's key and value (as Kubernetes spells them, shorter).
+LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$")
+LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$|^$")
+
+
+class HostLabels(Kind[dict[str, str]]):
+    """``key=value,...`` (env) or a table of strings (TOML)."""
+
+    def parse(self, raw: object, source: str) -> dict[str, str]:
+        if isinstance(raw, str):
+            pairs = []
+            for item in filter(None, (part.strip() for part in raw.split(","))):
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise SettingError(f"{source}: {item!r} is not key=value")
+                pairs.append((key.strip(), value.strip()))
+        elif isinstance(raw, dict):
+            pairs = [(str(k), v) for k, v in raw.items()]
+        else:
+            raise SettingError(f"{source} must be key=value,... or a table")
+        labels: dict[str, str] = {}
+        for key, value in pairs:
+            if not isinstance(value, str) or not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
+                raise SettingError(f"{source}: {key}={value!r} is not a label (lowercase key, plain value)")
+            if key in labels:
+                raise SettingError(f"{source}: {key!r} is named twice")
+            labels[key] = value
+        return labels
+
+    def accepts(self) -> str:
+        return "key=value,... (TOML: a table of strings)"
+
+    def show(self, value: dict[str, str]) -> str:
+        return ",".join(f"{key}={v}" for key, v in value.items())
 
 
 HOUR = 3600 * SECONDS
@@ -578,6 +622,48 @@ SETTINGS = settings.SettingsTable(
             "wrote, besides its notifications (the fallback that keeps it correct when one is missed).",
         ),
         Setting(
+            field="advertise_url",
+            env="AIWG_ADVERTISE_URL",
+            kind=Text(),
+            default="`http://<AIWG_LISTEN>` (a wildcard address: this machine's host name)",
+            doc="With PostgreSQL: the origin other controllers reach this one at, to forward requests for "
+            "this host's instances (docs/hosts.md).",
+        ),
+        Setting(
+            field="host_labels",
+            env="AIWG_HOST_LABELS",
+            kind=HostLabels(),
+            doc="Labels of this host (`zone=a,gpu=yes`), which a provision request may ask for "
+            "(`host_label`); every controller of a host should say the same.",
+        ),
+        Setting(
+            field="host_heartbeat_s",
+            env="AIWG_HOST_HEARTBEAT_S",
+            kind=Float(minimum=0.05, maximum=HOUR),
+            doc="How often a controller says in the store that it and its host are alive (with the "
+            "host's runtimes and capacity).",
+        ),
+        Setting(
+            field="host_timeout_s",
+            env="AIWG_HOST_TIMEOUT_S",
+            kind=Float(minimum=0.1, maximum=DAY),
+            doc="A host none of whose controllers said it is alive for this long is `unavailable`: "
+            "its instances answer 503 and nothing is placed on it.",
+        ),
+        Setting(
+            field="host_max_instances",
+            env="AIWG_HOST_MAX_INSTANCES",
+            kind=Int(minimum=0, maximum=1_000_000),
+            doc="Instances placement puts on this host at most (0: no bound; memory decides).",
+        ),
+        Setting(
+            field="card_urls",
+            env="AIWG_CARD_URLS",
+            kind=Choice(choices=("edge", "host")),
+            doc="Which controller an AgentCard's interface URLs name: `edge`, the one the client asked "
+            "(or `AIWG_PUBLIC_URL`); `host`, a controller of the instance's own host (`AIWG_ADVERTISE_URL`).",
+        ),
+        Setting(
             field="warm_pools",
             env="AIWG_WARM_POOLS",
             kind=WarmPools(),
@@ -633,6 +719,15 @@ def load_config(
         if not re.match(r"^https?://[^/\s]+$", public_url.rstrip("/")):
             raise ConfigError(f"AIWG_PUBLIC_URL={public_url!r} must be an http(s) origin like https://host:8122")
         values["public_url"] = public_url.rstrip("/")
+    advertise_url = values.get("advertise_url")
+    if advertise_url is not None:
+        if not re.match(r"^https?://[^/\s]+$", advertise_url.rstrip("/")):
+            raise ConfigError(
+                f"AIWG_ADVERTISE_URL={advertise_url!r} must be an http(s) origin like http://10.0.0.2:8122"
+            )
+        values["advertise_url"] = advertise_url.rstrip("/")
+    if values.get("host_timeout_s", 10.0) <= values.get("host_heartbeat_s", 2.0):
+        raise ConfigError("AIWG_HOST_TIMEOUT_S must be longer than AIWG_HOST_HEARTBEAT_S")
 
     sunset = values.get("v1_sunset", DEFAULT_V1_SUNSET)
     try:
@@ -645,3 +740,22 @@ def load_config(
         return ControllerConfig(**values, dev=dev)
     except (TypeError, msgspec.ValidationError) as exc:  # pragma: no cover - guarded above
         raise ConfigError(str(exc)) from None
+
+
+def advertised_url(config: ControllerConfig, bound: str | None = None) -> str:
+    """The origin other controllers reach this one at: ``AIWG_ADVERTISE_URL``, else the address it
+    listens on (``bound``, the URL the server bound, which knows the port of ``AIWG_LISTEN=...:0``;
+    else ``AIWG_LISTEN``); a wildcard address becomes this machine's host name, which the other
+    hosts must resolve."""
+    if config.advertise_url:
+        return config.advertise_url
+    scheme = "https" if config.tls_cert else "http"
+    where = config.listen
+    if bound:
+        scheme, _, where = bound.partition("://")
+    host, port = split_host_port(where.rstrip("/"))
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port}"

@@ -251,6 +251,10 @@ class HostdLink:
         self._reason: str = "not connected to hostd yet"
         self._changed = trio.Event()
         self.connects = 0
+        #: The host and boot hostd's last Hello named (kept while the link is down: the instances
+        #: of this host are still this host's). None until the first connect.
+        self.host_id: str | None = None
+        self.boot_id: str | None = None
 
     # -- state --------------------------------------------------------------------------------
 
@@ -266,6 +270,19 @@ class HostdLink:
         if client is not None and client.broken is not None:
             return f"connection to hostd lost: {client.broken}"
         return None if self.ready else self._reason
+
+    def require_host(self, instance_id: str, host_id: str | None) -> None:
+        """Refuse to act here on an instance of another host (``host_id``; None: not placed yet,
+        maybe this host's). The router sends every request about one to its host; this is for what
+        it cannot route (the gRPC binding, the legacy PTY listener, the upstream checkpoint verbs
+        that name an instance in their body)."""
+        if host_id is not None and host_id != self.host_id:
+            raise Conflict(
+                "instance.other_host",
+                f"instance {instance_id} runs on host {host_id}: ask a controller of that host "
+                "(GET /api/v2/admin/hosts lists them)",
+                details={"host_id": host_id},
+            )
 
     @property
     def hello(self) -> m.HelloResponse | None:
@@ -376,6 +393,8 @@ class HostdLink:
                     self.socket_path, client_name=self.client_name, connect_timeout=self.connect_timeout_s
                 ) as client:
                     self._client = client
+                    if client.hello is not None:
+                        self.host_id, self.boot_id = client.hello.host_id, client.hello.boot_id
                     self.connects += 1
                     backoff = INITIAL_BACKOFF_S
                     log.info("connected to hostd at %s (pid %s)", self.socket_path, client.hello and client.hello.pid)

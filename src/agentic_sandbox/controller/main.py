@@ -32,7 +32,7 @@ from agentic_sandbox.proto import LogConfigError, configure_logging, logs_as_jso
 
 from .app import create_app, startup_failure
 from .bindcheck import bind_error
-from .config import ConfigError, ControllerConfig, load_config
+from .config import ConfigError, ControllerConfig, advertised_url, load_config
 from .guard import install_process_guard
 from .pty.frames import MAX_CLIENT_FRAME_BYTES
 from .pty.legacy import LegacyPort
@@ -127,6 +127,7 @@ async def serve_app(app: QuartTrio, config: ControllerConfig) -> int:
             stop.set()
             return 1
         base = config.public_url or binds[0]
+        state.hosts.url = advertised_url(config, binds[0])  # the port bound, if AIWG_LISTEN said 0
         _say(f"agentic-controller listening on {binds[0]}")
         if config.legacy_pty_listen:
             legacy = await nursery.start(serve_legacy_pty, app, config, stop)

@@ -60,6 +60,10 @@ class ProvisionRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     ssh_key: Path | None = None
     labels: Labels = {}
     resources: Resources | None = None
+    #: Placement (several hosts on one store, docs/hosts.md): the host (its id or name) or a label
+    #: it must carry (``key`` or ``key=value``); placement picks one otherwise.
+    host: Short | None = None
+    host_label: Short | None = None
 
 
 Uuid = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")]
@@ -161,6 +165,9 @@ class InstanceView(msgspec.Struct, omit_defaults=True, kw_only=True):
     image_ref: str | None = None
     #: What the instance's provider reports about it (hostd's runtime detail), when hostd was asked.
     provider_state: dict[str, Any] | None = None
+    #: The host it runs on and that host's state (``available``, ``unavailable``: its calls answer 503).
+    host_id: str | None = None
+    host_state: str | None = None
 
 
 class InstanceList(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -185,3 +192,40 @@ class OperationView(msgspec.Struct, omit_defaults=True, kw_only=True):
 def iso(ts: float) -> str:
     """RFC 3339 UTC with milliseconds, e.g. ``2026-05-09T14:01:00.000Z``."""
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class HostControllerView(msgspec.Struct, omit_defaults=True, kw_only=True):
+    id: str
+    url: str
+    started_at: str
+    heartbeat_at: str
+    #: Heard from within ``AIWG_HOST_TIMEOUT_S``: requests for the host's instances may go to it.
+    alive: bool
+
+
+class HostInstances(msgspec.Struct, omit_defaults=True, kw_only=True):
+    total: int
+    by_state: dict[str, int]
+
+
+class HostView(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A host of the store (``GET /api/v2/admin/hosts``, docs/hosts.md)."""
+
+    id: str
+    name: str
+    boot_id: str
+    #: ``available`` while some controller of it reported within ``AIWG_HOST_TIMEOUT_S``, else ``unavailable``.
+    state: Literal["available", "unavailable"]
+    cordoned: bool
+    draining: bool
+    labels: dict[str, str]
+    runtimes: list[str]
+    capacity: dict[str, int]
+    instances: HostInstances
+    controllers: list[HostControllerView]
+    registered_at: str
+    heartbeat_at: str
+
+
+class HostList(msgspec.Struct, kw_only=True):
+    items: list[HostView]

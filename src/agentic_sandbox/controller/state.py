@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .events.bus import EventBus
     from .events.logs import LogRing
     from .hostlink import HostdLink
+    from .hosts.registry import HostRegistry
     from .instances.checkpoints import CheckpointService
     from .instances.images import ImageService
     from .instances.pools import WarmPoolService
@@ -68,6 +69,8 @@ class AppState:
     push: PushService
     a2a: A2AService
     idempotency: IdempotencyCache
+    #: This host among the hosts of a shared store (placement, routing, the admin hosts views).
+    hosts: HostRegistry
     #: The store itself, for what asks the database directly (readiness).
     store: Store | None = field(default=None)
     openapi: dict[str, Any] | None = field(default=None)

@@ -106,3 +106,34 @@ async def test_a_label_page_reads_past_rows_without_the_label(store: Store, monk
     assert await _walk(store, 1, labels=[("k", "0")]) == ["id-00", "id-07", "id-14"]
     rows, more = await store.instances.page(limit=1, labels=[("k", "6")])
     assert [r.id for r in rows] == ["id-06"] and more
+
+
+async def test_the_host_of_an_instance_is_kept_and_filters_its_rows(store: Store) -> None:
+    await store.instances.insert(instance("id-a", "a", created_at=1.0, host_id="h1"))
+    await store.instances.insert(instance("id-b", "b", created_at=2.0, host_id="h2"))
+    await store.instances.insert(instance("id-c", "c", created_at=3.0))  # from before hosts: unplaced
+    await store.instances.insert(instance("id-d", "d", created_at=4.0, host_id="h1", state="stopped"))
+    a = await store.instances.get("id-a")
+    assert a is not None and a.host_id == "h1"
+    a.state = "stopped"
+    await store.instances.update(a)  # writes the host it holds: still h1
+    assert (await store.instances.get("id-a")).host_id == "h1"  # type: ignore[union-attr]
+    # A host's list holds its rows and the unplaced ones (which may be its own); the page filter is exact.
+    assert [r.id for r in await store.instances.list(host_id="h1")] == ["id-a", "id-c", "id-d"]
+    assert [r.id for r in await store.instances.list(host_id="h3")] == ["id-c"]
+    assert [r.id for r in await store.instances.list()] == ["id-a", "id-b", "id-c", "id-d"]
+    assert await _walk(store, 1, host_id="h1") == ["id-a", "id-d"]
+    assert await _walk(store, 1, host_id="h1", state="stopped") == ["id-a", "id-d"]
+    assert await _walk(store, 1, host_id="h2", state="stopped") == []
+    assert await store.instances.host_of("id-b") == (True, "h2")
+    assert await store.instances.host_of("id-c") == (True, None)
+    assert await store.instances.host_of("id-x") == (False, None)
+
+
+async def test_unplaced_rows_become_one_hosts_and_placed_ones_stay(store: Store) -> None:
+    await store.instances.insert(instance("id-a", "a"))
+    await store.instances.insert(instance("id-b", "b", host_id="h2"))
+    await store.instances.insert(instance("id-c", "c"))
+    assert await store.instances.place_unplaced("h1") == 2
+    assert await store.instances.place_unplaced("h3") == 0
+    assert {r.id: r.host_id for r in await store.instances.list()} == {"id-a": "h1", "id-b": "h2", "id-c": "h1"}

@@ -20,6 +20,7 @@ import pytest
 from agentic_sandbox.controller.store import (
     Append,
     CachedResponse,
+    HostFacts,
     OperationRecord,
     PushConfigRecord,
     SigningKeyRecord,
@@ -41,7 +42,15 @@ async def fill(path: Path) -> None:
     store = Store.open(path)
     try:
         await store.instances.insert(
-            instance("i1", "one", labels={"team": "a"}, capabilities=["pty"], image_ref="img@sha256:1", note="n")
+            instance(
+                "i1",
+                "one",
+                labels={"team": "a"},
+                capabilities=["pty"],
+                image_ref="img@sha256:1",
+                note="n",
+                host_id="h1",
+            )
         )
         await store.instances.insert(instance("i2", "two", runtime="container", state="stopped", loadout="busybox"))
         await store.operations.save(
@@ -99,6 +108,10 @@ async def fill(path: Path) -> None:
         )
         assert claim.value == "mine"
         assert await store.leases.acquire("hostd-watch", "ctl-old", NOW + HOUR, NOW)
+        facts = HostFacts(id="h1", boot_id="b1", name="one.example", labels={"zone": "a"}, runtimes=["host"])
+        await store.hosts.heartbeat(facts, "ctl-old", "http://127.0.0.1:8080", NOW)
+        await store.hosts.set_flags("h1", cordoned=True)
+        await store.hosts.secret()
         # The admin event stream is stored only when the store is shared: no table API writes it here.
         store.db.locked(lambda db: db.execute("INSERT INTO admin_events VALUES (?,?,?)", (7, NOW, b'{"kind":"x"}')))
     finally:
@@ -126,7 +139,7 @@ async def test_every_row_arrives_and_reads_back_through_the_tables(tmp_path: Pat
     await fill(path)
     seen: list[tuple[str, int]] = []
     done = migrate_store(path, pg_url, batch_rows=2, progress=lambda table, rows: seen.append((table, rows)))
-    assert done.skipped == {"leases": 1}
+    assert done.skipped == {"leases": 1, "host_controllers": 1}
     assert [t for t, _ in seen] == list(done.copied)
     order = list(done.copied)
     assert order.index("tasks") < order.index("task_events") < order.index("agent_outbox")
@@ -137,6 +150,9 @@ async def test_every_row_arrives_and_reads_back_through_the_tables(tmp_path: Pat
     after = Store.connect(pg_url)
     try:
         assert await after.instances.list() == await before.instances.list()
+        assert await after.hosts.list() == await before.hosts.list()
+        assert await after.hosts.controllers() == []  # not copied: each registers again at its start
+        assert await after.hosts.secret() == await before.hosts.secret()
         for op_id in ("op_1", "op_2"):
             assert await after.operations.get(op_id) == await before.operations.get(op_id)
         assert [o.id for o in await after.operations.unfinished()] == ["op_2"]
@@ -263,7 +279,7 @@ async def test_the_command_migrates_and_says_what_it_copied(tmp_path: Path, pg_u
     assert done.stderr == ""
     assert "  task_events                   6 rows" in done.stdout
     assert "leases" in done.stdout and "not copied" in done.stdout
-    assert "25 rows of 13 tables copied" in done.stdout, done.stdout
+    assert "27 rows of 15 tables copied" in done.stdout, done.stdout
     store = Store.connect(pg_url)
     try:
         assert len(await store.instances.list()) == 2

@@ -9,7 +9,8 @@ import stat
 from pathlib import Path
 
 from agentic_sandbox.controller.store import OperationRecord, Store, TokenRecord
-from agentic_sandbox.controller.store.schema import STEPS
+from agentic_sandbox.controller.store.postgres import PostgresDatabase
+from agentic_sandbox.controller.store.schema import STEPS, postgres_steps
 from tests.controller.store.records import instance
 
 #: The schema exactly as controllers created it before versioning (user_version stayed 0): the
@@ -148,5 +149,48 @@ async def test_step_9_counts_the_tasks_a_database_already_holds(tmp_path: Path) 
 
         assert (await total("i1"), await total("i1", "TASK_STATE_COMPLETED"), await total("i2")) == (3, 2, 1)
         assert (await total(None), await total(None, "TASK_STATE_WORKING")) == (4, 1)
+    finally:
+        store.close()
+
+
+_V9_INSTANCE = (
+    "INSERT INTO instances (id, name, runtime, state, created_at, updated_at) VALUES (?,?,?,?,?,?)",
+    ("id-a", "alpha", "host", "running", 1.0, 2.0),
+)
+
+
+async def _step_10_left_the_rows_unplaced(store: Store) -> None:
+    rec = await store.instances.get("id-a")
+    assert rec is not None and (rec.name, rec.host_id) == ("alpha", None)
+    assert await store.instances.host_of("id-a") == (True, None)
+    assert await store.hosts.list() == [] and await store.hosts.instance_counts() == {"": {"running": 1}}
+
+
+async def test_step_10_leaves_the_instances_of_a_version_9_file_unplaced(tmp_path: Path) -> None:
+    path = tmp_path / "v9.db"
+    with sqlite3.connect(path, isolation_level=None) as db:
+        for script in STEPS[:9]:
+            db.executescript(script)
+        db.execute("PRAGMA user_version = 9")
+        db.execute(*_V9_INSTANCE)
+    store = Store.open(path)
+    try:
+        assert _version(path) == len(STEPS) == 10
+        await _step_10_left_the_rows_unplaced(store)
+    finally:
+        store.close()
+
+
+async def test_step_10_leaves_the_instances_of_a_version_9_server_database_unplaced(pg_url: str) -> None:
+    old = PostgresDatabase.connect(pg_url, postgres_steps()[:9])
+    try:
+        old.locked(lambda db: db.execute(*_V9_INSTANCE))
+    finally:
+        old.close()
+    store = Store.connect(pg_url)
+    try:
+        version = await store.db.run(lambda db: db.execute("SELECT version FROM schema_version").fetchone()[0])
+        assert version == 10
+        await _step_10_left_the_rows_unplaced(store)
     finally:
         store.close()

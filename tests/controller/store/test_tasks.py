@@ -19,7 +19,7 @@ from agentic_sandbox.controller.store.tasks import (
     stamp,
     waits_on,
 )
-from tests.controller.store.records import task
+from tests.controller.store.records import instance, task
 
 FIRST = Append(kind="message", body={"messageId": "m", "parts": []})
 
@@ -362,3 +362,28 @@ async def test_events_are_stored_compact_and_read_back_whole(store: Store) -> No
     assert other["contextId"] == "other"
     history = await store.tasks.history("t1", None)
     assert history == [message]
+
+
+async def test_orphans_of_a_host_leave_out_the_tasks_of_instances_placed_elsewhere(store: Store) -> None:
+    await store.instances.insert(instance("i-h1", "on-h1", host_id="h1"))
+    await store.instances.insert(instance("i-h2", "on-h2", host_id="h2"))
+    await store.instances.insert(instance("i-old", "unplaced"))
+    for n, instance_id in enumerate(["i-h1", "i-h2", "i-old", "i-gone"]):  # i-gone: no longer in the catalog
+        await store.tasks.create(
+            task(f"t-{instance_id}", 100.0 + n, instance_id=instance_id), FIRST, owner="x", until=150.0
+        )
+    await store.tasks.create(task("t-held", 110.0, instance_id="i-h1"), FIRST, owner="y", until=500.0)
+    ended = {"state": "TASK_STATE_COMPLETED"}
+    await store.tasks.create(task("t-ended", 111.0, ended, instance_id="i-h1"), FIRST, owner="x", until=150.0)
+    everything = ["t-i-h1", "t-i-h2", "t-i-old", "t-i-gone"]
+    assert [r.id for r in await store.tasks.orphans(200.0)] == everything
+    assert [r.id for r in await store.tasks.orphans(200.0, host_id="h1")] == ["t-i-h1", "t-i-old", "t-i-gone"]
+    assert [r.id for r in await store.tasks.orphans(200.0, host_id="h2")] == ["t-i-h2", "t-i-old", "t-i-gone"]
+    assert [r.id for r in await store.tasks.orphans(200.0, 1, host_id="h2")] == ["t-i-h2"]
+    assert await store.tasks.orphans(120.0, host_id="h1") == []  # every claim still runs
+
+
+async def test_the_instance_of_a_task(store: Store) -> None:
+    await store.tasks.create(task("t1", 100.0, instance_id="i7"), FIRST)
+    assert await store.tasks.instance_of("t1") == "i7"
+    assert await store.tasks.instance_of("t2") is None

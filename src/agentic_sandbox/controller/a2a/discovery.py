@@ -13,7 +13,7 @@ from email.utils import formatdate
 import msgspec
 from quart import Response, request
 
-from ..http.responses import base_url, json_response
+from ..http.responses import card_base_url, json_response
 from ..state import app_state
 from .blueprint import a2a
 from .edge import A2A_JSON
@@ -25,7 +25,7 @@ CARD_MAX_AGE_S = 300
 async def agent_card(instance_id: str) -> Response:
     service = app_state().a2a
     rec = await service.instance(instance_id)
-    card, key_rec = await service.signed_card(rec, base_url())
+    card, key_rec = await service.signed_card(rec, card_base_url())
     body = msgspec.json.encode(card)
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
     headers = {

@@ -39,7 +39,7 @@ from ..errors import (
     Unauthenticated,
     ValidationFailed,
 )
-from ..http.responses import base_url
+from ..http.responses import card_base_url
 from ..instances.catalog import not_found
 from ..pty.frames import PTY_EXTENSIONS_URI
 from ..state import app_state
@@ -173,7 +173,7 @@ async def begin(
         instance_id=instance_id,
         version=headers.get("A2A-Version") or request.args.get("A2A-Version"),
         extensions=list(dict.fromkeys(requested)),
-        base_url=base_url(),
+        base_url=card_base_url(),
         legacy_path=legacy_path,
         enforce_extensions=enforce_extensions,
         wires=wires,

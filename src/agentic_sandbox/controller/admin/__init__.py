@@ -6,7 +6,8 @@ polling, v1 counters), ``storage``, ``catalog`` (agentshare storage, container i
 ``libvirt`` (VM checkpoints and warm pools), ``warmpools`` (every warm pool), ``sessions`` (PTY
 sessions), ``streams`` (events and logs), ``tasks`` (an agent's task logs), ``discovery`` (runtime
 providers, bootstrap readiness, MCP discovery) and ``cloudhypervisor`` (upstream's CH verbs, answered 501);
-``views`` turns the services' records into the contract's shapes. Handlers decode into a typed
+``hosts`` (the hosts of a shared store, cordon and drain); ``views`` turns the services' records
+into the contract's shapes. Handlers decode into a typed
 object, call one service method, and return its view.
 
 Errors: a ``controller.errors`` error answers as problem+json through ``controller.http.problems`` (hostd
@@ -23,6 +24,7 @@ from . import (  # noqa: F401  (routes register on import)
     cloudhypervisor,
     deprecation,
     discovery,
+    hosts,
     instances,
     libvirt,
     operations,

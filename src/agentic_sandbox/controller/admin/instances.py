@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from quart import Response, g, request
 
+from agentic_sandbox.proto import messages as m
+
 from ..auth.tokens import ADMIN_ONLY, OPERATE, READ, may_use_instance
 from ..decoding import decode_json
 from ..errors import Gone, ValidationFailed
 from ..http.responses import base_url, json_response, request_body
 from ..http.roles import require_role
-from ..models import InstanceList, ProvisionRequest, ReprovisionRequest
+from ..models import InstanceList, InstanceView, ProvisionRequest, ReprovisionRequest
 from ..state import app_state
+from ..store import InstanceRecord
 from .blueprint import admin
 from .paging import DEFAULT_PAGE_SIZE, decode_token, encode_token, narrowed_to, page_size
 from .views import accepted, instance_view
@@ -33,11 +36,19 @@ async def list_instances() -> Response:
     labels = label_filter(args.getlist("label"))
     filters = {"state": wanted_state, "runtime": runtime, "provider": provider, "label": sorted(args.getlist("label"))}
     limit = page_size(args.get("limit"), default=DEFAULT_PAGE_SIZE if args.get("page_token") else None)
-    base, ready = base_url(), state.link.ready
+    host = args.get("host")
+    if host is not None:
+        filters["host"] = host
+    base = base_url()
     if limit is None:
         records = await state.instances.list(state=wanted_state, runtime=runtime, provider=provider, labels=labels)
-        visible = [rec for rec in records if may_use_instance(g.principal, rec.id)]  # an instance token: its own
-        return json_response(InstanceList(items=[instance_view(rec, base, hostd_available=ready) for rec in visible]))
+        visible = [
+            rec
+            for rec in records
+            if may_use_instance(g.principal, rec.id)  # an instance token: its own
+            and (host is None or rec.host_id == host)
+        ]
+        return json_response(InstanceList(items=[_view(rec, base) for rec in visible]))
     after = decode_token(args.get("page_token"), "instances", filters)
     records, more = await state.instances.page(
         state=wanted_state,
@@ -45,12 +56,23 @@ async def list_instances() -> Response:
         provider=provider,
         labels=labels,
         instance_id=narrowed_to(g.principal),  # an instance token: its own
+        host_id=host,
         after=after,
         limit=limit,
     )
     token = encode_token("instances", filters, (records[-1].created_at, records[-1].id)) if more else ""
-    items = [instance_view(rec, base, hostd_available=ready) for rec in records]
+    items = [_view(rec, base) for rec in records]
     return json_response(InstanceList(items=items, next_page_token=token))
+
+
+def _view(rec: InstanceRecord, base: str, info: m.InstanceInfo | None = None) -> InstanceView:
+    """The instance as served, its host's state beside it (this host's hostd, or another host's
+    controllers: an unavailable host's instances are listed, marked so)."""
+    state = app_state()
+    host_state = state.hosts.state_of(rec.host_id)
+    own = rec.host_id is None or rec.host_id == state.link.host_id
+    available = state.link.ready if own else host_state == "available"
+    return instance_view(rec, base, hostd_available=available, info=info, host_state=host_state)
 
 
 def label_filter(raw: list[str]) -> list[tuple[str, str | None]]:
@@ -79,7 +101,7 @@ async def provision_instance() -> Response:
 async def get_instance(instance_id: str) -> Response:
     state = app_state()
     rec, info = await state.instances.get_detail(instance_id)
-    return json_response(instance_view(rec, base_url(), hostd_available=state.link.ready, info=info))
+    return json_response(_view(rec, base_url(), info))
 
 
 @admin.delete("/instances/<instance_id>")

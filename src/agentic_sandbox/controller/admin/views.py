@@ -46,10 +46,16 @@ def provider_state(info: m.InstanceInfo) -> dict[str, object]:
 
 
 def instance_view(
-    rec: InstanceRecord, base_url: str, *, hostd_available: bool, info: m.InstanceInfo | None = None
+    rec: InstanceRecord,
+    base_url: str,
+    *,
+    hostd_available: bool,
+    info: m.InstanceInfo | None = None,
+    host_state: str | None = None,
 ) -> InstanceView:
     """``info`` (hostd's view, when it was asked) adds the image and the provider's own state.
-    Capabilities are the provider's, as folded into the row at the last reconcile."""
+    Capabilities are the provider's, as folded into the row at the last reconcile. ``hostd_available``
+    is said of the instance's own host (its hostd, or its controllers for another host's)."""
     host = rec.runtime == "host"
     image = info.container.image if info is not None and info.container is not None else None
     return InstanceView(
@@ -74,6 +80,8 @@ def instance_view(
         image=image or rec.image_ref,
         image_ref=rec.image_ref,
         provider_state=provider_state(info) or None if info is not None else None,
+        host_id=rec.host_id,
+        host_state=host_state,
     )
 
 

@@ -37,6 +37,12 @@ surface: it learns nothing of other instances, not even that they exist.
 surface decides from that (admin routes with
 :func:`~agentic_sandbox.controller.http.roles.require_role`; the A2A and PTY surfaces with
 :func:`may_use_instance`). Nothing here knows HTTP.
+
+A request another controller forwarded here (an instance of this host, asked at a controller of
+another host: :mod:`controller.hosts.router`) carries the caller that controller authenticated, in
+a header only a peer can sign; the router checks it and sets :data:`FORWARDED` for the request, and
+:meth:`Authenticator.authenticate` answers that caller, whatever ``Authorization`` says (the edge
+sends none).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from contextvars import ContextVar
 
 import msgspec
 
@@ -66,6 +73,19 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     label: str
     #: The instance an ``instance`` token belongs to (None for operator tokens).
     instance_id: str | None = None
+
+
+class Forwarded(msgspec.Struct, frozen=True, kw_only=True):
+    """What a peer controller vouches for about a request it forwarded (checked by its signature)."""
+
+    #: The caller it authenticated (None: no valid credentials, as for a public path).
+    principal: Principal | None
+    #: The origin the client asked at (AgentCards name it when ``AIWG_CARD_URLS=edge``).
+    edge_url: str | None = None
+
+
+#: Set by the router for the tasks serving a forwarded request (None: not forwarded).
+FORWARDED: ContextVar[Forwarded | None] = ContextVar("aiwg_forwarded", default=None)
 
 
 def may_use_instance(principal: Principal, instance_id: str) -> bool:
@@ -150,6 +170,9 @@ class Authenticator:
         self._instances, self._digest_of = instances, digest_of
 
     def authenticate(self, authorization: str | None) -> Principal | None:
+        forwarded = FORWARDED.get()
+        if forwarded is not None:
+            return forwarded.principal
         if not authorization:
             return None
         scheme, _, token = authorization.partition(" ")

@@ -72,6 +72,14 @@ class Catalog:
         self.loadouts = loadouts
         self.events = events
 
+    def ours(self, rec: InstanceRecord) -> bool:
+        """Whether the instance runs on this controller's host (an unplaced row may: its hostd says)."""
+        return rec.host_id is None or rec.host_id == self.link.host_id
+
+    def require_ours(self, rec: InstanceRecord) -> None:
+        """Conflict ``instance.other_host`` for another host's instance (see HostdLink.require_host)."""
+        self.link.require_host(rec.id, rec.host_id)
+
     def busy(self, instance_id: str) -> str | None:
         return self.operations.in_flight(instance_key(instance_id))
 

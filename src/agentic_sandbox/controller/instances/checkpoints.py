@@ -110,6 +110,7 @@ class CheckpointService:
             source="admin-v2",
             created_at=now,
             updated_at=now,
+            host_id=self.link.host_id,
         )
         await self.store.instances.insert(rec)
 

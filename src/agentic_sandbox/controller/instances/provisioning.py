@@ -218,6 +218,7 @@ class Provisioner:
                 source="admin-v2",
                 created_at=now,
                 updated_at=now,
+                host_id=self.catalog.link.host_id,
             )
             try:
                 await self.catalog.store.instances.insert(rec)  # the name's uniqueness is the table's

@@ -136,9 +136,17 @@ class InstanceService:
     # -- reconciliation -----------------------------------------------------------------------
 
     async def _fold(self, rec: InstanceRecord, info: m.InstanceInfo | None) -> InstanceRecord:
-        """Apply hostd's view of one instance to its catalog row (and persist a change)."""
+        """Apply hostd's view of one instance to its catalog row (and persist a change). A row of
+        another host is left as it is (this hostd's silence says nothing of it); an unplaced row
+        (from before hosts were recorded) becomes this host's once its hostd knows it."""
+        own = self.link.host_id
         if rec.runtime not in HOSTD_RUNTIMES or self.catalog.busy(rec.id):
             return rec
+        if rec.host_id != own:
+            if rec.host_id is not None or info is None:
+                return rec
+            rec.host_id = own
+            await self.store.instances.update(rec)
         state, note, working_dir = rec.state, rec.note, rec.working_dir
         capabilities, image_ref = rec.capabilities, rec.image_ref
         if info is not None:
@@ -169,6 +177,7 @@ class InstanceService:
             note=info.note,
             created_at=info.created_at or now,
             updated_at=now,
+            host_id=self.link.host_id,
         )
         rec.capabilities, rec.image_ref = provider_facts(info)
         for name in (info.name, f"{info.name}-{info.instance_id[:8]}"):
@@ -190,14 +199,16 @@ class InstanceService:
         )
 
     async def reconcile(self) -> list[InstanceRecord]:
-        """Read every instance from hostd (Unavailable if it cannot) and fold it into the catalog."""
+        """Read every instance from hostd (Unavailable if it cannot) and fold it into the catalog:
+        this host's rows (and the unplaced ones), which it returns."""
         infos = (await self.link.call(m.InstanceListRequest())).instances
         by_id = {info.instance_id: info for info in infos}
         out = []
         # Folds are serialized and read the rows afresh: two reconciles at once (the watch, a GET)
         # would otherwise both fold the same stale row and announce one change twice.
         async with self._fold_lock:
-            for rec in await self.store.instances.list():
+            # This host's rows and the unplaced ones: another host's hostd speaks for the rest.
+            for rec in await self.store.instances.list(host_id=self.link.host_id):
                 out.append(await self._fold(rec, by_id.pop(rec.id, None)))
             for info in by_id.values():
                 if info.state != "destroyed":
@@ -209,7 +220,7 @@ class InstanceService:
 
     async def _reconcile_one(self, instance_id: str) -> tuple[InstanceRecord | None, m.InstanceInfo | None]:
         rec = await self.store.instances.get(instance_id)
-        if rec is not None and rec.runtime not in HOSTD_RUNTIMES:
+        if rec is not None and (rec.runtime not in HOSTD_RUNTIMES or not self.catalog.ours(rec)):
             return rec, None
         info = await self.catalog.hostd_get(instance_id)
         async with self._fold_lock:
@@ -232,7 +243,8 @@ class InstanceService:
         """Every instance, reconciled with hostd first, matching the filters (each label pair
         ``(key, value)`` holds; value None: the instance has the key)."""
         runtime = _check_filters(state, runtime)
-        records = await self.reconcile()
+        await self.reconcile()
+        records = await self.store.instances.list()  # every host's
         return [
             r
             for r in records
@@ -250,11 +262,12 @@ class InstanceService:
         provider: str | None = None,
         labels: Sequence[tuple[str, str | None]] = (),
         instance_id: str | None = None,
+        host_id: str | None = None,
         after: tuple[float, str] | None = None,
         limit: int,
     ) -> tuple[builtins.list[InstanceRecord], bool]:
         """One page of the catalog, oldest first, after ``after`` (see :meth:`InstanceTable.page`),
-        and whether more follow; ``instance_id`` narrows it to that instance.
+        and whether more follow; ``instance_id`` narrows it to that instance, ``host_id`` to that host's.
 
         Unlike :meth:`list` it does not reconcile the whole catalog with hostd (that costs a read
         of every row): the rows are as the hostd watch last folded them (every
@@ -267,6 +280,7 @@ class InstanceService:
             runtime=runtime,
             provider=provider,
             instance_id=instance_id,
+            host_id=host_id,
             labels=labels,
             after=after,
             limit=limit,
@@ -301,6 +315,7 @@ class InstanceService:
             raise not_found(instance_id)
         if rec.runtime not in HOSTD_RUNTIMES:
             raise Unimplemented("runtime.not_implemented", f"runtime {rec.runtime!r} is not implemented yet")
+        self.catalog.require_ours(rec)
         busy = self.catalog.busy(instance_id)
         if busy is not None:
             op = await self.operations.get(busy)
@@ -462,6 +477,8 @@ class InstanceService:
         """Provision (first start) or start (if stopped) the dev host instance; wait for it.
         (Also the conformance instance: a fixed id on the echo loadout.)"""
         rec = await self.store.instances.get_by_name(name)
+        if rec is not None and not self.catalog.ours(rec):
+            return rec  # another host's (several hosts on one store): its controllers look after it
         if rec is None:
             req = ProvisionRequest(name=name, runtime="host", start=True, loadout=loadout)
             op, _ = await self.provision(req, instance_id=instance_id)

@@ -30,6 +30,7 @@ from ..errors import NotFound, Unavailable
 
 if TYPE_CHECKING:
     from ..hostlink import HostdLink
+    from ..hosts.registry import HostRegistry
     from .service import InstanceService
 
 #: hostd's ``ObjectId``: anything else cannot name a session, so it is a 404 without asking.
@@ -56,9 +57,11 @@ def session_not_found(session_id: str) -> NotFound:
 
 
 class SessionService:
-    def __init__(self, instances: InstanceService, link: HostdLink) -> None:
+    def __init__(self, instances: InstanceService, link: HostdLink, *, hosts: HostRegistry | None = None) -> None:
         self.instances = instances
         self.link = link
+        #: This host among others (None: alone): whether it takes new sessions (drain).
+        self.hosts = hosts
 
     async def create(
         self,
@@ -71,7 +74,10 @@ class SessionService:
         rows: int = DEFAULT_ROWS,
         start: bool = True,
     ) -> m.SessionInfo:
-        await self.instances.record(instance_id)  # 404 from the catalog first
+        rec = await self.instances.record(instance_id)  # 404 from the catalog first
+        self.link.require_host(rec.id, rec.host_id)
+        if self.hosts is not None:
+            self.hosts.require_open()  # a draining host takes no new session
         request = m.SessionCreateRequest(
             instance_id=instance_id,
             argv=list(argv or DEFAULT_ARGV),

@@ -6,8 +6,9 @@ transactions, the errors), ``sqlite`` (the file, its lock, WAL, the 0600 mode, m
 ``user_version``), ``postgres`` (the pool, the placeholder and type mapping, migrations under an
 advisory lock), ``schema`` (the ordered migration steps, one set for both), then one table module per kind of
 record: ``operations``, ``instances``, ``tokens``, ``credentials`` (instance token digests and
-signing keys). :class:`Store` holds one table object per kind (``store.operations``,
-``store.instances``, ``store.tokens``, ``store.credentials``) over one :class:`Database`; a server
+signing keys), ``hosts`` (the hosts sharing the store, their controllers, the cluster secret).
+:class:`Store` holds one table object per kind (``store.operations``, ``store.instances``,
+``store.tokens``, ``store.credentials``, ``store.hosts``) over one :class:`Database`; a server
 database replaces it behind the same table methods. Timestamps are Unix seconds (floats); the
 HTTP edge formats them.
 
@@ -25,6 +26,7 @@ from .adminevents import AdminEventTable
 from .controlqueue import OutboxItem, OutboxTable
 from .credentials import CredentialTable, SigningKeyRecord
 from .database import Database, SchemaTooNew, StoreClosed, StoreUnavailable
+from .hosts import ControllerRecord, HostCapacity, HostFacts, HostRecord, HostTable
 from .idempotency import CachedResponse, IdempotencyTable
 from .instances import InstanceRecord, InstanceTable, NameTaken
 from .leases import LeaseTable, release_all, renew_all
@@ -41,6 +43,10 @@ __all__ = [
     "AdminEventTable",
     "Append",
     "CachedResponse",
+    "ControllerRecord",
+    "HostCapacity",
+    "HostFacts",
+    "HostRecord",
     "InstanceRecord",
     "NameTaken",
     "OperationRecord",
@@ -75,6 +81,7 @@ class Store:
         self.outbox = OutboxTable(db)
         self.leases = LeaseTable(db)
         self.admin_events = AdminEventTable(db)
+        self.hosts = HostTable(db)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Store:

@@ -4,6 +4,11 @@
 after a cursor, with the admin list's filters. The columns filter in SQL; labels (a JSON column)
 filter here, over the rows read in order in batches, so a label that few rows carry costs a longer
 read, never a wrong page.
+
+Each row names the host its instance runs on (``host_id``, for good: an instance never moves);
+rows from before hosts were recorded have none until a controller claims them
+(:meth:`InstanceTable.place_unplaced`, an upgraded single-host deployment), so a host's own list
+holds them too.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class InstanceRecord(msgspec.Struct, kw_only=True):
     #: hostd's provider's word on the instance (schema step 7): what it can do, what image it runs.
     capabilities: list[str] = []
     image_ref: str | None = None
+    #: The host it runs on (schema step 10; None: a row from before hosts were recorded, not placed yet).
+    host_id: str | None = None
 
 
 def _record(row: Any) -> InstanceRecord:
@@ -58,6 +65,7 @@ def _record(row: Any) -> InstanceRecord:
         updated_at=row["updated_at"],
         capabilities=from_json(row["capabilities"]) or [],
         image_ref=row["image_ref"],
+        host_id=row["host_id"],
     )
 
 
@@ -77,6 +85,7 @@ def _values(rec: InstanceRecord) -> tuple[Any, ...]:
         rec.updated_at,
         to_json(rec.capabilities),
         rec.image_ref,
+        rec.host_id,
     )
 
 
@@ -92,7 +101,8 @@ class InstanceTable:
             try:
                 db.execute(
                     "INSERT INTO instances (id, name, runtime, provider, state, loadout, working_dir, labels, source,"
-                    " note, created_at, updated_at, capabilities, image_ref) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " note, created_at, updated_at, capabilities, image_ref, host_id)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     values,
                 )
             except self._db.integrity_errors as exc:
@@ -105,7 +115,8 @@ class InstanceTable:
         values: tuple[Any, ...] = (*_values(rec)[1:], rec.id)
         sql = (
             "UPDATE instances SET name=?, runtime=?, provider=?, state=?, loadout=?, working_dir=?,"
-            " labels=?, source=?, note=?, created_at=?, updated_at=?, capabilities=?, image_ref=? WHERE id=?"
+            " labels=?, source=?, note=?, created_at=?, updated_at=?, capabilities=?, image_ref=?, host_id=?"
+            " WHERE id=?"
         )
         if expect_state is not None:
             sql += " AND state=?"
@@ -123,9 +134,30 @@ class InstanceTable:
         row = await self._db.quick(lambda db: db.execute("SELECT * FROM instances WHERE name = ?", (name,)).fetchone())
         return None if row is None else _record(row)
 
-    async def list(self) -> list[InstanceRecord]:
-        rows = await self._db.run(lambda db: db.execute("SELECT * FROM instances ORDER BY created_at, id").fetchall())
+    async def list(self, *, host_id: str | None = None) -> list[InstanceRecord]:
+        """Every row; with ``host_id``, that host's rows and the unplaced ones (which may be its)."""
+        args: tuple[str, ...] = ()
+        if host_id is None:
+            sql = "SELECT * FROM instances ORDER BY created_at, id"
+        else:
+            sql = "SELECT * FROM instances WHERE host_id = ? OR host_id IS NULL ORDER BY created_at, id"
+            args = (host_id,)
+        rows = await self._db.run(lambda db: db.execute(sql, args).fetchall())
         return [_record(r) for r in rows]
+
+    async def host_of(self, instance_id: str) -> tuple[bool, str | None]:
+        """Whether the instance is in the catalog, and its host (None: not placed yet)."""
+        row = await self._db.quick(
+            lambda db: db.execute("SELECT host_id FROM instances WHERE id = ?", (instance_id,)).fetchone()
+        )
+        return (False, None) if row is None else (True, row[0])
+
+    async def place_unplaced(self, host_id: str) -> int:
+        """Make every row that has no host yet ``host_id``'s; how many there were."""
+        cursor = await self._db.run(
+            lambda db: db.execute("UPDATE instances SET host_id = ? WHERE host_id IS NULL", (host_id,))
+        )
+        return int(cursor.rowcount)
 
     async def page(
         self,
@@ -134,6 +166,7 @@ class InstanceTable:
         runtime: str | None = None,
         provider: str | None = None,
         instance_id: str | None = None,
+        host_id: str | None = None,
         labels: Sequence[tuple[str, str | None]] = (),
         after: tuple[float, str] | None = None,
         limit: int,
@@ -143,7 +176,14 @@ class InstanceTable:
         holds (value None: the row has the key). Also whether more rows match after these."""
         where: list[str] = []
         args: list[Any] = []
-        for column, value in (("state", state), ("runtime", runtime), ("provider", provider), ("id", instance_id)):
+        filters = (
+            ("state", state),
+            ("runtime", runtime),
+            ("provider", provider),
+            ("id", instance_id),
+            ("host_id", host_id),
+        )
+        for column, value in filters:
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)

@@ -55,7 +55,10 @@ PROG = "agentic-controller migrate-store"
 BATCH_ROWS = 1000
 DEFAULT_TIMEOUT_S = 5.0
 #: Tables of the file that are not copied, and why.
-SKIPPED: Mapping[str, str] = {"leases": "named claims of the stopped controller"}
+SKIPPED: Mapping[str, str] = {
+    "leases": "named claims of the stopped controller",
+    "host_controllers": "where the stopped controllers listened (each registers again at its start)",
+}
 #: Tables of the target that are its own bookkeeping: neither data nor copied into.
 TARGET_ONLY = frozenset({"schema_version"})
 #: A claim's columns and what a copied row gets instead (nobody holds it; it ran out long ago).

@@ -258,7 +258,40 @@ CREATE INDEX IF NOT EXISTS operations_by_instance ON operations (instance_id, cr
 CREATE INDEX IF NOT EXISTS operations_by_state ON operations (state, created_at, id);
 """
 
-STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5, STEP_6, STEP_7, STEP_8, STEP_9)
+#: Step 10: several hosts on one store (docs/hosts.md): each host as its controllers last reported
+#: it, the controllers that serve it and where peers reach them, the secret controllers sign
+#: forwarded requests with, and the host each instance runs on (NULL: a row from before, not placed).
+STEP_10 = """
+CREATE TABLE IF NOT EXISTS hosts (
+    id TEXT PRIMARY KEY,
+    boot_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    labels TEXT NOT NULL DEFAULT '{}',
+    runtimes TEXT NOT NULL DEFAULT '[]',
+    capacity TEXT NOT NULL DEFAULT '{}',
+    cordoned INTEGER NOT NULL DEFAULT 0,
+    draining INTEGER NOT NULL DEFAULT 0,
+    registered_at REAL NOT NULL,
+    heartbeat_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS host_controllers (
+    id TEXT PRIMARY KEY,
+    host_id TEXT NOT NULL,
+    url TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    heartbeat_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS host_controllers_by_host ON host_controllers (host_id, heartbeat_at);
+CREATE TABLE IF NOT EXISTS cluster_secret (
+    id INTEGER PRIMARY KEY,
+    secret TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+ALTER TABLE instances ADD COLUMN host_id TEXT;
+CREATE INDEX IF NOT EXISTS instances_by_host ON instances (host_id, state);
+"""
+
+STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5, STEP_6, STEP_7, STEP_8, STEP_9, STEP_10)
 #: What PostgreSQL runs after a step's common SQL, by step number.
 POSTGRES_ONLY: dict[int, str] = {8: POSTGRES_STEP_8}
 

@@ -459,15 +459,33 @@ class TaskTable:
 
     # -- ownership (see the module docstring) ---------------------------------------------------
 
-    async def orphans(self, now: float, limit: int = 100) -> list[TaskRecord]:
-        """Unfinished tasks whose owner's claim ran out before ``now``, oldest first."""
+    async def orphans(self, now: float, limit: int = 100, *, host_id: str | None = None) -> list[TaskRecord]:
+        """Unfinished tasks whose owner's claim ran out before ``now``, oldest first. With
+        ``host_id``, none of an instance placed on another host: only a controller of an
+        instance's host can follow its exec. Those of unplaced instances (rows from before hosts
+        were recorded) and of instances gone from the catalog are still offered: any controller
+        can end them, and none would if every host passed them over."""
+        elsewhere = (
+            ""
+            if host_id is None
+            else " AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = tasks.instance_id"
+            " AND i.host_id IS NOT NULL AND i.host_id <> ?)"
+        )
+        args: tuple[Any, ...] = (now, limit) if host_id is None else (now, host_id, limit)
         rows = await self._db.run(
             lambda db: db.execute(
-                f"SELECT * FROM tasks WHERE {UNFINISHED} AND owner_until < ? ORDER BY created_at LIMIT ?",
-                (now, limit),
+                f"SELECT * FROM tasks WHERE {UNFINISHED} AND owner_until < ?{elsewhere} ORDER BY created_at LIMIT ?",
+                args,
             ).fetchall()
         )
         return [_record(r) for r in rows]
+
+    async def instance_of(self, task_id: str) -> str | None:
+        """The instance a task belongs to; None if there is no such task."""
+        row = await self._db.quick(
+            lambda db: db.execute("SELECT instance_id FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        )
+        return None if row is None else str(row[0])
 
     async def claim(self, task_id: str, owner: str, until: float, now: float, *, steal: bool = False) -> bool:
         """Make the task ``owner``'s until ``until`` if its claim ran out (or it is ``owner``'s

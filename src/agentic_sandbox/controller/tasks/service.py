@@ -86,6 +86,7 @@ from .model import SendMessageRequest
 from .runner import AGENT_PROTOCOL, Runner, status_change
 
 if TYPE_CHECKING:
+    from ..hosts.registry import HostRegistry
     from ..metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -177,8 +178,11 @@ class TaskService:
         agent_cancel_grace_s: float = 5.0,
         owner: str | None = None,
         lease_ttl_s: float = 2.0,
+        hosts: HostRegistry | None = None,
     ) -> None:
         self.store = store
+        #: This host among others (None: alone): whether it takes new tasks (drain).
+        self.hosts = hosts
         #: This controller's id: what its claims on tasks are made in.
         self.owner = owner or new_id()
         self.lease_ttl_s = lease_ttl_s
@@ -318,6 +322,7 @@ class TaskService:
         without which a message answering a prompt is refused (400, naming the extension);
         ``extensions``: what the request activated (the agent is told, in its ``task`` line)."""
         msg = req.message
+        self.link.require_host(instance.id, instance.host_id)
         if req.configuration is not None and req.configuration.task_push_notification_config is not None:
             # The A2A surface makes an inline config itself (A2AService.send) and passes none on.
             raise Unimplemented(PUSH_NOT_SUPPORTED, "an inline push config is not taken on this path")
@@ -338,6 +343,8 @@ class TaskService:
         if answer is not None:
             missing = {"field": "message.taskId", "message": "an answer names the task that asked", "code": "required"}
             raise ValidationFailed([missing], code=HITL_MISSING_TASK_ID)
+        if self.hosts is not None:
+            self.hosts.require_open()  # a draining host takes no new task
         return await self._start(instance, req, extensions or [])
 
     async def _follow_up(
@@ -670,7 +677,11 @@ class TaskService:
             return  # one controller: its claims are never contested
         now = time.time()
         await self.store.renew(self.owner, now + self.lease_ttl_s)  # every claim it holds, of every kind
-        for rec in await self.store.tasks.orphans(now):
+        host_id = self.link.host_id
+        if host_id is None:
+            return  # not connected to hostd yet: nothing could be followed here
+        # Only this host's tasks: another host's exec streams are its hostd's.
+        for rec in await self.store.tasks.orphans(now, host_id=host_id):
             if await self.store.tasks.claim(rec.id, self.owner, now + self.lease_ttl_s, now):
                 await self.adopt(rec)
 
