@@ -33,6 +33,7 @@ from tests.controller.pty.wsclient import WS, InvalidStatus, attach_url
 from tests.controller.push.conftest import PUSH_ENV
 from tests.controller.push.receiver import Receiver
 from tests.controller.push.test_delivery import send_with_push
+from tests.scenarios.test_controllers_share_postgres import _ready as ready
 
 #: Quick heartbeats, so a host is seen unavailable (and back) within a test's patience.
 HOST_ENV = {"AIWG_HOST_HEARTBEAT_S": "0.2", "AIWG_HOST_TIMEOUT_S": "1.5", "AIWG_LEASE_TTL_S": "1.0"}
@@ -67,13 +68,6 @@ class Host:
             await proc.stop(sig)
         self.controllers.clear()
         self.urls.clear()
-
-
-async def ready(url: str) -> None:
-    async with httpx.AsyncClient(base_url=url, timeout=5) as client:
-        with trio.fail_after(30):
-            while (await client.get("/readyz")).status_code != 200:
-                await trio.sleep(0.05)
 
 
 @asynccontextmanager

@@ -714,18 +714,12 @@ def load_config(
         raise ConfigError("AIWG_DATABASE_URL must be a postgresql:// URL (unset: SQLite in the state dir)")
     if values.get("database_pool_min", 1) > values.get("database_pool_max", 10):
         raise ConfigError("AIWG_DATABASE_POOL_MIN must not be above AIWG_DATABASE_POOL_MAX")
-    public_url = values.get("public_url")
-    if public_url is not None:
-        if not re.match(r"^https?://[^/\s]+$", public_url.rstrip("/")):
-            raise ConfigError(f"AIWG_PUBLIC_URL={public_url!r} must be an http(s) origin like https://host:8122")
-        values["public_url"] = public_url.rstrip("/")
-    advertise_url = values.get("advertise_url")
-    if advertise_url is not None:
-        if not re.match(r"^https?://[^/\s]+$", advertise_url.rstrip("/")):
-            raise ConfigError(
-                f"AIWG_ADVERTISE_URL={advertise_url!r} must be an http(s) origin like http://10.0.0.2:8122"
-            )
-        values["advertise_url"] = advertise_url.rstrip("/")
+    for field, example in (("public_url", "https://host:8122"), ("advertise_url", "http://10.0.0.2:8122")):
+        origin = values.get(field)
+        if origin is not None:
+            if not re.match(r"^https?://[^/\s]+$", origin.rstrip("/")):
+                raise ConfigError(f"{SETTINGS[field].env}={origin!r} must be an http(s) origin like {example}")
+            values[field] = origin.rstrip("/")
     if values.get("host_timeout_s", 10.0) <= values.get("host_heartbeat_s", 2.0):
         raise ConfigError("AIWG_HOST_TIMEOUT_S must be longer than AIWG_HOST_HEARTBEAT_S")
 

@@ -193,8 +193,8 @@ class HostRegistry:
         """``available`` or ``unavailable`` as last seen; None for no host or one not seen yet."""
         if host_id is None:
             return None
-        if host_id == self.host_id and self.own is not None:
-            return "available"  # this controller is its host's: it is heard
+        if host_id == self.host_id:
+            return "available"  # this controller is its host's and serving: it is heard
         rec = self._hosts.get(host_id)
         if rec is None:
             return None

@@ -8,6 +8,11 @@ operation is working on it); an instance hostd holds that the catalog lacks (mad
 ``agentic-hostctl``, or a lost database) is adopted. A row with an operation in flight keeps the
 transient state that operation set (``starting``, ``stopping``, ``destroying``).
 
+Several hosts on one store (docs/hosts.md): each row names its host, and a controller folds only
+its own host's rows (and unplaced ones its hostd knows) with its hostd; another host's row is read
+as stored and never acted on here (Conflict ``instance.other_host``: the router sends requests
+about it to its host).
+
 Provisioning (:mod:`controller.instances.provisioning`) and lifecycle verbs are operations
 (:mod:`controller.operations`); this module checks what can be checked before the operation is
 accepted (NotFound, InvalidState, Unimplemented, hostd reachable) and gives the operation its work
