@@ -4,6 +4,7 @@ Two hosts on PostgreSQL, with forwarding and an unavailable host: ``tests/scenar
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import httpx
 import trio
 
 from agentic_sandbox.controller.config import load_config
+from agentic_sandbox.controller.store import HostFacts, InstanceRecord
 from tests.controller.a2a.helpers import new_agent
 from tests.controller.conftest import LiveController, LiveHostd, controller_env, provision, serve_controller
 from tests.controller.http.test_problems import assert_problem
@@ -94,3 +96,34 @@ async def test_cards_can_name_the_instances_own_host(hostd: LiveHostd, tmp_path:
         card = (await admin.get(f"/agents/{agent.instance_id}/.well-known/agent-card.json")).json()
     urls = [i["url"] for i in card["supportedInterfaces"]]
     assert urls and all(u.startswith("http://host-b.example:8122/agents/") for u in urls), urls
+
+
+async def test_a_host_gone_for_good_is_forgotten_with_or_without_its_instances(
+    controller: LiveController, admin: httpx.AsyncClient
+) -> None:
+    await registered(admin)
+    store = controller.state.hosts.store
+    gone = time.time() - 3600
+    for host_id in ("h-empty", "h-full"):
+        await store.hosts.heartbeat(
+            HostFacts(id=host_id, boot_id="b", name=host_id), f"c-{host_id}", "http://x:1", gone
+        )
+    now = time.time()
+    await store.instances.insert(
+        InstanceRecord(
+            id="i-left", name="left", runtime="host", state="running", created_at=now, updated_at=now, host_id="h-full"
+        )
+    )
+    got = (await admin.get("/api/v2/admin/hosts/h-full")).json()
+    assert got["state"] == "unavailable" and got["controllers"][0]["alive"] is False
+    assert_problem(await admin.delete("/api/v2/admin/hosts/h-full"), 409, "host.not_empty")
+    assert_problem(await admin.post("/api/v2/admin/hosts/h-never/cordon"), 404, "host.not_found")
+    assert_problem(await admin.delete("/api/v2/admin/hosts/h-never"), 404, "host.not_found")
+    forgotten = await admin.delete("/api/v2/admin/hosts/h-empty")
+    assert forgotten.status_code == 204 and forgotten.content == b""
+    assert (await admin.get("/api/v2/admin/hosts")).status_code == 200  # the connection lives on
+    assert (await admin.delete("/api/v2/admin/hosts/h-full", params={"force": "true"})).status_code == 204
+    assert await store.instances.get("i-left") is None
+    assert {h["id"] for h in (await admin.get("/api/v2/admin/hosts")).json()["items"]} == {
+        controller.state.link.host_id
+    }

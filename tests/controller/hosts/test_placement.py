@@ -46,6 +46,9 @@ def place(hosts: list[HostRecord], counts: dict[str, dict[str, int]] | None = No
 
 def test_the_most_free_memory_then_the_fewest_live_instances_then_the_lowest_id() -> None:
     assert place([host("a", free_gib=4), host("b", free_gib=6)]) == "b"
+    about_as_free = host("a", free_gib=6)
+    about_as_free.capacity.memory_available_bytes += GIB // 2  # within the same GiB: a tie
+    assert place([about_as_free, host("b", free_gib=6)], {"a": {"running": 1}}) == "b"
     counts = {"a": {"running": 3, "stopped": 9}, "b": {"running": 1}}
     assert place([host("a"), host("b")], counts) == "b"
     assert place([host("a"), host("b")], {"a": {"stopped": 5}}) == "a"  # stopped ones hold nothing
@@ -66,13 +69,14 @@ def test_only_hosts_offering_the_runtime() -> None:
     assert place(hosts, runtime="qemu") == "b"
 
 
-def test_no_host_could_ever_take_it_is_a_conflict_and_an_unknown_host_not_found() -> None:
+def test_no_host_with_the_label_is_a_conflict_none_with_the_runtime_unavailable_an_unknown_host_not_found() -> None:
     hosts = [host("a", labels={"zone": "eu"})]
-    with pytest.raises(Conflict) as info:
+    with pytest.raises(Unavailable) as down:  # a runtime is offered while its provider answers
         place(hosts, runtime="qemu")
-    assert info.value.code == "placement.no_host" and "qemu" in info.value.message
-    with pytest.raises(Conflict, match="zone=mars"):
+    assert down.value.code == "placement.unavailable" and "qemu" in down.value.message
+    with pytest.raises(Conflict) as info:  # waiting does not help
         place(hosts, label="zone=mars")
+    assert info.value.code == "placement.no_host" and "zone=mars" in info.value.message
     with pytest.raises(NotFound) as missing:
         place(hosts, host="elsewhere")
     assert missing.value.code == "host.not_found"

@@ -9,7 +9,7 @@ import time
 import pytest
 import trio
 
-from agentic_sandbox.controller.errors import Conflict, Unavailable
+from agentic_sandbox.controller.errors import Unavailable
 from agentic_sandbox.controller.hosts.registry import HostRegistry
 from agentic_sandbox.controller.store import HostCapacity, HostFacts, InstanceRecord
 from tests.controller.conftest import LiveController
@@ -69,7 +69,7 @@ async def test_other_hosts_and_their_controllers_as_routing_sees_them(controller
     )
     assert (await registry.place("host")).id == "h-other"
     assert (await registry.place("host", host=registry.host_id)).id == registry.host_id
-    with pytest.raises(Conflict):  # "container" is docker, which the other host does not offer
+    with pytest.raises(Unavailable):  # "container" is docker, which the other host does not offer now
         await registry.place("container", host="other")
 
 
@@ -85,13 +85,27 @@ async def test_draining_refuses_new_work_and_a_clean_stop_leaves(controller: Liv
     await registry.store.hosts.set_flags(registry.host_id or "", draining=False)
     await registry.report()
     registry.require_open()  # the heartbeat read the flag back
-    await registry.leave()
-    assert await registry.store.hosts.controllers() == []
+    # A clean stop, of a second registry beside the running one (whose heartbeat would write its row back).
+    other = HostRegistry(
+        registry.store,
+        registry.link,
+        controller_id="c-leaving",
+        url="http://127.0.0.1:1",
+        labels={},
+        heartbeat_s=60,
+        timeout_s=120,
+        max_instances=0,
+    )
+    await other.report()
+    assert "c-leaving" in {c.id for c in await registry.store.hosts.controllers()}
+    await other.leave()
+    assert "c-leaving" not in {c.id for c in await registry.store.hosts.controllers()}
 
 
 async def test_rows_from_before_hosts_were_recorded_become_this_hosts(controller: LiveController) -> None:
     registry = controller.state.hosts
     store = registry.store
+    await reported(registry)  # its own first report is over: the one below is the test's
     now = time.time()
     rec = InstanceRecord(id="old-1", name="old-1", runtime="host", state="stopped", created_at=now, updated_at=now)
     await store.instances.insert(rec)

@@ -6,14 +6,15 @@ its instances in the catalog by state and its controllers. ``POST /hosts/{id}/co
 ``/uncordon`` (no new placements), ``/drain`` and ``/undrain`` (no new placements, no new tasks or
 sessions on its instances) answer the host as it is after (admin and operator).
 ``DELETE /hosts/{id}`` (admin) forgets a host that is unavailable and holds no instance: 409 while
-it is available or holds one.
+it is available or holds one, unless ``force=true``, which forgets its instances' catalog rows
+(and their credentials) with it: a host gone for good, whose instances no controller can reach.
 """
 
 from __future__ import annotations
 
 import time
 
-from quart import Response
+from quart import Response, request
 
 from ..auth.tokens import ADMIN_ONLY, OPERATE, READ
 from ..errors import InvalidState, NotFound
@@ -21,7 +22,7 @@ from ..http.responses import json_response
 from ..http.roles import require_role
 from ..models import HostControllerView, HostInstances, HostList, HostView
 from ..state import app_state
-from ..store import ControllerRecord, HostRecord
+from ..store import ControllerRecord, HostRecord, InstanceRecord
 from .blueprint import admin
 from .views import iso
 
@@ -110,13 +111,26 @@ async def flag_host(host_id: str, verb: str) -> Response:
 @admin.delete("/hosts/<host_id>")
 @require_role(*ADMIN_ONLY)
 async def forget_host(host_id: str) -> Response:
+    """Forget a host that is unavailable; with ``force=true`` its instances' catalog rows too (a host
+    gone for good: its instances cannot be decommissioned through it any more)."""
+    state = app_state()
     view = (await _views(host_id))[0]
     if view.state == "available":
         raise InvalidState("host.available", f"host {host_id} is available: stop its controllers first")
-    if view.instances.total:
+    force = request.args.get("force", "false").lower() in ("true", "1", "yes")
+    if view.instances.total and not force:
         raise InvalidState(
             "host.not_empty",
-            f"host {host_id} holds {view.instances.total} instance(s) in the catalog: decommission them first",
+            f"host {host_id} holds {view.instances.total} instance(s) in the catalog: decommission them, "
+            "or forget them with the host (force=true)",
         )
-    await app_state().hosts.store.hosts.forget(host_id)
-    return Response(status=204)
+    for rec in await _instances_of(host_id):
+        await state.hosts.store.instances.delete(rec.id)
+        await state.credentials.forget(rec.id)
+        state.events.instance_removed(rec.id, name=rec.name, operation_id=None, reason="host_forgotten")
+    await state.hosts.store.hosts.forget(host_id)
+    return Response(b"", status=204)
+
+
+async def _instances_of(host_id: str) -> list[InstanceRecord]:
+    return [rec for rec in await app_state().hosts.store.instances.list(host_id=host_id) if rec.host_id == host_id]

@@ -5,13 +5,14 @@ A provision request may name a host (``host``: its id or name) or a label the ho
 the runtime (their hostd's provider is available), a host is a candidate when it is available (a
 controller of it reported within ``AIWG_HOST_TIMEOUT_S``), not cordoned, not draining, and below
 its ``AIWG_HOST_MAX_INSTANCES`` live instances when it sets one. The policy, in order: the most
-memory available, then the fewest live instances, then the lowest host id (so two controllers
-placing at once with the same view choose alike).
+memory available in whole GiB (as its last heartbeat said), then the fewest live instances, then
+the lowest host id (so two controllers placing at once with the same view choose alike).
 
 No host fits: 404 ``host.not_found`` for a named host the store does not know; 409
-``placement.no_host`` when no host could ever take it (none offers the runtime or carries the
-label): waiting does not help; 503 ``placement.unavailable`` when the hosts that could are
-unavailable, cordoned, draining or full (the message names each and why): waiting may help.
+``placement.no_host`` when no host carries the label asked for (waiting does not help); 503
+``placement.unavailable`` when no host offers the runtime now (its provider, podman or libvirt,
+is down or missing), or the hosts that could are unavailable, cordoned, draining or full (the
+message names each and why): waiting may help.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from ..errors import Conflict, NotFound, Unavailable
 from ..store import HostRecord
 
+GIB = 1 << 30
 #: Instance states that hold a host's resources (what ``AIWG_HOST_MAX_INSTANCES`` counts).
 LIVE_STATES = ("provisioning", "starting", "running", "stopping")
 
@@ -64,20 +66,22 @@ def choose(
             raise NotFound("host.not_found", f"no host {host!r} (GET /api/v2/admin/hosts lists them)")
     if label is not None:
         matching = [h for h in matching if _carries(h, label)]
+    where = f" among {host!r}" if host is not None else ""
+    if not matching:
+        raise Conflict("placement.no_host", f"no host{where} carries label {label!r}")
     able = [h for h in matching if runtime in h.runtimes]
     if not able:
-        asked = " and ".join(
-            part for part in (f"offers runtime {runtime!r}", f"carries label {label!r}" if label else "") if part
-        )
-        where = f" among {host!r}" if host is not None else ""
-        raise Conflict("placement.no_host", f"no host{where} {asked}")
+        # A runtime is offered while its provider answers (podman, libvirt): it may come back.
+        raise Unavailable("placement.unavailable", f"no host{where} offers runtime {runtime!r} now")
     candidates = []
     refused = []
     for rec in able:
         live = live_instances(counts, rec.id)
         reason = why_not(rec, live, now, timeout_s)
         if reason is None:
-            candidates.append((-rec.capacity.memory_available_bytes, live, rec.id, rec))
+            # Memory in whole GiB: hosts about as free count as equal, so instances placed within
+            # one heartbeat (before the memory they take shows) spread by live instances.
+            candidates.append((-(rec.capacity.memory_available_bytes // GIB), live, rec.id, rec))
         else:
             refused.append(f"{rec.name} ({rec.id}): {reason}")
     if not candidates:

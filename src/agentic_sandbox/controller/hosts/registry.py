@@ -105,9 +105,6 @@ class HostRegistry:
         self.link.on_connected.append(self._connected)
         task_status.started()
         while True:
-            with trio.move_on_after(self.heartbeat_s):
-                await self._wake.wait()
-            self._wake = trio.Event()
             try:
                 await self.report()
             except StoreClosed:
@@ -120,6 +117,9 @@ class HostRegistry:
                 if self._failing:
                     log.info("host heartbeat works again")
                 self._failing = False
+            with trio.move_on_after(self.heartbeat_s):
+                await self._wake.wait()
+            self._wake = trio.Event()
 
     async def _connected(self) -> None:
         self._wake.set()  # a (new) hostd: report it now rather than at the next beat
