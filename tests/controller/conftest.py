@@ -202,7 +202,7 @@ async def serve_controller(config: ControllerConfig, *, wait_ready: bool = True)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(serve, app, hc, shutdown_trigger=stop.wait))
         live = LiveController(url=binds[0], app=app, config=config)
-        live.state.hosts.url = advertised_url(config, binds[0])  # as main does once it bound its port
+        live.state.hosts.listening_at(advertised_url(config, binds[0]))  # as main does once it bound its port
         try:
             if wait_ready:
                 with trio.fail_after(START_TIMEOUT_S):

@@ -127,7 +127,7 @@ async def serve_app(app: QuartTrio, config: ControllerConfig) -> int:
             stop.set()
             return 1
         base = config.public_url or binds[0]
-        state.hosts.url = advertised_url(config, binds[0])  # the port bound, if AIWG_LISTEN said 0
+        state.hosts.listening_at(advertised_url(config, binds[0]))  # the port bound, if AIWG_LISTEN said 0
         _say(f"agentic-controller listening on {binds[0]}")
         if config.legacy_pty_listen:
             legacy = await nursery.start(serve_legacy_pty, app, config, stop)

@@ -5,14 +5,16 @@ and controllers written straight into that store."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import trio
 
+from agentic_sandbox.controller.config import load_config
 from agentic_sandbox.controller.errors import Unavailable
 from agentic_sandbox.controller.hosts.registry import HostRegistry
 from agentic_sandbox.controller.store import HostCapacity, HostFacts, InstanceRecord
-from tests.controller.conftest import LiveController
+from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller
 
 
 async def reported(registry: HostRegistry) -> None:
@@ -113,3 +115,14 @@ async def test_rows_from_before_hosts_were_recorded_become_this_hosts(controller
     registry._placed_unplaced = False  # as at a start on a store from before
     await registry.report()
     assert await store.instances.host_of("old-1") == (True, registry.host_id)
+
+
+async def test_the_first_report_follows_the_bound_port_at_once(hostd: LiveHostd, tmp_path: Path) -> None:
+    # A heartbeat far apart: what this host is (drained, cordoned) is still known as it starts serving.
+    env = controller_env(tmp_path / "c", hostd.socket_path, AIWG_HOST_HEARTBEAT_S="60", AIWG_HOST_TIMEOUT_S="120")
+    async with serve_controller(load_config(env=env)) as live:
+        with trio.fail_after(5):
+            while live.state.hosts.own is None:
+                await trio.sleep(0.02)
+        [me] = await live.state.hosts.controllers()
+        assert me.url == live.url

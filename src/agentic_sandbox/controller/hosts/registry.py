@@ -66,7 +66,7 @@ class HostRegistry:
         self.store = store
         self.link = link
         self.controller_id = controller_id
-        #: Where peers reach this controller; None until the server bound its port (main sets it):
+        #: Where peers reach this controller; None until the server bound its port (:meth:`listening_at`):
         #: nothing is reported before (a peer could not reach it), placement counts this host meanwhile.
         self.url = url
         self.labels = dict(labels)
@@ -85,6 +85,12 @@ class HostRegistry:
     @property
     def host_id(self) -> str | None:
         return self.link.host_id
+
+    def listening_at(self, url: str) -> None:
+        """The server bound its port: peers reach this controller at ``url``. Reported at once, so
+        what an operator set on this host (drain, cordon) is known here within a store round trip."""
+        self.url = url
+        self._wake.set()
 
     @property
     def draining(self) -> bool:
