@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -7,6 +8,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+# The gRPC tests leave gRPC's event engine threads in this process, and the hostd tests fork here
+# (PTY sessions run in-process). With gRPC's fork support on, its handlers run in each forked child
+# and can kill it before it execs ("Epoll1Poller ... epoll_wait error: Bad file descriptor" as the
+# session's only output). The child execs at once and needs no gRPC: no handlers. (Production
+# never meets this: hostd imports no gRPC, the controller forks nothing.)
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from tests.hostd_process import HostdProcess
 from tests.libvirt_service import guest_image, libvirt_system  # noqa: F401 - fixtures of the VM tests
