@@ -155,6 +155,7 @@ def test_proto_exports_are_pinned() -> None:
             "HostdNotRunning",
             "HostdProtocolError",
             "HostdRemoteError",
+            "HostdRestarting",
             "HostdStreamOverflow",
             "HostdTimeout",
             "HostdUnavailable",

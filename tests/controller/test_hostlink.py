@@ -51,6 +51,8 @@ TRANSLATED = {
     ErrorCode.SESSION_PENDING: (InvalidState, "session.pending"),
     # A limit hostd does not name (an older hostd): still an answer, not an outage.
     ErrorCode.LIMIT_REACHED: (LimitReached, "limit.reached"),
+    # An upgrade in place: not done, to send again to the new image.
+    ErrorCode.RESTARTING: (Unavailable, "hostd.restarting"),
 }
 #: What fails closed: hostd shutting down, broken, or asked what it cannot place.
 UNAVAILABLE_CODES = {
@@ -67,6 +69,7 @@ UNAVAILABLE_CODES = {
     ErrorCode.EXEC_EXITED,
     ErrorCode.CONTROL_UNAVAILABLE,
     ErrorCode.SHUTTING_DOWN,
+    ErrorCode.UPGRADE_REFUSED,
     ErrorCode.INTERNAL,
 }
 

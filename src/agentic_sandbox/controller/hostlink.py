@@ -39,6 +39,7 @@ from agentic_sandbox.proto import (
     HostdError,
     HostdNotRunning,
     HostdRemoteError,
+    HostdRestarting,
     HostdStreamOverflow,
     HostdTimeout,
     Limit,
@@ -70,6 +71,11 @@ BROKEN_POLL_S = 0.05
 
 
 UNAVAILABLE = "internal.unavailable"
+#: hostd hands over to a new image of itself: what failed with it was not done; send it again.
+RESTARTING = "hostd.restarting"
+#: How long an attached terminal or a write waits for hostd back from an upgrade in place (its new
+#: image answers within a second): past it, the client is told, as for any hostd outage.
+RESUME_WITHIN_S = 10.0
 #: hostd at a limit it did not name (an older hostd).
 LIMIT_REACHED = "limit.reached"
 
@@ -135,6 +141,7 @@ REMOTE_FAILURES: dict[ErrorCode, RemoteFailure] = {
     ErrorCode.SESSION_EXITED: _as(InvalidState, "session.exited"),
     ErrorCode.SESSION_PENDING: _as(InvalidState, "session.pending"),
     ErrorCode.LIMIT_REACHED: _limit_reached,
+    ErrorCode.RESTARTING: _as(Unavailable, RESTARTING),
 }
 
 
@@ -153,6 +160,9 @@ def hostd_failure(exc: HostdError) -> ControllerError:
         return _remote_failure(exc)
     if isinstance(exc, HostdNotRunning):
         return Unavailable(UNAVAILABLE, f"hostd is unavailable: {exc}")
+    if isinstance(exc, HostdRestarting):
+        # Not an unknown outcome: hostd answered everything it did before it closed.
+        return Unavailable(RESTARTING, str(exc), details={"hostd_code": RESTARTING})
     return OutcomeUnknown(UNAVAILABLE, f"hostd is unavailable: {exc}")
 
 
@@ -401,6 +411,12 @@ class HostdLink:
                     self._pulse()
                     await self._run_hooks()
                     self._reason = await self._watch(client)
+                    if isinstance(client.broken, HostdRestarting):
+                        # Its new image answers on the same socket within a second: no backoff,
+                        # and nothing worth a warning.
+                        log.info("hostd restarts in place; reconnecting")
+                        self._pulse()
+                        continue
             except* HostdError as group:
                 self._reason = "; ".join(str(exc) for exc in group.exceptions)
             finally:

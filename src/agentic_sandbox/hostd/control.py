@@ -106,6 +106,10 @@ class ControlChannel:
         self._path = path
         self._connected = trio.Event()
         self._closed = False
+        #: A line read in part, and whether it is one too long being dropped up to its newline:
+        #: kept here, not in :meth:`receive`, so that the reader can be stopped and started again.
+        self.partial = bytearray()
+        self.skipping = False
         if sock is not None:
             self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
             self._connected.set()
@@ -173,8 +177,7 @@ class ControlChannel:
             return
         stream = self._stream
         assert stream is not None
-        buf = bytearray()
-        skipping = False  # inside a line that was too long: drop it up to its newline
+        buf = self.partial
         while True:
             if ready is not None:
                 await ready()
@@ -183,21 +186,22 @@ class ControlChannel:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 data = b""
             if not data:
-                if buf and not skipping:
+                if buf and not self.skipping:
                     self._line(bytes(buf), deliver)
+                buf.clear()
                 return
             start = len(buf)
             buf += data
             while (nl := buf.find(b"\n", start)) >= 0:
-                if not skipping:
+                if not self.skipping:
                     self._line(bytes(buf[:nl]), deliver)
-                skipping = False
+                self.skipping = False
                 del buf[: nl + 1]
                 start = 0
             if len(buf) > MAX_CONTROL_LINE:
-                if not skipping:
+                if not self.skipping:
                     self._invalid(bytes(buf[:800]), "line longer than 1 MiB", deliver)
-                skipping = True
+                self.skipping = True
                 buf.clear()
 
     def _line(self, line: bytes, deliver: Callable[[bytes], None]) -> None:
@@ -240,6 +244,25 @@ class ControlChannel:
             if self._stream is None:
                 raise trio.ClosedResourceError("the control channel was closed before the child connected")
             await self._stream.send_all(payload)
+
+    def fds(self) -> tuple[int | None, int | None, str | None]:
+        """(connected socket, listening socket, its path): what a handover carries of the channel."""
+        connected = self._stream.socket.fileno() if self._stream is not None and not self._closed else None
+        listening = self._listener.fileno() if self._listener is not None else None
+        return connected, listening, self._path if listening is not None else None
+
+    @classmethod
+    def adopt(
+        cls, exec_id: str, connected: int | None, listening: int | None, path: str | None
+    ) -> ControlChannel | None:
+        """The channel an earlier image of hostd handed over (:meth:`fds`); None if it had none left."""
+        if connected is not None:
+            os.set_inheritable(connected, False)
+            return cls(exec_id, sock=socket.socket(fileno=connected))
+        if listening is not None:
+            os.set_inheritable(listening, False)
+            return cls(exec_id, listener=socket.socket(fileno=listening), path=path)
+        return None
 
     def close(self) -> None:
         """Close hostd's end now (synchronously); a pending :meth:`receive` returns, sends fail."""

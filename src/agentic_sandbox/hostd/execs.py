@@ -35,6 +35,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -48,6 +49,8 @@ from .children import Child, ChildRegistry
 from .config import HostdConfig
 from .control import ControlChannel
 from .errors import RpcError
+from .freezer import Freezer
+from .handover import EndState, ExecState, StdinWrite
 from .instances import Placement
 from .proctree import Cgroups
 from .ring import Lag, OutputRing, follow, start_seq
@@ -88,9 +91,13 @@ class _Exec(Child):
         self.ctrl = ctrl
         self.exit_code: int | None = None
         self.signal: int | None = None
-        self.timeout_s = req.timeout_s
         self.stdin = StdinQueue(exec_id, req.stdin, req.keep_stdin_open)
-        self.open_pipes = 3 if req.control else 2
+        #: The streams not at their end yet (stdout, stderr and the control channel, by kind).
+        self.open_streams = {KIND_STDOUT, KIND_STDERR, KIND_CONTROL} if req.control else {KIND_STDOUT, KIND_STDERR}
+        #: Wall-clock time of the timeout (kept across an upgrade in place), if there is one.
+        self.deadline = time.time() + req.timeout_s if req.timeout_s is not None else None
+        #: The leader was reaped (its status is in ``exit_code``/``signal``).
+        self.reaped = False
         #: The leader is a client for the real process (:attr:`hostd.providers.SpawnSpec.proxied`).
         self.proxied = False
         self.pipes_closed = trio.Event()
@@ -135,6 +142,14 @@ def _listen(path: str, instance_id: str) -> socket.socket:
         ) from exc
 
 
+def _open_fd(stream: trio.lowlevel.FdStream | None) -> int | None:
+    """The fd of a pipe stream still open, for a handover document."""
+    if stream is None:
+        return None
+    fd = stream.fileno()
+    return fd if fd >= 0 else None
+
+
 class ExecRegistry(ChildRegistry[_Exec]):
     """Every exec of this hostd; reader, writer and waiter tasks live in ``nursery``.
 
@@ -155,6 +170,8 @@ class ExecRegistry(ChildRegistry[_Exec]):
         resolve: Callable[[str], Placement],
     ) -> None:
         super().__init__(config, cgroups, nursery, resolve, max_live=config.max_execs)
+        #: Parks the pipe readers and stdin writers for an upgrade in place (:mod:`hostd.upgrade`).
+        self.freezer = Freezer()
 
     def get(self, exec_id: str) -> m.ExecInfo:
         return self._find(exec_id).info()
@@ -228,19 +245,30 @@ class ExecRegistry(ChildRegistry[_Exec]):
     # -- the exec's tasks -----------------------------------------------------------------------
 
     async def _run(self, rec: _Exec) -> None:
-        """Own the exec until it ended: readers, stdin writer, timeout, exit collection."""
+        """Own the exec until it ended: readers, stdin writer, timeout, exit collection.
+
+        Also what an exec handed over by an earlier image of hostd runs: it goes on with the
+        streams still open, and one whose leader was reaped already goes straight on to the drain.
+        """
         proc = rec.proc
+        freezer = self.freezer
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(rec.stdin.run, proc)
-            if rec.timeout_s is not None:
-                nursery.start_soon(self._timeout, rec, rec.timeout_s)
+            nursery.start_soon(freezer.run, partial(rec.stdin.run, proc))
+            if rec.deadline is not None:
+                nursery.start_soon(self._timeout, rec, rec.deadline)
             async with trio.open_nursery() as pipes:
-                assert proc.stdout is not None and proc.stderr is not None
-                pipes.start_soon(self._pump, rec, proc.stdout, KIND_STDOUT)
-                pipes.start_soon(self._pump, rec, proc.stderr, KIND_STDERR)
-                if rec.ctrl is not None:
-                    pipes.start_soon(self._control_reader, rec, rec.ctrl)
-                rec.exit_code, rec.signal = await procspawn.wait_exit(proc)
+                for kind, stream in ((KIND_STDOUT, proc.stdout), (KIND_STDERR, proc.stderr)):
+                    if kind in rec.open_streams and stream is not None:
+                        pipes.start_soon(freezer.run, partial(self._pump, rec, stream, kind))
+                if rec.ctrl is not None and KIND_CONTROL in rec.open_streams:
+                    pipes.start_soon(freezer.run, partial(self._control_reader, rec, rec.ctrl))
+                if not rec.open_streams:
+                    rec.pipes_closed.set()
+                if not rec.reaped:
+                    await proc.wait_exited()
+                    await freezer.thawed()  # a handover under way leaves the zombie to the next image
+                    rec.exit_code, rec.signal = await procspawn.wait_exit(proc)
+                    rec.reaped = True
                 rec.leader_exited.set()
                 rec.acked.set()  # what is left on the control channel is read regardless
                 if rec.proxied:
@@ -255,12 +283,13 @@ class ExecRegistry(ChildRegistry[_Exec]):
                     )
                     with trio.move_on_after(_PIPE_CLOSE_WAIT_S):
                         await rec.pipes_closed.wait()
-                    pipes.cancel_scope.cancel()
+                await freezer.thawed()
+                pipes.cancel_scope.cancel()
             nursery.cancel_scope.cancel()
 
     def _finish(self, rec: _Exec) -> None:
         rec.proc.poll()  # reap a leader killed after a failure; nobody will wait for it any more
-        rec.stdin.open = False
+        rec.stdin.close()
         rec.exited_at = time.time()
         rec.end_reason = self.end_reason(rec, rec.exit_code, rec.signal)
         for stream in (rec.proc.stdin, rec.proc.stdout, rec.proc.stderr):
@@ -275,23 +304,24 @@ class ExecRegistry(ChildRegistry[_Exec]):
         # A cgroup can stay busy for a moment after its last process died.
         await proctree.remove_cgroup(rec.cgroup)
 
-    def _pipe_closed(self, rec: _Exec) -> None:
-        rec.open_pipes -= 1
-        if rec.open_pipes == 0:
+    @staticmethod
+    def _pipe_closed(rec: _Exec, kind: int) -> None:
+        rec.open_streams.discard(kind)
+        if not rec.open_streams:
             rec.pipes_closed.set()
 
     async def _pump(self, rec: _Exec, stream: trio.abc.ReceiveStream, kind: int) -> None:
-        try:
-            while True:
-                try:
-                    data = await stream.receive_some(_READ_CHUNK)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    break
-                if not data or rec.ring.closed:
-                    break
-                rec.ring.append(data if isinstance(data, bytes) else bytes(data), kind)  # FdStream: bytes
-        finally:
-            self._pipe_closed(rec)
+        """Read one pipe into the ring until its end. Restartable (:mod:`hostd.freezer`): a read
+        that is cancelled has taken nothing, and what one took is in the ring before the next."""
+        while True:
+            try:
+                data = await stream.receive_some(_READ_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                break
+            if not data or rec.ring.closed:
+                break
+            rec.ring.append(data if isinstance(data, bytes) else bytes(data), kind)  # FdStream: bytes
+        self._pipe_closed(rec, kind)
 
     async def _control_reader(self, rec: _Exec, ctrl: ControlChannel) -> None:
         frames = max(1, self._config.ring_frames // 2)
@@ -312,10 +342,8 @@ class ExecRegistry(ChildRegistry[_Exec]):
                 rec.acked = trio.Event()  # set by an ack, and when the leader exits
                 await rec.acked.wait()
 
-        try:
-            await ctrl.receive(deliver, ready=ready, leader_exited=rec.leader_exited)
-        finally:
-            self._pipe_closed(rec)
+        await ctrl.receive(deliver, ready=ready, leader_exited=rec.leader_exited)
+        self._pipe_closed(rec, KIND_CONTROL)
 
     def control_ack(self, exec_id: str, seq: int) -> None:
         """The subscriber processed the exec's events up to ``seq`` (see the module docstring)."""
@@ -324,8 +352,8 @@ class ExecRegistry(ChildRegistry[_Exec]):
             rec.unacked_bytes -= rec.unacked.popleft()[1]
         rec.acked.set()
 
-    async def _timeout(self, rec: _Exec, timeout_s: float) -> None:
-        await trio.sleep(timeout_s)
+    async def _timeout(self, rec: _Exec, deadline: float) -> None:
+        await trio.sleep(max(0.0, deadline - time.time()))
         await self._kill(rec, "timeout", self._config.stop_grace_s)
 
     async def _terminate(self, rec: _Exec, grace_s: float) -> None:
@@ -337,6 +365,94 @@ class ExecRegistry(ChildRegistry[_Exec]):
             tree_id=self._tree(rec.id),
             grace_s=grace_s,
         )
+
+    # -- upgrade in place -----------------------------------------------------------------------
+
+    def snapshot(self) -> builtins.list[ExecState]:
+        """Every exec as a handover document carries it (the registry is frozen: nothing moves)."""
+        states = []
+        for rec in self._children.values():
+            if rec.deleted:
+                continue
+            proc = rec.proc
+            connected, listening, path = rec.ctrl.fds() if rec.ctrl is not None else (None, None, None)
+            partial_line = bytes(rec.ctrl.partial) if rec.ctrl is not None else b""
+            states.append(
+                ExecState(
+                    id=rec.id,
+                    instance_id=rec.instance_id,
+                    argv=rec.argv,
+                    cwd=rec.cwd,
+                    created_at=rec.created_at,
+                    pid=proc.pid,
+                    stdin_fd=_open_fd(proc.stdin),
+                    stdout_fd=_open_fd(proc.stdout),
+                    stderr_fd=_open_fd(proc.stderr),
+                    cgroup=str(rec.cgroup) if rec.cgroup is not None else None,
+                    proxied=rec.proxied,
+                    control=rec.control,
+                    control_flow=rec.control_flow,
+                    control_fd=connected,
+                    control_listener_fd=listening,
+                    control_path=path,
+                    control_partial=partial_line,
+                    control_skipping=rec.ctrl.skipping if rec.ctrl is not None else False,
+                    unacked=list(rec.unacked),
+                    open_streams=sorted(rec.open_streams),
+                    stdin_open=rec.stdin.open,
+                    stdin_queue=[StdinWrite(data, eof) for data, eof in rec.stdin.snapshot()],
+                    deadline=rec.deadline,
+                    end=EndState(
+                        reaped=rec.reaped,
+                        exit_code=rec.exit_code,
+                        signal=rec.signal,
+                        exited_at=rec.exited_at,
+                        kill_reason=rec.kill_reason,
+                        end_reason=rec.end_reason,
+                        done=rec.done.is_set(),
+                    ),
+                    ring=rec.ring.snapshot(),
+                )
+            )
+        return states
+
+    def resume(self, states: builtins.list[ExecState]) -> None:
+        """Take over the execs an earlier image of hostd handed over: each goes on where it was."""
+        for state in states:
+            end = state.end
+            returncode = None
+            if end.reaped:
+                returncode = -end.signal if end.signal is not None else end.exit_code or 0
+            proc = procspawn.Process.adopt(state.pid, state.stdin_fd, state.stdout_fd, state.stderr_fd, returncode)
+            ring = OutputRing(max_frames=self._config.ring_frames, max_bytes=self._config.ring_bytes)
+            ring.resume(state.ring)
+            ctrl = ControlChannel.adopt(state.id, state.control_fd, state.control_listener_fd, state.control_path)
+            if ctrl is not None:
+                ctrl.partial[:] = state.control_partial
+                ctrl.skipping = state.control_skipping
+            req = m.ExecStartRequest(
+                instance_id=state.instance_id,
+                argv=state.argv,
+                control=state.control,
+                control_flow=state.control_flow,
+                keep_stdin_open=True,
+            )
+            cgroup = Path(state.cgroup) if state.cgroup else None
+            rec = _Exec(req, state.id, state.cwd, proc, ring, cgroup, ctrl)
+            rec.created_at, rec.proxied, rec.deadline = state.created_at, state.proxied, state.deadline
+            rec.open_streams = set(state.open_streams)
+            rec.stdin.open = state.stdin_open
+            rec.stdin.resume([(w.data, w.eof) for w in state.stdin_queue])
+            rec.unacked.extend((seq, size) for seq, size in state.unacked)
+            rec.unacked_bytes = sum(size for _, size in rec.unacked)
+            rec.reaped, rec.exit_code, rec.signal = end.reaped, end.exit_code, end.signal
+            rec.exited_at, rec.kill_reason, rec.end_reason = end.exited_at, end.kill_reason, end.end_reason
+            self._children[rec.id] = rec
+            if end.done:
+                rec.stdin.close()
+                rec.done.set()
+            else:
+                self._nursery.start_soon(self._supervise, rec, name=f"exec {rec.id}")
 
     # -- operations -----------------------------------------------------------------------------
 

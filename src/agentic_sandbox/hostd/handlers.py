@@ -73,6 +73,9 @@ class Handlers:
         host_id: str,
         boot_id: str,
         connections: Callable[[], int],
+        upgrade: Callable[[], Awaitable[m.UpgradeResponse]],
+        started_at: float | None = None,
+        upgrades: int = 0,
     ) -> None:
         self.config = config
         self.cgroups = cgroups
@@ -83,11 +86,16 @@ class Handlers:
         self.images = images
         self.host_id = host_id
         self.boot_id = boot_id
-        self.started_at = time.time()
+        #: When this hostd first started (an upgrade in place keeps it) and when this image did.
+        self.image_started_at = time.time()
+        self.started_at = started_at if started_at is not None else self.image_started_at
+        self.upgrades = upgrades
         self._connections = connections
+        self._upgrade = upgrade
         self._table: dict[type, Callable[[Any], Awaitable[m.Response]]] = {
             m.PingRequest: self.ping,
             m.StatusRequest: self.status,
+            m.UpgradeRequest: self.upgrade,
             m.ProviderListRequest: self.provider_list,
             m.InstanceProvisionRequest: self.instance_provision,
             m.InstanceStartRequest: self.instance_start,
@@ -182,7 +190,13 @@ class Handlers:
             execs=self.execs.count(),
             connections=self._connections(),
             providers=self.instances.providers(),
+            upgrades=self.upgrades,
+            image_started_at=self.image_started_at,
         )
+
+    async def upgrade(self, req: m.UpgradeRequest) -> m.UpgradeResponse:
+        """Check the code now installed and hand over to it right after this answer."""
+        return await self._upgrade()
 
     async def provider_list(self, req: m.ProviderListRequest) -> m.ProviderListResponse:
         return m.ProviderListResponse(providers=self.instances.providers())

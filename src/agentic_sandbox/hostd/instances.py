@@ -205,6 +205,10 @@ class InstanceRegistry:
             log.info("instance %s destroyed", instance_id)
             return self._table.public(inst)
 
+    def persist(self) -> None:
+        """Write the state file now (an upgrade in place: the next image re-adopts from it)."""
+        self._table.save()
+
     async def shutdown(self) -> None:
         """Persist and leave every instance running: hostd's unit uses ``KillMode=process``, and a
         restart of hostd must not take the agents down with it. The next hostd re-adopts them."""

@@ -64,6 +64,18 @@ class BoundSocket:
         self.path = path
         self._ino = ino
 
+    @property
+    def ino(self) -> tuple[int, int]:
+        """(st_dev, st_ino) of the socket file this socket is bound to."""
+        return self._ino
+
+    @classmethod
+    def adopt(cls, fd: int, path: str, ino: tuple[int, int]) -> BoundSocket:
+        """The listening socket an earlier image of hostd handed over (still bound and listening:
+        clients that connected meanwhile wait in its backlog)."""
+        os.set_inheritable(fd, False)
+        return cls(trio.socket.from_stdlib_socket(socket.socket(fileno=fd)), path, ino)
+
     def remove_own_file(self) -> None:
         """Unlink the socket file only if it is still the one we bound."""
         with contextlib.suppress(FileNotFoundError):

@@ -5,6 +5,12 @@ and running instances re-adopted, the socket is bound, and only then READY=1 is 
 SIGTERM/SIGINT hostd says STOPPING=1, tells connected clients, ends every PTY session and exec
 (they cannot be served by a hostd that is gone), persists instance state, leaves instance main
 processes running for the next hostd to re-adopt, and removes its own socket.
+
+SIGHUP (``systemctl reload``) upgrades hostd in place (:mod:`hostd.upgrade`): the same pid runs the
+code now installed, with every session and exec handed over. An image started that way finds the
+handover document through ``AIWG_HANDOVER_FD`` and takes over (:func:`take_over`) instead of binding
+the socket; a document it cannot take over is refused before anything is touched, the trees it
+named are killed (nobody could serve them) and hostd starts afresh.
 """
 
 from __future__ import annotations
@@ -14,19 +20,22 @@ import logging
 import os
 import signal
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import trio
 
-from agentic_sandbox.proto import LogConfigError, configure_logging
+from agentic_sandbox.proto import ErrorCode, LogConfigError, configure_logging
+from agentic_sandbox.proto import messages as m
 
-from . import procspawn, sdnotify, statefile
+from . import handover, procspawn, proctree, sdnotify, statefile
 from .config import ConfigError, HostdConfig, from_env
+from .errors import RpcError
 from .execs import ExecRegistry
 from .handlers import HOSTD_VERSION, Handlers
 from .instances import InstanceRegistry
-from .listener import SocketInUse, bind_unix
+from .listener import BoundSocket, SocketInUse, bind_unix
 from .pools import WarmPools
 from .proctree import Cgroups
 from .providers import make_providers
@@ -34,6 +43,7 @@ from .providers.podman.images import ImageCatalog
 from .server import RpcServer
 from .sessions import SessionRegistry
 from .statefile import NewerStateFile
+from .upgrade import CHECK_FLAG, Upgrader
 
 log = logging.getLogger("hostd")
 
@@ -62,8 +72,14 @@ def _boot_id() -> str:
         return "unknown"
 
 
-async def run_hostd(config: HostdConfig, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run hostd until SIGTERM/SIGINT or cancellation. Reports started once accepting."""
+async def run_hostd(
+    config: HostdConfig,
+    document: handover.Document | None = None,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run hostd until SIGTERM/SIGINT or cancellation; SIGHUP upgrades it in place. Reports started
+    once accepting. With ``document``, take over from the image that wrote it."""
     state_dir = Path(config.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(state_dir, 0o700)
@@ -71,7 +87,7 @@ async def run_hostd(config: HostdConfig, *, task_status: trio.TaskStatus[None] =
     cgroups = Cgroups.detect(config.cgroup_root)
     records = statefile.read(config.state_file)  # before any task starts: a refusal ends hostd plainly
 
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as registry_nursery:
             instances = InstanceRegistry(config)
             instances.use_providers(make_providers(config, cgroups, registry_nursery, instances.commit))
@@ -79,13 +95,35 @@ async def run_hostd(config: HostdConfig, *, task_status: trio.TaskStatus[None] =
             pools = WarmPools(config, instances)
             await pools.load()
             await registry_nursery.start(pools.run)
-            sessions = SessionRegistry(config, cgroups, registry_nursery, instances.placement)
+            resuming = document is not None
+            sessions = SessionRegistry(config, cgroups, registry_nursery, instances.placement, resuming=resuming)
             execs = ExecRegistry(config, cgroups, registry_nursery, instances.placement)
             instances.on_stop.append(sessions.kill_instance)
             instances.on_stop.append(execs.kill_instance)
             instances.count_children = lambda iid: (sessions.count(iid), execs.count(iid))
+            if document is not None:
+                sessions.resume(document.sessions)
+                execs.resume(document.execs)
+                bound = BoundSocket.adopt(document.listener_fd, document.socket_path, document.socket_ino)
+            else:
+                bound = await bind_unix(config.socket_path, mode=config.socket_mode, group=config.socket_group or None)
 
             server: RpcServer | None = None
+            upgrader: Upgrader | None = None
+
+            async def upgrade() -> m.UpgradeResponse:
+                assert upgrader is not None
+                await upgrader.check()
+                if not upgrader.ask(checked=True):
+                    raise RpcError(ErrorCode.UPGRADE_REFUSED, "an upgrade is under way already")
+                return m.UpgradeResponse(
+                    pid=os.getpid(),
+                    hostd_version=HOSTD_VERSION,
+                    handover_version=handover.VERSION,
+                    sessions=sessions.count(),
+                    execs=execs.count(),
+                )
+
             handlers = Handlers(
                 config=config,
                 cgroups=cgroups,
@@ -97,24 +135,51 @@ async def run_hostd(config: HostdConfig, *, task_status: trio.TaskStatus[None] =
                 host_id=_host_id(state_dir),
                 boot_id=_boot_id(),
                 connections=lambda: len(server.connections) if server else 0,
+                upgrade=upgrade,
+                started_at=document.started_at if document else None,
+                upgrades=document.upgrades if document else 0,
             )
             server = RpcServer(config, handlers)
-            bound = await bind_unix(config.socket_path, mode=config.socket_mode, group=config.socket_group or None)
+            upgrader = Upgrader(
+                server=server,
+                bound=bound,
+                sessions=sessions,
+                execs=execs,
+                instances=instances,
+                pools=pools,
+                started_at=handlers.started_at,
+                upgrades=handlers.upgrades,
+                version=HOSTD_VERSION,
+            )
             try:
                 async with trio.open_nursery() as serve_nursery:
                     await serve_nursery.start(server.serve, bound)
                     await serve_nursery.start(sdnotify.run_watchdog)
+                    await serve_nursery.start(upgrader.run)
                     log.info(
-                        "hostd %s listening on %s (state %s, cgroups %s, %s instances)",
+                        "hostd %s %s %s (state %s, cgroups %s, %s instances, %d sessions, %d execs)",
                         HOSTD_VERSION,
+                        "took over" if document else "listening on",
                         config.socket_path,
                         config.state_dir,
                         cgroups.root or "unavailable",
                         len(instances.list()),
+                        sessions.count(),
+                        execs.count(),
                     )
+                    if document is not None:
+                        log.info(
+                            "upgrade %d in place done: %.0f ms since the old image wrote its document",
+                            document.upgrades,
+                            (time.time() - document.written_at) * 1000,
+                        )
                     sdnotify.ready(f"listening on {config.socket_path}")
                     task_status.started()
                     async for signum in signals:
+                        if signum == signal.SIGHUP:
+                            log.info("received SIGHUP: upgrading in place")
+                            upgrader.ask(checked=False)
+                            continue
                         log.info("received %s: shutting down", signal.Signals(signum).name)
                         break
                     sdnotify.stopping()
@@ -131,6 +196,52 @@ async def run_hostd(config: HostdConfig, *, task_status: trio.TaskStatus[None] =
     log.info("hostd stopped")
 
 
+def take_over(env: dict[str, str] | os._Environ[str], config: HostdConfig) -> handover.Document | None:
+    """The handover document an earlier image left in ``AIWG_HANDOVER_FD``, or None (a plain start).
+
+    A document this code cannot take over is refused before anything is touched: logged, the trees of
+    the sessions and execs it named killed (their PTYs and pipes would have no reader) and the fds it
+    passed closed, and hostd starts afresh.
+    """
+    try:
+        fd = handover.take_fd(env)
+        if fd is None:
+            return None
+        return handover.read(fd)
+    except handover.HandoverRefused as exc:
+        log.error("cannot take over from the previous image: %s; its sessions and execs are ended", exc)
+        for kind in ("session", "exec"):
+            proctree.kill_marked_with_prefix(config.tree_id(kind, ""))
+        _close_inherited()
+        return None
+
+
+def _close_inherited() -> None:
+    """Close every fd above stderr that is inheritable: what a handover passed (everything hostd
+    opens itself is close-on-exec)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    os.close(fd)
+            except OSError:
+                continue
+
+
+def check_handover(version: int, env: dict[str, str]) -> int:
+    """``--check-handover N``: exit 0 if this code (already imported whole, with every module hostd
+    runs) reads its configuration and takes over a document of version N; else say why, exit 3."""
+    try:
+        from_env(env, dev=False)
+        handover.check_version(version)
+    except (ConfigError, handover.HandoverRefused) as exc:
+        print(f"agentic-hostd: {exc}", file=sys.stderr)
+        return 3
+    print(f"agentic-hostd {HOSTD_VERSION} takes over handover version {version}")
+    return 0
+
+
 def arg_parser() -> argparse.ArgumentParser:
     """``agentic-hostd``'s flags (docs/configuration.md lists them from here)."""
     parser = argparse.ArgumentParser(
@@ -145,6 +256,13 @@ def arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--socket", help="RPC socket path (overrides AIWG_HOSTD_SOCKET)")
     parser.add_argument("--state-dir", help="state directory (overrides AIWG_STATE_DIR)")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default AIWG_LOG_LEVEL, else INFO)")
+    parser.add_argument(
+        CHECK_FLAG,
+        type=int,
+        metavar="VERSION",
+        help="check that this code can take over a running hostd's handover document of VERSION, then exit "
+        "(what an upgrade in place runs before it hands over)",
+    )
     return parser
 
 
@@ -164,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         env["AIWG_HOSTD_SOCKET"] = args.socket
     if args.state_dir:
         env["AIWG_STATE_DIR"] = args.state_dir
+    if args.check_handover is not None:
+        return check_handover(args.check_handover, env)
     try:
         config = from_env(env, dev=args.dev)
     except ConfigError as exc:
@@ -177,8 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Before any thread exists: the children hostd starts inherit the starting thread's mask.
     procspawn.unblock_signals()
+    document = take_over(os.environ, config)
     try:
-        trio.run(run_hostd, config)
+        trio.run(run_hostd, config, document)
     except (SocketInUse, NewerStateFile) as exc:
         print(f"agentic-hostd: {exc}", file=sys.stderr)
         return 1

@@ -74,24 +74,45 @@ STDOUT = subprocess.STDOUT
 
 
 class Process:
-    """A child :func:`spawn` started: its pid, its pipes (trio streams, or None) and its exit,
-    waited for on a pidfd."""
+    """A child :func:`spawn` started (or an earlier image of hostd started, :meth:`adopt`): its pid,
+    its pipes (trio streams, or None) and its exit, waited for on a pidfd."""
 
     def __init__(
         self,
-        popen: subprocess.Popen[bytes],
+        popen: subprocess.Popen[bytes] | None,
         stdin: trio.lowlevel.FdStream | None,
         stdout: trio.lowlevel.FdStream | None,
         stderr: trio.lowlevel.FdStream | None,
+        *,
+        pid: int | None = None,
+        returncode: int | None = None,
     ) -> None:
+        #: Kept while the child runs: a Popen collected unreaped would be reaped by subprocess's
+        #: own clean-up at the next start, its exit status lost to us.
         self._popen = popen
-        self.pid = popen.pid
+        self.pid = popen.pid if popen is not None else pid if pid is not None else -1
         self.stdin = stdin
         self.stdout = stdout
         self.stderr = stderr
+        self._returncode = returncode
         # Our child, not reaped yet: its pid cannot be another process's.
-        self._pidfd: int | None = os.pidfd_open(popen.pid)
+        self._pidfd: int | None = os.pidfd_open(self.pid) if returncode is None else None
         self._wait_lock = trio.Lock()
+
+    @classmethod
+    def adopt(
+        cls, pid: int, stdin: int | None, stdout: int | None, stderr: int | None, returncode: int | None
+    ) -> Process:
+        """A child an earlier image of hostd started (an upgrade in place keeps the pid, so it is
+        still our child), with the fds of its pipes; ``returncode`` if that image reaped it."""
+
+        def stream(fd: int | None) -> trio.lowlevel.FdStream | None:
+            if fd is None:
+                return None
+            os.set_inheritable(fd, False)
+            return trio.lowlevel.FdStream(fd)
+
+        return cls(None, stream(stdin), stream(stdout), stream(stderr), pid=pid, returncode=returncode)
 
     @property
     def returncode(self) -> int | None:
@@ -100,26 +121,47 @@ class Process:
         return self.poll()
 
     def poll(self) -> int | None:
-        code = self._popen.poll()
-        if code is not None:
-            self._close_pidfd()
-        return code
+        if self._returncode is None:
+            if self._popen is not None:
+                self._returncode = self._popen.poll()
+            else:
+                try:
+                    pid, raw = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped by someone else: its status is gone
+                    pid, raw = self.pid, 255 << 8
+                if pid:
+                    self._returncode = os.waitstatus_to_exitcode(raw)
+            if self._returncode is not None:
+                self._close_pidfd()
+        return self._returncode
+
+    async def wait_exited(self) -> None:
+        """Return once the child has exited, without reaping it."""
+        if self._pidfd is None:
+            await trio.lowlevel.checkpoint()
+            return
+        with contextlib.suppress(trio.ClosedResourceError):  # reaped by poll() meanwhile
+            await trio.lowlevel.wait_readable(self._pidfd)
 
     async def wait(self) -> int:
         """Wait for the child to exit and reap it; its return code (negative: the signal)."""
         async with self._wait_lock:
-            if self._popen.poll() is None and self._pidfd is not None:
-                with contextlib.suppress(trio.ClosedResourceError):  # reaped by poll() meanwhile
-                    await trio.lowlevel.wait_readable(self._pidfd)
-                self._popen.wait()
-            self._close_pidfd()
-        code = self._popen.returncode
+            if self.poll() is None:
+                await self.wait_exited()
+                if self._popen is not None:
+                    self._popen.wait()
+                    self.poll()
+                else:
+                    while self.poll() is None:  # readable pidfd: the exit is there to collect
+                        await trio.sleep(0.001)
+        code = self._returncode
         assert code is not None
         return code
 
     def send_signal(self, sig: int) -> None:
         """Signal the child unless it was reaped already (then its pid may be another's)."""
-        self._popen.send_signal(sig)
+        if self.poll() is None:
+            os.kill(self.pid, sig)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
@@ -364,3 +406,18 @@ def open_log(path: Path) -> int:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     os.fchmod(fd, 0o600)
     return fd
+
+
+async def run_to_end(argv: Sequence[str], *, timeout_s: float) -> tuple[int, bytes]:
+    """Run ``argv`` (hostd's own command, checking new code before an upgrade) to its end:
+    (exit code, what it wrote to stderr, else stdout). Raises ``trio.TooSlowError`` past
+    ``timeout_s`` (the process is killed) and ``OSError`` when it cannot start."""
+    with trio.fail_after(timeout_s):
+        done = await trio.run_process(list(argv), capture_stdout=True, capture_stderr=True, check=False)
+    return done.returncode, done.stderr or done.stdout
+
+
+def replace_image(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """``execve`` hostd's own pid into ``argv`` (an upgrade in place: every child stays its child,
+    and only inheritable fds cross). Returns only by raising ``OSError``."""
+    os.execve(argv[0], list(argv), dict(env))

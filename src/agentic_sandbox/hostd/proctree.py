@@ -290,6 +290,25 @@ def signal_marked(tree_id: str, sig: int, *, besides: int | None) -> int:
     return sent
 
 
+def kill_marked_with_prefix(prefix: str) -> int:
+    """SIGKILL every process whose tree mark starts with ``prefix`` (a failed handover: the trees
+    of sessions and execs nobody can take over); how many got it (blocking)."""
+    killed = 0
+    for pid in _pids():
+        mark = _read_mark(pid)
+        if mark is None or not mark.startswith(prefix) or pid == os.getpid():
+            continue
+        proc = _process(pid, mark)
+        if proc is None:
+            continue
+        try:
+            proc.kill()
+            killed += 1
+        except psutil.Error:
+            continue
+    return killed
+
+
 def survey(
     *, leader: int | None, pgid: int | None, cgroup: Path | None, tree_id: str | None
 ) -> tuple[int | None, dict[int, psutil.Process]]:

@@ -143,15 +143,22 @@ class Session(Child):
         return len(data)
 
     async def feed_input(self) -> None:
-        """Drain the input backlog into the PTY, in order, for as long as the session runs."""
+        """Drain the input backlog into the PTY, in order, for as long as the session runs.
+
+        What the PTY took leaves the backlog at once, so a cancellation (a handover freezing the
+        session, :mod:`hostd.freezer`) leaves exactly what is still to be written in it."""
+        pty = self.pty
         while True:
             await self.input_waiting.wait()
             self.input_waiting = trio.Event()
             while self.pending_input:
-                chunk = bytes(self.pending_input[:READ_CHUNK])
                 try:
-                    await self.pty.write_all(chunk)
+                    written = pty.write_nowait(bytes(self.pending_input[:READ_CHUNK]))
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     self.pending_input.clear()  # the child is gone: nobody will read it
                     return
-                del self.pending_input[: len(chunk)]
+                if written:
+                    del self.pending_input[:written]
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await pty.wait_writable()

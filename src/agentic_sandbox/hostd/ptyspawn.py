@@ -253,6 +253,27 @@ class PtyChild:
             await trio.lowlevel.checkpoint()
             return len(data)
 
+    async def wait_writable(self) -> None:
+        """Return once the PTY takes input again (or is closed: the next write says so)."""
+        if self.closed:
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            await trio.lowlevel.wait_writable(self.fd)
+        except trio.ClosedResourceError:
+            pass
+
+    @classmethod
+    def adopt(cls, pid: int, fd: int, status: ExitStatus | None) -> PtyChild:
+        """The PTY child an earlier image of hostd started (an upgrade in place: same pid, so still
+        our child); ``status`` if that image reaped it already."""
+        os.set_inheritable(fd, False)
+        os.set_blocking(fd, False)
+        pidfd = -1 if status is not None else os.pidfd_open(pid)
+        child = cls(pid, fd, pidfd)
+        child.status = status
+        return child
+
     async def wait_exited(self) -> None:
         """Return once the child has exited (it stays a zombie until :meth:`reap`)."""
         if self.status is not None:

@@ -32,6 +32,7 @@ import trio
 from agentic_sandbox.proto import ErrorCode
 
 from .errors import RpcError
+from .handover import RingState, SegmentState
 from .spool import Entry, SessionSpool, read_spooled
 
 
@@ -254,6 +255,31 @@ class OutputRing:
                 await event.wait()
             finally:
                 self._waiters -= 1
+
+    def snapshot(self) -> RingState:
+        """Everything a new image of hostd needs to go on with this ring (:mod:`hostd.handover`)."""
+        spool = self._spool
+        return RingState(
+            next_seq=self.next_seq,
+            entries=list(self._entries),
+            spool=[SegmentState(*seg) for seg in spool.segments()] if spool is not None else None,
+            spool_failed=spool.failed if spool is not None else False,
+            closed=self.closed,
+        )
+
+    def resume(self, state: RingState) -> None:
+        """Go on from :meth:`snapshot` of the ring an earlier image of hostd held (this one is new)."""
+        if self._spool is not None:
+            if state.spool_failed:
+                self._spool.failed = True
+            self._spool.adopt((s.path, s.first_seq, s.next_seq, s.size) for s in state.spool or ())
+        for seq, kind, data in state.entries:
+            self._entries.append((seq, kind, data))
+            self._bytes += len(data)
+            if self._budget is not None:
+                self._budget.bytes += len(data)
+        self.next_seq = state.next_seq
+        self.closed = state.closed
 
     def statistics(self) -> RingStatistics:
         return RingStatistics(

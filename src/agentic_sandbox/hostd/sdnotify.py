@@ -10,14 +10,24 @@ never raised. Sends use ``MSG_DONTWAIT`` so a full socket queue never blocks tri
 
 Children must not inherit ``NOTIFY_SOCKET``/``WATCHDOG_*`` (an agent could otherwise speak for
 hostd); spawners drop the names in :data:`SYSTEMD_ENV_VARS` from the environments they build.
+
+The file descriptor store (:func:`store_fds`, :func:`remove_fds`) keeps fds in systemd across a
+crash of hostd: systemd hands them back at the next start (``LISTEN_FDS``, read with
+:func:`hostd.listenfds.take_listen_fds`). Ownership: :func:`store_fds` sends copies, the caller
+keeps and still closes its own fds. systemd drops a stored fd by itself once it reports
+POLLHUP/POLLERR (the other end of a pipe or socket closed), and the unit needs
+``FileDescriptorStoreMax=`` above 0, or every fd sent is closed. A bad FDNAME is the caller's bug
+and raises ValueError; delivery failures are logged and reported as False like :func:`notify`.
 """
 
 from __future__ import annotations
 
+import array
 import logging
 import os
 import socket
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 
 import trio
 
@@ -25,6 +35,11 @@ log = logging.getLogger(__name__)
 
 #: Variables systemd hands to the main process only; never pass them on to children.
 SYSTEMD_ENV_VARS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+
+#: The longest FDNAME systemd accepts (FDNAME_MAX).
+FDNAME_MAX = 255
+#: The most fds the kernel passes in one SCM_RIGHTS message (SCM_MAX_FD).
+SCM_MAX_FD = 253
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -58,6 +73,61 @@ def notify(state: str, *, env: Mapping[str, str] | None = None) -> bool:
         log.warning("sd_notify %r to %r failed: %s", state.split("\n", 1)[0], address, exc)
         return False
     return True
+
+
+def _send(state: str, fds: Sequence[int], env: Mapping[str, str] | None) -> bool:
+    """Like :func:`notify`, with ``fds`` attached as SCM_RIGHTS (none: a plain datagram)."""
+    address = socket_address(env)
+    if address is None:
+        return False
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.connect(address)
+            sock.sendmsg([state.encode()], ancillary, socket.MSG_DONTWAIT)
+    except OSError as exc:
+        log.warning("sd_notify %r with %d fds to %r failed: %s", state.replace("\n", " "), len(fds), address, exc)
+        return False
+    return True
+
+
+def check_fdname(name: str) -> None:
+    """Raise ValueError unless systemd takes ``name`` as FDNAME (fdname_is_valid, and not empty).
+
+    systemd ignores an invalid name (the fds would be stored as "stored" instead) and it is a
+    field of the colon-separated ``LISTEN_FDNAMES``, hence: printable ASCII, no ':'.
+    """
+    if not 1 <= len(name) <= FDNAME_MAX:
+        raise ValueError(f"FDNAME must have 1 to {FDNAME_MAX} characters, not {len(name)}")
+    if any(not " " <= ch <= "~" or ch == ":" for ch in name):
+        raise ValueError(f"FDNAME {name!r} must be printable ASCII without ':'")
+
+
+def store_fds(name: str, fds: Sequence[int], *, env: Mapping[str, str] | None = None) -> bool:
+    """FDSTORE=1: keep copies of ``fds`` in systemd under ``name`` (systemd's sd_pid_notify_with_fds).
+
+    One datagram, so all of them or none are stored; storing an fd systemd already holds keeps one
+    copy. The fds come back at the next start in the order they were stored.
+    """
+    check_fdname(name)
+    if len(fds) > SCM_MAX_FD:
+        raise ValueError(f"at most {SCM_MAX_FD} fds fit in one message, not {len(fds)}")
+    return _send(f"FDSTORE=1\nFDNAME={name}", fds, env)
+
+
+def remove_fds(name: str, *, env: Mapping[str, str] | None = None) -> bool:
+    """FDSTOREREMOVE=1: systemd closes every fd it stores under ``name``."""
+    check_fdname(name)
+    return _send(f"FDSTOREREMOVE=1\nFDNAME={name}", (), env)
+
+
+def reloading(*, env: Mapping[str, str] | None = None) -> bool:
+    """RELOADING=1 with the MONOTONIC_USEC that ``Type=notify-reload`` asks for (sd_notify(3)).
+
+    The reload is over once :func:`ready` is sent again.
+    """
+    usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+    return notify(f"RELOADING=1\nMONOTONIC_USEC={usec}", env=env)
 
 
 def _one_line(text: str) -> str:

@@ -170,6 +170,10 @@ class Connection:
             for send in self._ordered.values():
                 send.close()
 
+    def cancel_streams(self) -> None:
+        for scope in list(self._streams.values()):
+            scope.cancel()
+
     async def _fatal(self, code: ErrorCode, message: str, **details: object) -> None:
         """Send a connection-level error frame and give up on the connection."""
         try:
@@ -271,6 +275,10 @@ class Connection:
                     scope.cancel()
             elif kind in INLINE:
                 await self._answer(frame, handlers.call(frame))
+            elif self.server.restarting:
+                # hostd hands over to a new image: what cannot be done at once is not started, and
+                # the client knows to send it again to the new image.
+                await self.send_error(frame.id, ErrorCode.RESTARTING, "hostd is restarting in place; send it again")
             elif kind is m.HelloRequest:
                 await self.send_error(frame.id, ErrorCode.REQUEST_INVALID, "Hello was already exchanged")
             elif self._tasks >= MAX_TASKS_PER_CONNECTION:
@@ -385,7 +393,9 @@ class Connection:
                 except Exception:
                     log.exception("stream %s (id %s) failed", type(frame).__name__, frame.id)
                     await self.send_error(frame.id, ErrorCode.INTERNAL, "stream failed inside hostd")
-            if scope.cancelled_caught and not self._closed:
+            if scope.cancelled_caught and not self._closed and not self.server.restarting:
+                # (A handover cancels every stream and says nothing: the client resumes it on the
+                # new image from where it got to.)
                 with trio.move_on_after(5):
                     await self.send(m.StreamEnd(id=frame.id, reason="canceled"))
         finally:
@@ -401,6 +411,11 @@ class RpcServer:
         self.config = config
         self.handlers = handlers
         self.connections: set[Connection] = set()
+        #: Set while hostd hands over to a new image (:meth:`hand_over`).
+        self.restarting = False
+        self._accepting = trio.CancelScope()
+        self._resume = trio.Event()
+        self._idle = trio.Event()
 
     async def serve(self, bound: BoundSocket, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Accept connections until cancelled. Reports started once accepting."""
@@ -408,14 +423,61 @@ class RpcServer:
         async with trio.open_nursery() as nursery:
             task_status.started()
             while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    # EMFILE and friends: back off rather than spin.
-                    log.error("accept failed: %s", exc)
-                    await trio.sleep(0.1)
-                    continue
-                nursery.start_soon(self._serve_connection, stream)
+                with self._accepting:
+                    while True:
+                        try:
+                            stream = await listener.accept()
+                        except OSError as exc:
+                            # EMFILE and friends: back off rather than spin.
+                            log.error("accept failed: %s", exc)
+                            await trio.sleep(0.1)
+                            continue
+                        nursery.start_soon(self._serve_connection, stream)
+                # A handover stopped accepting (connections wait in the backlog for the new image);
+                # one that failed lets this image go on.
+                await self._resume.wait()
+
+    async def hand_over(self, drain_s: float) -> int:
+        """Get every connection ready for a handover; return how many were still open at the end.
+
+        Accepting stops (the socket stays bound: new clients wait in its backlog for the next image).
+        Every client is told (``hostd.restarting``, id 0) and its streams end; what it sends from then
+        on is answered at once or refused with ``hostd.restarting`` (so the client knows it was not
+        done), and calls already running finish. A client that understood ends its side, which ends
+        the connection once its calls are answered. Waits up to ``drain_s`` for all that.
+        """
+        self.stop_accepting()
+
+        async def tell(conn: Connection) -> None:
+            conn.cancel_streams()
+            try:
+                await conn.send_error(0, ErrorCode.RESTARTING, "hostd hands over to a new image of itself; reconnect")
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+        with trio.move_on_after(drain_s):
+            async with trio.open_nursery() as nursery:
+                for conn in list(self.connections):
+                    nursery.start_soon(tell, conn)
+            while self.connections:
+                self._idle = trio.Event()
+                await self._idle.wait()
+        return len(self.connections)
+
+    def stop_accepting(self) -> None:
+        """The first step of :meth:`hand_over`, taken at once when an upgrade is decided: from now on
+        a new client waits in the backlog for the next image, and what cannot be answered at once is
+        refused with ``hostd.restarting``."""
+        if not self.restarting:
+            self.restarting = True
+            self._resume = trio.Event()
+            self._accepting.cancel()
+
+    def resume(self) -> None:
+        """A handover that did not happen: accept and serve again."""
+        self.restarting = False
+        self._accepting = trio.CancelScope()
+        self._resume.set()
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         async with stream:
@@ -442,6 +504,8 @@ class RpcServer:
                 log.exception("connection %r failed", conn)
             finally:
                 self.connections.discard(conn)
+                if not self.connections:
+                    self._idle.set()
 
     async def announce_shutdown(self) -> None:
         """Tell every client hostd is going away: best effort, all at once, so one client that

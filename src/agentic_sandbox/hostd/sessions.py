@@ -34,6 +34,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -41,6 +42,8 @@ import trio
 from agentic_sandbox.hostd.children import ChildRegistry
 from agentic_sandbox.hostd.config import HostdConfig
 from agentic_sandbox.hostd.errors import SLOT_RETRY_S, RpcError, limit_reached
+from agentic_sandbox.hostd.freezer import Freezer
+from agentic_sandbox.hostd.handover import EndState, SessionState
 from agentic_sandbox.hostd.instances import Placement
 from agentic_sandbox.hostd.proctree import (
     TREE_ENV,
@@ -52,7 +55,7 @@ from agentic_sandbox.hostd.proctree import (
 )
 from agentic_sandbox.hostd.providers.base import SpawnSpec
 from agentic_sandbox.hostd.ptysession import READ_CHUNK, Session, parse_signal
-from agentic_sandbox.hostd.ptyspawn import PtyChild, spawn_pty
+from agentic_sandbox.hostd.ptyspawn import ExitStatus, PtyChild, spawn_pty
 from agentic_sandbox.hostd.ring import Lag, MemoryBudget, OutputRing, follow, start_seq
 from agentic_sandbox.hostd.spool import Spool
 from agentic_sandbox.proto import ErrorCode, Limit
@@ -90,8 +93,12 @@ class SessionRegistry(ChildRegistry[Session]):
         cgroups: Cgroups,
         nursery: trio.Nursery,
         resolve: Callable[[str], Placement],
+        *,
+        resuming: bool = False,
     ) -> None:
         super().__init__(config, cgroups, nursery, resolve, max_live=config.max_sessions)
+        #: Parks the PTY readers and input feeders for an upgrade in place (:mod:`hostd.upgrade`).
+        self.freezer = Freezer()
         self._budget = MemoryBudget(
             limit=config.ring_memory_bytes, share=config.ring_memory_bytes // config.max_sessions
         )
@@ -106,7 +113,10 @@ class SessionRegistry(ChildRegistry[Session]):
                 total_bytes=config.spool_total_bytes,
                 segment_bytes=config.spool_segment_bytes,
             )
-            self._spool.clear()  # sessions never outlive a hostd: what an old one spooled is moot
+            if resuming:  # an upgrade in place: the sessions and their spooled output go on
+                self._spool.make_root()
+            else:  # sessions outlive no hostd but through a handover: what an old one spooled is moot
+                self._spool.clear()
 
     async def shutdown(self) -> None:
         """Kill every session (they cannot outlive hostd), then drop their spooled output."""
@@ -256,21 +266,28 @@ class SessionRegistry(ChildRegistry[Session]):
     # -- the session task -------------------------------------------------------------------
 
     async def _run(self, s: Session) -> None:
-        """Read output into the ring, reap the leader. Owns ``s.child``."""
+        """Read output into the ring, reap the leader. Owns ``s.child``.
+
+        Also what a session handed over by an earlier image of hostd runs: one it had reaped
+        already (``s.status``) goes straight on to the drain.
+        """
         output_done = trio.Event()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._pump, s, output_done)
-            nursery.start_soon(s.feed_input)
-            await s.pty.wait_exited()
-            async with s.reap_lock:
-                s.status = s.pty.reap()
-            if s.proxied:
-                # No hangup reaches what it ran inside the instance: it goes with its client.
-                await kill_tree_now(leader=None, pgid=None, cgroup=None, tree_id=self._tree(s.id))
+            nursery.start_soon(self.freezer.run, partial(self._pump, s, output_done))
+            nursery.start_soon(self.freezer.run, s.feed_input)
+            if s.status is None:
+                await s.pty.wait_exited()
+                await self.freezer.thawed()  # a handover under way leaves the zombie to the next image
+                async with s.reap_lock:
+                    s.status = s.pty.reap()
+                if s.proxied:
+                    # No hangup reaches what it ran inside the instance: it goes with its client.
+                    await kill_tree_now(leader=None, pgid=None, cgroup=None, tree_id=self._tree(s.id))
             # Output written just before the exit is still buffered, and a background
             # process may hold the slave: read on until EIO, for a moment at most.
             with trio.move_on_after(_DRAIN_AFTER_EXIT_S):
                 await output_done.wait()
+            await self.freezer.thawed()
             nursery.cancel_scope.cancel()
         # What arrived since the reader stopped; bounded, since a leftover process may
         # still be writing flat out.
@@ -290,6 +307,8 @@ class SessionRegistry(ChildRegistry[Session]):
         log.info("session %s ended: %s %s", s.id, s.end_reason, status)
 
     async def _pump(self, s: Session, output_done: trio.Event) -> None:
+        """Read the PTY into the ring until its end. Restartable (:mod:`hostd.freezer`): a chunk read
+        is in the ring before the next checkpoint."""
         try:
             # Bulk output comes gathered into large chunks, so a fast producer makes a few large
             # ring entries, not thousands of small ones (each entry is a frame for every subscriber).
@@ -297,8 +316,75 @@ class SessionRegistry(ChildRegistry[Session]):
                 s.ring.append(data)
         except OSError as exc:
             log.warning("session %s: reading the pty failed: %s", s.id, exc)
-        finally:
-            output_done.set()
+        output_done.set()
+
+    # -- upgrade in place -------------------------------------------------------------------
+
+    def snapshot(self) -> builtins.list[SessionState]:
+        """Every session as a handover document carries it (the registry is frozen: nothing moves)."""
+        states = []
+        for s in self._children.values():
+            if s.deleted:
+                continue
+            status = s.status
+            states.append(
+                SessionState(
+                    id=s.id,
+                    instance_id=s.instance_id,
+                    argv=s.argv,
+                    cwd=s.cwd,
+                    cols=s.cols,
+                    rows=s.rows,
+                    created_at=s.created_at,
+                    launch=s.launch,
+                    pid=s.child.pid if s.child is not None else None,
+                    master_fd=s.child.fd if s.child is not None and not s.child.closed else None,
+                    cgroup=str(s.cgroup) if s.cgroup is not None else None,
+                    proxied=s.proxied,
+                    pending_input=bytes(s.pending_input),
+                    end=EndState(
+                        reaped=status is not None,
+                        exit_code=status.exit_code if status else None,
+                        signal=status.signal if status else None,
+                        exited_at=s.exited_at,
+                        kill_reason=s.kill_reason,
+                        end_reason=s.end_reason,
+                        done=s.done.is_set(),
+                    ),
+                    ring=s.ring.snapshot(),
+                )
+            )
+        return states
+
+    def resume(self, states: builtins.list[SessionState]) -> None:
+        """Take over the sessions an earlier image of hostd handed over: each goes on where it was
+        (reading, draining, or ended with its status), its output whole."""
+        for state in states:
+            end = state.end
+            status = ExitStatus(end.exit_code, end.signal) if end.reaped else None
+            child = None
+            if state.pid is not None:
+                if state.master_fd is None:  # it had ended and its master was closed
+                    child = PtyChild(state.pid, -1, -1)
+                    child.closed, child.status = True, status
+                else:
+                    child = PtyChild.adopt(state.pid, state.master_fd, status)
+            cgroup = Path(state.cgroup) if state.cgroup else None
+            s = Session(state.id, state.launch, state.cwd, child, cgroup, self._ring(state.id))
+            s.argv, s.cols, s.rows, s.created_at = state.argv, state.cols, state.rows, state.created_at
+            s.proxied, s.status = state.proxied, status
+            s.exited_at, s.kill_reason, s.end_reason = end.exited_at, end.kill_reason, end.end_reason
+            s.ring.resume(state.ring)
+            if state.pending_input:
+                s.pending_input += state.pending_input
+                s.input_waiting.set()
+            self._children[s.id] = s
+            if end.done:
+                s.done.set()
+            elif child is not None:
+                self._nursery.start_soon(self._supervise, s, name=f"session {s.id}")
+        if self._spool is not None:
+            self._spool.remove_unclaimed()
 
     # -- input and control ----------------------------------------------------------------
 

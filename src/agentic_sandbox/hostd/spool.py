@@ -64,6 +64,19 @@ class Spool:
         self._sessions[session_id] = spool
         return spool
 
+    def make_root(self) -> None:
+        """Make the root (0700) without clearing it: an upgrade in place hands its sessions over."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def remove_unclaimed(self) -> None:
+        """Remove every session directory no session of this hostd holds (after a handover: what
+        sessions that ended meanwhile, or a failed spool, left)."""
+        if not self.root.is_dir():
+            return
+        for child in self.root.iterdir():
+            if child.name not in self._sessions:
+                shutil.rmtree(child, ignore_errors=True)
+
     def _forget(self, spool: SessionSpool) -> None:
         self._sessions.pop(spool.session_id, None)
 
@@ -132,6 +145,26 @@ class SessionSpool:
         while self.bytes > self.owner.session_bytes and self.drop_oldest():
             pass
         self.owner._enforce_total()
+
+    def segments(self) -> list[tuple[str, int, int, int]]:
+        """(path, first_seq, next_seq, size) of each segment, oldest first: what a handover carries."""
+        return [(str(s.path), s.first_seq, s.next_seq, s.size) for s in self._segments]
+
+    def adopt(self, segments: Iterable[tuple[str, int, int, int]]) -> None:
+        """Take over the segments an earlier image of hostd wrote (:meth:`segments`). A segment whose
+        file is gone is left out with every older one, so what is held stays gap-free."""
+        kept: list[_Segment] = []
+        for path, first_seq, next_seq, size in segments:
+            if not os.path.exists(path):
+                kept.clear()
+                continue
+            segment = _Segment(Path(path), first_seq)
+            segment.next_seq, segment.size = next_seq, size
+            kept.append(segment)
+        for segment in kept:
+            self._segments.append(segment)
+            self.bytes += segment.size
+            self.owner.bytes += segment.size
 
     def _writable(self, seq: int) -> _Segment:
         last = self._segments[-1] if self._segments else None

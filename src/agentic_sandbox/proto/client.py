@@ -21,6 +21,7 @@ sequence it wants.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -35,11 +36,13 @@ import trio
 
 from . import messages as m
 from .errors import (
+    ErrorCode,
     HostdConnectionLost,
     HostdError,
     HostdNotRunning,
     HostdProtocolError,
     HostdRemoteError,
+    HostdRestarting,
     HostdTimeout,
     HostdUnavailable,
     HostdVersionMismatch,
@@ -166,6 +169,9 @@ class HostdClient:
         self._streams: dict[int, _Stream] = {}
         self._posts: dict[int, tuple[Callable[[HostdError], None], Callable[[], None] | None]] = {}
         self._broken: HostdError | None = None
+        #: Set when hostd said it hands itself over (an upgrade in place): nothing new is sent, what
+        #: was sent is answered, and the connection ends with this error (see :meth:`_restarting`).
+        self._closing: HostdRestarting | None = None
         self._reader_done = trio.Event()
         #: The nursery of the client's own tasks (the reader, cancels of overflowed streams).
         self._nursery: trio.Nursery | None = None
@@ -327,6 +333,8 @@ class HostdClient:
     def _raise_if_broken(self) -> None:
         if self._broken is not None:
             raise self._broken
+        if self._closing is not None:
+            raise self._closing
 
     async def _send(self, frame: m.Frame) -> None:
         try:
@@ -388,6 +396,26 @@ class HostdClient:
         # Closing the socket makes a concurrent send or receive fail fast.
         self._sock.socket.close()
 
+    def _restarting(self, message: str) -> None:
+        """hostd's notice that it hands itself over to a new image: send nothing more, end our side
+        (after a frame being written, under the send lock) so hostd knows it has read every request
+        we sent, and read on: hostd answers each of them (those it will not do with
+        ``hostd.restarting``) before it closes, and the connection then fails with
+        :class:`HostdRestarting`."""
+        if self._closing is not None or self._broken is not None:
+            return
+        self._closing = HostdRestarting(f"hostd restarts in place: {message}")
+        if self._nursery is None:
+            return
+
+        async def end_our_side() -> None:
+            async with self._send_lock:
+                if self._broken is None:
+                    with contextlib.suppress(OSError):
+                        self._sock.socket.shutdown(socket.SHUT_WR)
+
+        self._nursery.start_soon(end_our_side)
+
     def _deliver(self, frame: Any) -> None:
         frame_id = frame.id
         post = self._posts.pop(frame_id, None)
@@ -448,10 +476,13 @@ class HostdClient:
                 if not waited:
                     await trio.lowlevel.cancel_shielded_checkpoint()
                 if not data:
-                    raise HostdConnectionLost("hostd closed the connection")
+                    raise self._closing or HostdConnectionLost("hostd closed the connection")
                 buffer.feed(data)
                 while (frame := buffer.next_message(_SERVER_DECODER)) is not None:
                     if frame.id == 0 and isinstance(frame, m.ErrorResponse):
+                        if frame.code == ErrorCode.RESTARTING.value:
+                            self._restarting(frame.message)
+                            continue
                         raise HostdRemoteError(frame.code, frame.message, dict(frame.details))
                     self._deliver(frame)
         except HostdError as exc:

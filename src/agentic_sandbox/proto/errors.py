@@ -65,6 +65,11 @@ class ErrorCode(enum.Enum):
     SPAWN_FAILED = "spawn.failed", "process could not be started"
     LIMIT_REACHED = "limit.reached", "a configured limit was reached"
     SHUTTING_DOWN = "hostd.shutting_down", "hostd is shutting down"
+    #: Sent as a connection-level notice (id 0) when hostd hands itself over to a new image, and
+    #: answered to requests it will not start before that: nothing of them was done; send them again
+    #: once connected to the new image (same socket, same sessions).
+    RESTARTING = "hostd.restarting", "hostd is restarting in place"
+    UPGRADE_REFUSED = "hostd.upgrade_refused", "the upgrade was refused; this hostd goes on serving"
     INTERNAL = "internal.error", "internal error"
 
     @classmethod
@@ -115,6 +120,12 @@ class HostdNotRunning(HostdUnavailable):
 
 class HostdConnectionLost(HostdUnavailable):
     """The connection dropped while calls or streams were in flight."""
+
+
+class HostdRestarting(HostdConnectionLost):
+    """hostd handed itself over to a new image (an upgrade in place). A request that failed with it
+    was not done (hostd answered every request it had read before it closed): send it again once
+    connected anew."""
 
 
 class HostdTimeout(HostdError):

@@ -139,6 +139,30 @@ class StatusResponse(Response):
     connections: int
     #: Every runtime provider and whether it is available now (as ``ProviderListResponse``).
     providers: list[ProviderInfo] = []
+    #: Upgrades in place since this hostd first started (the pid stays; ``started_at`` is the first
+    #: start's), and when the running image took over.
+    upgrades: int = 0
+    image_started_at: float | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Upgrade in place: hostd replaces its own image with the code now installed (same pid), handing
+# over its socket, sessions, execs and their output.
+
+
+class UpgradeRequest(Request):
+    pass
+
+
+class UpgradeResponse(Response):
+    """The new code accepted the handover document; hostd hands over right after this answer, and
+    its connections then end with ``hostd.restarting``."""
+
+    pid: int
+    hostd_version: str
+    handover_version: int
+    sessions: int
+    execs: int
 
 
 # ---------------------------------------------------------------------------------------------
@@ -891,6 +915,7 @@ ClientFrame = Union[  # noqa: UP007 - one member per line reads as the API index
     HelloRequest,
     PingRequest,
     StatusRequest,
+    UpgradeRequest,
     ProviderListRequest,
     InstanceProvisionRequest,
     InstanceStartRequest,
@@ -933,6 +958,7 @@ ServerFrame = Union[  # noqa: UP007
     HelloResponse,
     PingResponse,
     StatusResponse,
+    UpgradeResponse,
     ProviderListResponse,
     InstanceProvisionResponse,
     InstanceStartResponse,

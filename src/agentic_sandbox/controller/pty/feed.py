@@ -13,6 +13,9 @@ keyframe, ``Closed``, the goodbye and the close) through the outbox's output lan
 It ends with the session: ``Closed``, ``binding_goodbye`` and close 1000 (the session exited, or
 was deleted); or with hostd failing: ``binding_goodbye`` and close 1011, and the client
 reconnects with ``replay_from``. A link already down when it subscribes raises ``Unavailable``.
+hostd upgrading in place is not a failure: the feed waits for the link to come back (up to
+:data:`~controller.hostlink.RESUME_WITHIN_S`) and goes on from the next sequence, so the client
+sees no gap and no repeat.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
+import trio
+
 from agentic_sandbox.proto import messages as m
 
 from ..errors import ControllerError
+from ..hostlink import RESTARTING, RESUME_WITHIN_S
 from . import frames as f
 from .lanes import Close
 
@@ -82,30 +88,47 @@ class ReplayFeed:
             else:
                 keyframe_at = current
         encode, send = self._encode, self._send
-        events = self._link.session_output(self._session_id, start)  # Unavailable: the link is down
-        try:
-            async with aclosing(events):
-                async for event in events:
-                    if isinstance(event, m.SessionOutput):
-                        room.offer(event.seq, event.data)
-                        await send(encode(event.seq, event.data))
-                        if keyframe_at is not None and event.seq >= keyframe_at:
-                            keyframe_at = None
+        while True:
+            try:
+                # Unavailable at once when the link is down.
+                async with aclosing(self._link.session_output(self._session_id, start)) as events:
+                    async for event in events:
+                        if isinstance(event, m.SessionOutput):
+                            room.offer(event.seq, event.data)
+                            await send(encode(event.seq, event.data))
+                            start = event.seq + 1
+                            if keyframe_at is not None and event.seq >= keyframe_at:
+                                keyframe_at = None
+                                await outbox.put_output(f.session_frame(await room.keyframe()))
+                        elif isinstance(event, m.SessionLagged):
+                            lagged = f"output {event.missed_from}..{event.resume_seq - 1} was dropped unsent"
+                            await outbox.put_output(f.pty_error("PTY_OUTPUT_LAGGED", lagged))
                             await outbox.put_output(f.session_frame(await room.keyframe()))
-                    elif isinstance(event, m.SessionLagged):
-                        lagged = f"output {event.missed_from}..{event.resume_seq - 1} was dropped unsent"
-                        await outbox.put_output(f.pty_error("PTY_OUTPUT_LAGGED", lagged))
-                        await outbox.put_output(f.session_frame(await room.keyframe()))
-                    elif isinstance(event, m.SessionExited):
-                        await self._closed(f.closed(event))
-                        return
-        except ControllerError as exc:
-            log.info("attach socket on session %s: hostd stream failed: %s", self._session_id, exc)
-            await outbox.put_output(f.goodbye("other", "the controller lost hostd; reconnect, replay_from"))
-            await outbox.put_output(Close(f.CLOSE_SERVER_ERROR, "hostd unavailable"))
+                            start = event.resume_seq
+                        elif isinstance(event, m.SessionExited):
+                            await self._closed(f.closed(event))
+                            return
+            except ControllerError as exc:
+                if exc.code == RESTARTING and await self._hostd_back():
+                    # hostd upgraded in place: the session and its output are where they were.
+                    log.info(
+                        "attach socket on session %s: hostd restarted in place; resuming at %d", self._session_id, start
+                    )
+                    continue
+                log.info("attach socket on session %s: hostd stream failed: %s", self._session_id, exc)
+                await outbox.put_output(f.goodbye("other", "the controller lost hostd; reconnect, replay_from"))
+                await outbox.put_output(Close(f.CLOSE_SERVER_ERROR, "hostd unavailable"))
+                return
+            # Ended without an exit: the session was deleted, or hostd is shutting down.
+            await self._closed(f.Closed(reason="killed", detail="session deleted"))
             return
-        # Ended without an exit: the session was deleted, or hostd is shutting down.
-        await self._closed(f.Closed(reason="killed", detail="session deleted"))
+
+    async def _hostd_back(self) -> bool:
+        """Wait (a bounded while) for the link to hostd to be back; whether it is."""
+        with trio.move_on_after(RESUME_WITHIN_S):
+            await self._link.wait_ready()
+            return True
+        return False
 
     async def _closed(self, closed: f.Closed) -> None:
         await self._outbox.put_output(f.session_frame(closed))

@@ -5,7 +5,8 @@ echo never waits for the write's answer, and an error answer reaches the client 
 ``PTY_WRITE_FAILED`` session frame (a write to a session that has exited says so). At most
 :data:`MAX_POSTED_WRITES` writes are unanswered at once; past that :meth:`PostedWrites.post` waits,
 so a flood of input frames is backpressure on that client's own socket, never a burden on the
-shared hostd connection.
+shared hostd connection. Keys typed while hostd upgrades in place wait for its new image (up to
+:data:`~controller.hostlink.RESUME_WITHIN_S`) and are written then, in order.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import trio
 from agentic_sandbox.proto import messages as m
 
 from ..errors import ControllerError, InvalidState
+from ..hostlink import RESTARTING, RESUME_WITHIN_S
 from . import frames as f
 
 if TYPE_CHECKING:
@@ -45,14 +47,24 @@ class PostedWrites:
         while self._posted >= MAX_POSTED_WRITES:
             self._answered = trio.Event()
             await self._answered.wait()
-        request = m.SessionWriteRequest(session_id=self._session_id, data=data)
-        try:
-            await self._link.post(request, self._failed, self._done)
-        except ControllerError as exc:
-            self._outbox.put_control(f.pty_error("PTY_WRITE_FAILED", exc.message))
-            return
+        while True:
+            request = m.SessionWriteRequest(session_id=self._session_id, data=data)
+            try:
+                await self._link.post(request, self._failed, self._done)
+                break
+            except ControllerError as exc:
+                if exc.code == RESTARTING and await self._hostd_back():
+                    continue  # not sent: hostd was handing over to its new image, which takes it now
+                self._outbox.put_control(f.pty_error("PTY_WRITE_FAILED", exc.message))
+                return
         # Counted after the post: an answer that came while it sent has already taken one off.
         self._posted += 1
+
+    async def _hostd_back(self) -> bool:
+        with trio.move_on_after(RESUME_WITHIN_S):
+            await self._link.wait_ready()
+            return True
+        return False
 
     def _done(self) -> None:
         self._posted -= 1
