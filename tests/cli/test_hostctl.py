@@ -164,6 +164,19 @@ async def test_status_and_instances(hostd: Hostd) -> None:
     assert info["host"]["pid"] is None  # no main command
 
 
+async def test_upgrade_in_place_keeps_the_pid_and_the_sessions(hostd: Hostd) -> None:
+    await make_dev(hostd)
+    sid = (await out(hostd, "session", "new", "--", "cat")).split()[0]
+    said = await out(hostd, "upgrade")
+    assert f"hostd {hostd.proc.pid} upgraded in place" in said
+    assert "1 sessions and 0 execs handed over" in said
+    status = json.loads(await out(hostd, "--json", "status"))
+    assert (status["pid"], status["upgrades"], status["sessions"]) == (hostd.proc.pid, 1, 1)
+    assert (await session_info(hostd, sid)).state == "running"
+    again = json.loads(await out(hostd, "--json", "upgrade"))
+    assert again["after"]["upgrades"] == 2
+
+
 async def test_instance_lifecycle(hostd: Hostd) -> None:
     created = json.loads(
         await out(

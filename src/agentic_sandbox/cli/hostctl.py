@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
@@ -27,6 +28,7 @@ from agentic_sandbox.proto import (
     PROD_HOSTD_SOCKET,
     HostdClient,
     HostdRemoteError,
+    HostdUnavailable,
     dev_hostd_socket,
     find_hostd_socket,
     new_id,
@@ -113,6 +115,45 @@ async def _default_instance(client: HostdClient) -> str:
 
 async def cmd_status(client: HostdClient, args: argparse.Namespace) -> int:
     print_status(await client.call(m.StatusRequest()), args.json)
+    return 0
+
+
+#: How long ``upgrade`` waits for the new image to answer (the check runs before the answer).
+UPGRADE_WAIT_S = 60.0
+
+
+async def cmd_upgrade(client: HostdClient | None, args: argparse.Namespace) -> int:
+    """Ask hostd to upgrade in place (the code now installed checks first), then wait for the new
+    image to answer on the same socket, with the same pid."""
+    async with open_hostd(args.socket, client_name=PROG) as first:
+        before = await first.call(m.StatusRequest())
+        answer = await first.call(m.UpgradeRequest(), timeout=UPGRADE_WAIT_S)
+    started = time.monotonic()
+    with trio.move_on_after(UPGRADE_WAIT_S) as waited:
+        while True:
+            try:
+                async with open_hostd(args.socket, client_name=PROG, connect_timeout=UPGRADE_WAIT_S) as again:
+                    after = await again.call(m.StatusRequest())
+            except HostdUnavailable:
+                await trio.sleep(0.05)
+                continue
+            if after.upgrades > before.upgrades or after.pid != before.pid:
+                break
+            await trio.sleep(0.05)  # answered by the old image just before it stopped accepting
+    if waited.cancelled_caught:
+        print(f"{PROG}: hostd did not answer within {UPGRADE_WAIT_S:g} s of its upgrade: see its log", file=sys.stderr)
+        return 1
+    took_ms = (time.monotonic() - started) * 1000
+    if args.json:
+        print_json({"before": before, "upgrade": answer, "after": after, "took_ms": round(took_ms)})
+    elif after.pid != before.pid:
+        print(f"hostd restarted as pid {after.pid} instead of upgrading in place (was {before.pid}): see its log")
+        return 1
+    else:
+        print(
+            f"hostd {after.pid} upgraded in place ({before.hostd_version} -> {after.hostd_version}, upgrade "
+            f"#{after.upgrades}): {answer.sessions} sessions and {answer.execs} execs handed over in {took_ms:.0f} ms"
+        )
     return 0
 
 
@@ -283,6 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     command(sub, "status", cmd_status, "what hostd is and holds")
+    p = command(
+        sub,
+        "upgrade",
+        cmd_upgrade,
+        "upgrade hostd in place to the code now installed: same pid, every session and exec kept "
+        "(what systemctl reload does); refused, with the new code's error, if that code cannot take over",
+    )
+    p.set_defaults(own_connection=True)
     p = command(sub, "instances", cmd_instances, "list instances")
     p.add_argument("--pool-slots", action="store_true", help="also the ready slots of warm pools")
     command(sub, "pools", cmd_pools, "list warm pools (slots ready, being made, hits, misses)")

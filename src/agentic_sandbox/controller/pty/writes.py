@@ -53,8 +53,10 @@ class PostedWrites:
                 await self._link.post(request, self._failed, self._done)
                 break
             except ControllerError as exc:
-                if exc.code == RESTARTING and await self._hostd_back():
-                    continue  # not sent: hostd was handing over to its new image, which takes it now
+                # Not sent: hostd hands over to its new image (or the link is between the two), which
+                # takes it once connected; an outage past the wait is the client's to hear of.
+                if (exc.code == RESTARTING or not self._link.ready) and await self._hostd_back():
+                    continue
                 self._outbox.put_control(f.pty_error("PTY_WRITE_FAILED", exc.message))
                 return
         # Counted after the post: an answer that came while it sent has already taken one off.
