@@ -430,7 +430,8 @@ async def test_real_cgroup_per_exec(tmp_path: Path, leak_check: None) -> None:
 
         # The program is in its cgroup from its first instruction, under its own argv[0], with
         # every signal at its default; what exec would refuse is refused at the start.
-        script = 'cat /proc/$$/cgroup; tr "\\0" " " </proc/$$/cmdline; grep Sig /proc/$$/status'
+        # (exec, so grep reads the mask the shell had: dash blocks every signal around its own forks.)
+        script = 'cat /proc/$$/cgroup; tr "\\0" " " </proc/$$/cmdline; exec grep Sig /proc/self/status'
         info = await env.start(["sh", "-c", script])
         text = outputs(await env.events(info.exec_id), "stdout").decode()
         assert f"/x-{info.exec_id}\n" in text, text

@@ -145,6 +145,7 @@ def test_hostd_reports_ready_watchdog_stopping(listener: Listener, tmp_path: Pat
         **os.environ,
         **listener.env,
         "WATCHDOG_USEC": "200000",  # a ping every 0.1 s
+        "AIWG_FD_STORE": "0",  # this listener keeps no fds (tests/hostd/test_fdstore.py does)
         "AIWG_STATE_DIR": str(tmp_path / "state"),
         "AIWG_HOSTD_SOCKET": str(tmp_path / "h.sock"),
         "AIWG_CGROUP_ROOT": "off",

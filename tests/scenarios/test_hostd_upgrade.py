@@ -53,6 +53,9 @@ async def test_an_attached_terminal_and_a_task_go_through_an_upgrade(
             await direct.call(m.UpgradeRequest())
         # Typed while hostd hands over: the controller holds it until the new image takes it.
         await ws.send(b"PW1I" + b"during\n")
+        # A request that needs hostd meanwhile waits for the new image instead of failing.
+        made = await admin.post(f"/api/v2/admin/instances/{agent.instance_id}/sessions", json={"argv": ["/bin/cat"]})
+        assert made.status_code == 201, made.text
         await _output(ws, b"during\r\nduring\r\n", seqs, seen)
         await ws.send(b"PW1I" + b"after\n")
         await _output(ws, b"after\r\nafter\r\n", seqs, seen)

@@ -265,13 +265,23 @@ class HostdLink:
         #: of this host are still this host's). None until the first connect.
         self.host_id: str | None = None
         self.boot_id: str | None = None
+        #: The last connection ended with hostd handing over to a new image of itself.
+        self._handed_over = False
 
     # -- state --------------------------------------------------------------------------------
 
     @property
     def ready(self) -> bool:
         client = self._client
-        return client is not None and client.broken is None
+        return client is not None and client.broken is None and not client.closing
+
+    @property
+    def restarting(self) -> bool:
+        """hostd is handing over to a new image of itself (calls wait for it, :meth:`call`)."""
+        client = self._client
+        if client is None:
+            return self._handed_over
+        return client.closing or isinstance(client.broken, HostdRestarting)
 
     @property
     def reason(self) -> str | None:
@@ -279,6 +289,8 @@ class HostdLink:
         client = self._client
         if client is not None and client.broken is not None:
             return f"connection to hostd lost: {client.broken}"
+        if client is not None and client.closing:
+            return "hostd is restarting in place"
         return None if self.ready else self._reason
 
     def require_host(self, instance_id: str, host_id: str | None) -> None:
@@ -316,11 +328,23 @@ class HostdLink:
     # -- calls --------------------------------------------------------------------------------
 
     async def call(self, request: m.Request, *, timeout: float | None = None) -> Any:
-        """One hostd call with the configured deadline; raises a ``ControllerError`` on any failure."""
-        try:
-            return await self._call(request, timeout=timeout)
-        except HostdError as exc:
-            raise hostd_failure(exc) from exc
+        """One hostd call with the configured deadline; raises a ``ControllerError`` on any failure.
+
+        While hostd upgrades in place the call waits for its new image (a call refused or cut by the
+        handover was not done, so it is made again there), up to :data:`RESUME_WITHIN_S`.
+        """
+        deadline = trio.current_time() + RESUME_WITHIN_S
+        while True:
+            if self.restarting and not self.ready:
+                with trio.move_on_at(deadline):
+                    await self.wait_ready()
+            try:
+                return await self._call(request, timeout=timeout)
+            except HostdError as exc:
+                # Refused or never sent because of the handover: not done, so made again there.
+                again = hostd_failure(exc).code == RESTARTING or (isinstance(exc, HostdNotRunning) and self.restarting)
+                if not again or trio.current_time() >= deadline:
+                    raise hostd_failure(exc) from exc
 
     def client(self) -> HostdClient:
         """The connected client, for streams and posts (callers translate its ``HostdError`` with
@@ -406,6 +430,7 @@ class HostdLink:
                     if client.hello is not None:
                         self.host_id, self.boot_id = client.hello.host_id, client.hello.boot_id
                     self.connects += 1
+                    self._handed_over = False
                     backoff = INITIAL_BACKOFF_S
                     log.info("connected to hostd at %s (pid %s)", self.socket_path, client.hello and client.hello.pid)
                     self._pulse()
@@ -414,6 +439,7 @@ class HostdLink:
                     if isinstance(client.broken, HostdRestarting):
                         # Its new image answers on the same socket within a second: no backoff,
                         # and nothing worth a warning.
+                        self._handed_over = True
                         log.info("hostd restarts in place; reconnecting")
                         self._pulse()
                         continue
@@ -447,7 +473,11 @@ class HostdLink:
         next_ping = trio.current_time() + self.ping_interval_s
         while client.broken is None:
             now = trio.current_time()
-            if now >= next_ping:
+            if client.closing:
+                # hostd hands over: its answers to what was sent still come, then it closes. A ping
+                # cannot be sent, and leaving now would drop those answers.
+                pass
+            elif now >= next_ping:
                 try:
                     await self._call(m.PingRequest(), timeout=ping_timeout)
                 except HostdTimeout:

@@ -76,6 +76,7 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     ring_memory_bytes: int = DEFAULT_RING_MEMORY_BYTES
     spool_session_bytes: int = DEFAULT_SPOOL_SESSION_BYTES
     spool_total_bytes: int = DEFAULT_SPOOL_TOTAL_BYTES
+    fd_store: bool = True
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
     max_sessions: int = DEFAULT_MAX_SESSIONS
@@ -245,6 +246,14 @@ SETTINGS = settings.SettingsTable(
             env="AIWG_SPOOL_TOTAL_BYTES",
             kind=Int(),
             doc="The spool of all sessions together (0 = no spool).",
+        ),
+        Setting(
+            field="fd_store",
+            env="AIWG_FD_STORE",
+            kind=Flag(),
+            doc="Under systemd (`NOTIFY_SOCKET` set), keep every running session's terminal in the "
+            "service's file descriptor store, and its output on disk as it comes, so that sessions survive "
+            "a crash of hostd (docs/hostd-upgrade.md); the unit sets `FileDescriptorStoreMax=`.",
         ),
         Setting(
             field="max_frame_bytes",

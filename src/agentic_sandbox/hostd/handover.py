@@ -139,10 +139,14 @@ class Document(msgspec.Struct, kw_only=True):
     upgrades: int
     sessions: list[SessionState]
     execs: list[ExecState]
+    #: The fd store's state memfd (:mod:`hostd.fdstore`), when sessions are kept there.
+    fd_store: int | None = None
 
     def fds(self) -> list[int]:
         """Every descriptor the document names: what must survive the ``execve``."""
         found = [self.listener_fd]
+        if self.fd_store is not None:
+            found.append(self.fd_store)
         for s in self.sessions:
             if s.master_fd is not None:
                 found.append(s.master_fd)

@@ -33,6 +33,7 @@ from . import handover, procspawn, proctree, sdnotify, statefile
 from .config import ConfigError, HostdConfig, from_env
 from .errors import RpcError
 from .execs import ExecRegistry
+from .fdstore import FdStore, Recovered, open_store
 from .handlers import HOSTD_VERSION, Handlers
 from .instances import InstanceRegistry
 from .listener import BoundSocket, SocketInUse, bind_unix
@@ -75,11 +76,14 @@ def _boot_id() -> str:
 async def run_hostd(
     config: HostdConfig,
     document: handover.Document | None = None,
+    store: tuple[FdStore, Recovered] | None = None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run hostd until SIGTERM/SIGINT or cancellation; SIGHUP upgrades it in place. Reports started
-    once accepting. With ``document``, take over from the image that wrote it."""
+    once accepting. With ``document``, take over from the image that wrote it; with ``store``, keep
+    sessions in the service manager's fd store and take back what a crashed hostd left there."""
+    fdstore, recovered = store if store is not None else (FdStore({}, None), Recovered())
     state_dir = Path(config.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(state_dir, 0o700)
@@ -95,8 +99,10 @@ async def run_hostd(
             pools = WarmPools(config, instances)
             await pools.load()
             await registry_nursery.start(pools.run)
-            resuming = document is not None
-            sessions = SessionRegistry(config, cgroups, registry_nursery, instances.placement, resuming=resuming)
+            resuming = document is not None or bool(recovered.sessions)
+            sessions = SessionRegistry(
+                config, cgroups, registry_nursery, instances.placement, resuming=resuming, fdstore=fdstore
+            )
             execs = ExecRegistry(config, cgroups, registry_nursery, instances.placement)
             instances.on_stop.append(sessions.kill_instance)
             instances.on_stop.append(execs.kill_instance)
@@ -106,6 +112,7 @@ async def run_hostd(
                 execs.resume(document.execs)
                 bound = BoundSocket.adopt(document.listener_fd, document.socket_path, document.socket_ino)
             else:
+                sessions.recover(recovered)
                 bound = await bind_unix(config.socket_path, mode=config.socket_mode, group=config.socket_group or None)
 
             server: RpcServer | None = None
@@ -298,8 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     # Before any thread exists: the children hostd starts inherit the starting thread's mask.
     procspawn.unblock_signals()
     document = take_over(os.environ, config)
+    if document is not None:
+        if document.fd_store is not None:
+            os.set_inheritable(document.fd_store, False)
+        store = (FdStore(os.environ, document.fd_store), Recovered())
+    else:
+        store = open_store(os.environ, wanted=config.fd_store)
     try:
-        trio.run(run_hostd, config, document)
+        trio.run(run_hostd, config, document, store)
     except (SocketInUse, NewerStateFile) as exc:
         print(f"agentic-hostd: {exc}", file=sys.stderr)
         return 1

@@ -290,6 +290,12 @@ def signal_marked(tree_id: str, sig: int, *, besides: int | None) -> int:
     return sent
 
 
+def carries_mark(pid: int, tree_id: str) -> bool:
+    """Whether ``pid`` runs and carries the mark ``tree_id`` (so it is that tree's, not a process that
+    got its pid since)."""
+    return _read_mark(pid) == tree_id
+
+
 def kill_marked_with_prefix(prefix: str) -> int:
     """SIGKILL every process whose tree mark starts with ``prefix`` (a failed handover: the trees
     of sessions and execs nobody can take over); how many got it (blocking)."""

@@ -266,7 +266,8 @@ class PtyChild:
     @classmethod
     def adopt(cls, pid: int, fd: int, status: ExitStatus | None) -> PtyChild:
         """The PTY child an earlier image of hostd started (an upgrade in place: same pid, so still
-        our child); ``status`` if that image reaped it already."""
+        our child; or a hostd that crashed, :mod:`hostd.fdstore`: no longer our child, its exit
+        status out of reach); ``status`` if it was reaped already."""
         os.set_inheritable(fd, False)
         os.set_blocking(fd, False)
         pidfd = -1 if status is not None else os.pidfd_open(pid)
@@ -284,11 +285,19 @@ class PtyChild:
     def reap(self) -> ExitStatus:
         """Collect the exit status of the exited child (after :meth:`wait_exited`)."""
         if self.status is None:
-            _, raw = os.waitpid(self.pid, 0)
+            try:
+                _, raw = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                # Not our child: a session taken back after hostd crashed (hostd.fdstore). It has
+                # ended (its pidfd said so), but how is gone with the hostd it was a child of.
+                raw = None
             os.close(self._pidfd)
             self._pidfd = -1
-            code = os.waitstatus_to_exitcode(raw)
-            self.status = ExitStatus(exit_code=code, signal=None) if code >= 0 else ExitStatus(None, -code)
+            if raw is None:
+                self.status = ExitStatus(None, None)
+            else:
+                code = os.waitstatus_to_exitcode(raw)
+                self.status = ExitStatus(exit_code=code, signal=None) if code >= 0 else ExitStatus(None, -code)
         return self.status
 
     async def wait(self) -> ExitStatus:

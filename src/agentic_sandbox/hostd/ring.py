@@ -90,6 +90,7 @@ class OutputRing:
         max_bytes: int,
         budget: MemoryBudget | None = None,
         spool: SessionSpool | None = None,
+        write_through: bool = False,
     ) -> None:
         if max_frames < 1 or max_bytes < 1:
             raise ValueError("ring bounds must be at least 1")
@@ -101,6 +102,9 @@ class OutputRing:
         self.closed = False
         self._budget = budget
         self._spool = spool
+        #: Every chunk goes to the spool as it is appended, not when memory lets it go: what a crash
+        #: of hostd must not lose (:mod:`hostd.fdstore`). Memory then only caches the newest.
+        self._write_through = write_through and spool is not None
         if budget is not None:
             budget.join(self)
         # Made only when a reader waits, set and dropped on the next append/close: an append
@@ -114,6 +118,8 @@ class OutputRing:
         if self.closed:
             raise trio.ClosedResourceError("ring is closed")
         seq = self.next_seq
+        if self._write_through:
+            self._spool.append(((seq, kind, data),))  # type: ignore[union-attr]
         self._entries.append((seq, kind, data))
         self._bytes += len(data)
         self.next_seq = seq + 1
@@ -130,7 +136,7 @@ class OutputRing:
             or (budget is not None and budget.bytes > budget.limit and self._bytes > budget.share)
         ):
             evicted.append(self._pop())
-        if evicted and self._spool is not None:
+        if evicted and self._spool is not None and not self._write_through:
             self._spool.append(evicted)
         if budget is not None and budget.bytes > budget.limit:
             budget.reclaim()
@@ -150,7 +156,7 @@ class OutputRing:
         if len(self._entries) <= 1:
             return False
         entry = self._pop()
-        if self._spool is not None:
+        if self._spool is not None and not self._write_through:
             self._spool.append((entry,))
         return True
 
@@ -167,7 +173,7 @@ class OutputRing:
     def first_seq(self) -> int:
         """The oldest sequence a reader can still get, from disk or memory."""
         spooled = self._spool.first_seq if self._spool is not None else None
-        return spooled if spooled is not None else self.memory_first_seq
+        return min(spooled, self.memory_first_seq) if spooled is not None else self.memory_first_seq
 
     def discard(self) -> None:
         """The session is gone: close, free the memory, remove the spool. Idempotent."""
@@ -266,6 +272,15 @@ class OutputRing:
             spool_failed=spool.failed if spool is not None else False,
             closed=self.closed,
         )
+
+    def recover(self) -> None:
+        """Go on from what the spool holds on disk (a session taken back after hostd crashed; with
+        write-through, every chunk appended before the crash)."""
+        if self._spool is None:
+            return
+        self._spool.recover()
+        if self._spool.next_seq is not None:
+            self.next_seq = self._spool.next_seq
 
     def resume(self, state: RingState) -> None:
         """Go on from :meth:`snapshot` of the ring an earlier image of hostd held (this one is new)."""

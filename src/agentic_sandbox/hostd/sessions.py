@@ -39,9 +39,11 @@ from pathlib import Path
 
 import trio
 
+from agentic_sandbox.hostd import proctree
 from agentic_sandbox.hostd.children import ChildRegistry
 from agentic_sandbox.hostd.config import HostdConfig
 from agentic_sandbox.hostd.errors import SLOT_RETRY_S, RpcError, limit_reached
+from agentic_sandbox.hostd.fdstore import FdStore, Recovered, StoredSession
 from agentic_sandbox.hostd.freezer import Freezer
 from agentic_sandbox.hostd.handover import EndState, SessionState
 from agentic_sandbox.hostd.instances import Placement
@@ -95,8 +97,11 @@ class SessionRegistry(ChildRegistry[Session]):
         resolve: Callable[[str], Placement],
         *,
         resuming: bool = False,
+        fdstore: FdStore | None = None,
     ) -> None:
         super().__init__(config, cgroups, nursery, resolve, max_live=config.max_sessions)
+        #: Where running sessions' terminals are kept so that they outlive a crash (:mod:`hostd.fdstore`).
+        self.fdstore = fdstore if fdstore is not None and fdstore.enabled else None
         #: Parks the PTY readers and input feeders for an upgrade in place (:mod:`hostd.upgrade`).
         self.freezer = Freezer()
         self._budget = MemoryBudget(
@@ -113,7 +118,7 @@ class SessionRegistry(ChildRegistry[Session]):
                 total_bytes=config.spool_total_bytes,
                 segment_bytes=config.spool_segment_bytes,
             )
-            if resuming:  # an upgrade in place: the sessions and their spooled output go on
+            if resuming:  # an upgrade in place or a crash: the sessions and their spooled output go on
                 self._spool.make_root()
             else:  # sessions outlive no hostd but through a handover: what an old one spooled is moot
                 self._spool.clear()
@@ -156,6 +161,7 @@ class SessionRegistry(ChildRegistry[Session]):
         s = Session(sid, req, spec.shown_cwd, child, cgroup, self._ring(sid))
         s.proxied = spec.proxied
         await self._adopt(s)
+        self._keep(s)
         log.info("session %s started: pid %d, instance %s, argv %r", sid, child.pid, s.instance_id, s.argv)
         return s.info()
 
@@ -203,6 +209,7 @@ class SessionRegistry(ChildRegistry[Session]):
         s.child, s.cgroup, s.proxied = child, cgroup, spec.proxied
         s.argv, s.cwd, s.cols, s.rows = list(argv), spec.shown_cwd, cols, rows
         await self._adopt(s)
+        self._keep(s)
         log.info("session %s started: pid %d, instance %s, argv %r", sid, child.pid, s.instance_id, s.argv)
         return s.info(), True
 
@@ -239,6 +246,7 @@ class SessionRegistry(ChildRegistry[Session]):
             max_bytes=self._config.ring_bytes,
             budget=self._budget,
             spool=self._spool.open(sid) if self._spool is not None else None,
+            write_through=self.fdstore is not None,
         )
 
     # -- pending sessions -------------------------------------------------------------------
@@ -299,6 +307,8 @@ class SessionRegistry(ChildRegistry[Session]):
     def _finish(self, s: Session) -> None:
         if s.child is not None:
             s.child.close()
+            if self.fdstore is not None:
+                self.fdstore.drop(s.id, [kept for kept in self.stored() if kept.id != s.id])
         s.exited_at = time.time()
         status = s.status
         s.end_reason = self.end_reason(s, status.exit_code if status else None, status.signal if status else None)
@@ -317,6 +327,78 @@ class SessionRegistry(ChildRegistry[Session]):
         except OSError as exc:
             log.warning("session %s: reading the pty failed: %s", s.id, exc)
         output_done.set()
+
+    # -- the fd store: sessions that outlive a crash ---------------------------------------
+
+    def stored(self) -> builtins.list[StoredSession]:
+        """The running sessions as the fd store's state describes them."""
+        return [
+            StoredSession(
+                id=s.id,
+                instance_id=s.instance_id,
+                argv=s.argv,
+                cwd=s.cwd,
+                cols=s.cols,
+                rows=s.rows,
+                created_at=s.created_at,
+                launch=s.launch,
+                pid=s.child.pid,
+                cgroup=str(s.cgroup) if s.cgroup is not None else None,
+                proxied=s.proxied,
+            )
+            for s in self._children.values()
+            if s.child is not None and not s.done.is_set() and not s.deleted
+        ]
+
+    def _keep(self, s: Session) -> None:
+        if self.fdstore is not None and s.child is not None and not s.done.is_set():
+            self.fdstore.keep(s.id, s.child.fd, self.stored())
+
+    def recover(self, recovered: Recovered) -> None:
+        """Take back the sessions a crashed hostd left in the fd store (:mod:`hostd.fdstore`): one
+        whose leader still runs and carries its mark goes on, its output replayed from the spool;
+        one that ended meanwhile is held as ended (``lost``: its exit code went with that hostd),
+        with its output up to the crash."""
+        masters = dict(recovered.masters)
+        for stored in recovered.sessions:
+            master = masters.pop(stored.id, None)
+            alive = master is not None and proctree.carries_mark(stored.pid, self._tree(stored.id))
+            cgroup = Path(stored.cgroup) if stored.cgroup else None
+            child = PtyChild.adopt(stored.pid, master, None) if alive and master is not None else None
+            s = Session(stored.id, stored.launch, stored.cwd, child, cgroup, self._ring(stored.id))
+            s.argv, s.cols, s.rows, s.created_at, s.proxied = (
+                stored.argv,
+                stored.cols,
+                stored.rows,
+                stored.created_at,
+                stored.proxied,
+            )
+            s.ring.recover()
+            self._children[s.id] = s
+            if child is not None:
+                self._nursery.start_soon(self._supervise, s, name=f"session {s.id}")
+                log.info(
+                    "session %s taken back after a crash: pid %d, output from %d", s.id, child.pid, s.ring.next_seq
+                )
+                continue
+            if master is not None:
+                os.close(master)
+                if self.fdstore is not None:
+                    self.fdstore.drop(stored.id, [])
+            s.kill_reason = "lost"
+            s.exited_at = time.time()
+            s.end_reason = "lost"
+            s.ring.close()
+            s.done.set()
+            log.warning("session %s ended while hostd was down: its exit code is lost", s.id)
+        for sid, fd in masters.items():  # kept by a hostd whose state did not name them
+            os.close(fd)
+            if self.fdstore is not None:
+                self.fdstore.drop(sid, [])
+        if self.fdstore is not None:
+            self.fdstore.save(self.stored())
+        if self._spool is not None:
+            self._spool.remove_unclaimed()
 
     # -- upgrade in place -------------------------------------------------------------------
 

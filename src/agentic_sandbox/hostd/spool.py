@@ -166,6 +166,22 @@ class SessionSpool:
             self.bytes += segment.size
             self.owner.bytes += segment.size
 
+    def recover(self) -> None:
+        """Take back the segments on disk (hostd crashed; their index was only in its memory): each
+        file is read record by record, a torn last record cut off, and the run kept gap-free from
+        the newest back."""
+        if not self.dir.is_dir():
+            return
+        found: list[_Segment] = []
+        for path in sorted(self.dir.glob("*.seg")):
+            segment = _scan(path)
+            if segment is None:
+                continue
+            if found and found[-1].next_seq != segment.first_seq:
+                found.clear()  # a gap: only what follows it is one run
+            found.append(segment)
+        self.adopt((str(s.path), s.first_seq, s.next_seq, s.size) for s in found)
+
     def _writable(self, seq: int) -> _Segment:
         last = self._segments[-1] if self._segments else None
         if last is not None and last.size < self.owner.segment_bytes and last.next_seq == seq:
@@ -218,6 +234,32 @@ class SessionSpool:
     def plan(self, seq: int) -> list[tuple[Path, int]]:
         """On the trio thread: the segments (path, complete size) that hold ``seq`` and later."""
         return [(s.path, s.size) for s in self._segments if s.next_seq > seq]
+
+
+def _scan(path: Path) -> _Segment | None:
+    """A segment file's records (a torn last one cut off), or None if it holds none."""
+    try:
+        with open(path, "r+b") as f:
+            data = f.read()
+            pos = 0
+            first = next_seq = None
+            while pos + _HEADER.size <= len(data):
+                seq, _kind, length = _HEADER.unpack_from(data, pos)
+                if pos + _HEADER.size + length > len(data) or (next_seq is not None and seq != next_seq):
+                    break
+                first = seq if first is None else first
+                next_seq = seq + 1
+                pos += _HEADER.size + length
+            if pos < len(data):
+                f.truncate(pos)
+    except OSError as exc:
+        log.warning("cannot read spool segment %s: %s", path, exc)
+        return None
+    if first is None or next_seq is None:
+        return None
+    segment = _Segment(path, first)
+    segment.next_seq, segment.size = next_seq, pos
+    return segment
 
 
 def read_spooled(plan: list[tuple[Path, int]], seq: int, max_items: int, max_bytes: int | None = None) -> list[Entry]:

@@ -177,6 +177,7 @@ class Upgrader:
             upgrades=self.upgrades + 1,
             sessions=self._sessions.snapshot(),
             execs=self._execs.snapshot(),
+            fd_store=self._sessions.fdstore.state_fd if self._sessions.fdstore is not None else None,
         )
 
     def _exec(self, document: handover.Document, started: float) -> None:

@@ -184,6 +184,12 @@ class HostdClient:
         """Why this client can no longer be used, or None while it is healthy."""
         return self._broken
 
+    @property
+    def closing(self) -> bool:
+        """hostd said it hands over to a new image: nothing new can be sent; what was sent is still
+        answered until the connection ends (then :attr:`broken` is :class:`HostdRestarting`)."""
+        return self._closing is not None
+
     async def call(self, request: m.Request, *, timeout: float | None = DEFAULT_CALL_TIMEOUT_S) -> Any:
         """Send one request and return its typed response (never an ``ErrorResponse``)."""
         self._raise_if_broken()
