@@ -94,7 +94,8 @@ class LiveHostd:
             log = open(self.proc.log_path, "ab")  # noqa: SIM115 - handed to the child
             self.proc.proc = subprocess.Popen(
                 [sys.executable, "-m", "agentic_sandbox.hostd.main", "--dev"],
-                env={**self.proc.env, "NOTIFY_SOCKET": str(notify_path)},
+                # A readiness probe, not a service manager: it keeps no fds (tests/hostd/test_fdstore.py).
+                env={**self.proc.env, "NOTIFY_SOCKET": str(notify_path), "AIWG_FD_STORE": "0"},
                 stdout=log,
                 stderr=log,
                 cwd=ROOT,

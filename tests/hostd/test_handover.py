@@ -13,21 +13,23 @@ import pytest
 
 from agentic_sandbox.hostd import handover
 from agentic_sandbox.hostd.config import from_env
-from agentic_sandbox.hostd.handover import Document, EndState, RingState, SessionState
+from agentic_sandbox.hostd.handover import Document, EndState, RingState, SessionRecord, SessionState
 from agentic_sandbox.proto import messages as m
 
 
 def _document(**fields: object) -> Document:
     session = SessionState(
-        id="s1",
-        instance_id="i1",
-        argv=["bash"],
-        cwd="/",
-        cols=80,
-        rows=24,
-        created_at=1.0,
-        launch=m.SessionCreateRequest(instance_id="i1", argv=["bash"]),
-        pid=123,
+        session=SessionRecord(
+            id="s1",
+            instance_id="i1",
+            argv=["bash"],
+            cwd="/",
+            cols=80,
+            rows=24,
+            created_at=1.0,
+            launch=m.SessionCreateRequest(instance_id="i1", argv=["bash"]),
+            pid=123,
+        ),
         master_fd=7,
         pending_input=b"ls\n",
         end=EndState(),

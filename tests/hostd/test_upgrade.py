@@ -266,38 +266,39 @@ async def _refused_then_serving(hostd: HostdProcess, session_id: str, message: s
                         break
 
 
-async def test_a_broken_install_fails_the_upgrade_and_the_old_image_serves_on(tmp_path: Path) -> None:
+@asynccontextmanager
+async def _from_copy(tmp_path: Path) -> AsyncIterator[tuple[HostdProcess, Path, str]]:
+    """hostd running from a copy of the package (the test breaks it), with a ``cat`` session:
+    (hostd, the copy's ``agentic_sandbox/hostd``, the session id)."""
     install = _install_copy(tmp_path)
     hostd = HostdProcess(tmp_path / "state", env={"PYTHONPATH": f"{install}:{ROOT}"}).start()
     try:
         async with connected(hostd) as client:
             await _provision(client)
             cat = (await client.call(m.SessionCreateRequest(instance_id="i1", argv=["cat"]))).session
-        main = install / "agentic_sandbox" / "hostd" / "main.py"
+        yield hostd, install / "agentic_sandbox" / "hostd", cat.session_id
+    finally:
+        hostd.cleanup()
+
+
+async def test_a_broken_install_fails_the_upgrade_and_the_old_image_serves_on(tmp_path: Path) -> None:
+    async with _from_copy(tmp_path) as (hostd, code, session_id):
+        main = code / "main.py"
         good = main.read_text()
         main.write_text(good + "\ndef broken(:\n")
-        await _refused_then_serving(hostd, cat.session_id, "SyntaxError")
+        await _refused_then_serving(hostd, session_id, "SyntaxError")
         # Fixed: the same hostd upgrades, the session with it.
         main.write_text(good)
         async with connected(hostd) as client:
             await client.call(m.UpgradeRequest())
         async with connected(hostd) as client:
             assert (await client.call(m.StatusRequest())).upgrades == 1
-            assert (await client.call(m.SessionGetRequest(session_id=cat.session_id))).session.state == "running"
-    finally:
-        hostd.cleanup()
+            assert (await client.call(m.SessionGetRequest(session_id=session_id))).session.state == "running"
 
 
 async def test_new_code_that_cannot_read_the_document_fails_the_upgrade(tmp_path: Path) -> None:
     """A document version from the future (to the new code): an old release installed over a new one."""
-    install = _install_copy(tmp_path)
-    hostd = HostdProcess(tmp_path / "state", env={"PYTHONPATH": f"{install}:{ROOT}"}).start()
-    try:
-        async with connected(hostd) as client:
-            await _provision(client)
-            cat = (await client.call(m.SessionCreateRequest(instance_id="i1", argv=["cat"]))).session
-        module = install / "agentic_sandbox" / "hostd" / "handover.py"
+    async with _from_copy(tmp_path) as (hostd, code, session_id):
+        module = code / "handover.py"
         module.write_text(module.read_text().replace("\nVERSION = 1\n", "\nVERSION = 0\n"))
-        await _refused_then_serving(hostd, cat.session_id, "newer than what this hostd reads")
-    finally:
-        hostd.cleanup()
+        await _refused_then_serving(hostd, session_id, "newer than what this hostd reads")

@@ -39,6 +39,7 @@ from agentic_sandbox.proto import ErrorCode, Limit, bind_log_ids, new_id
 from .config import HostdConfig
 from .envrules import validate_child_env
 from .errors import SLOT_RETRY_S, RpcError, limit_reached
+from .handover import EndState
 from .instances import Placement
 from .proctree import Cgroups
 
@@ -76,6 +77,22 @@ class Child:
     def leader_alive(self) -> bool:
         """Whether the tree's leader has not exited yet (a kill then decides how the child ended)."""
         return self.running
+
+    def end_state(self, *, reaped: bool, exit_code: int | None, signal: int | None) -> EndState:
+        """How far the child's end has come, for a handover document (:mod:`hostd.handover`)."""
+        return EndState(
+            reaped=reaped,
+            exit_code=exit_code,
+            signal=signal,
+            exited_at=self.exited_at,
+            kill_reason=self.kill_reason,
+            end_reason=self.end_reason,
+            done=self.done.is_set(),
+        )
+
+    def resume_end(self, end: EndState) -> None:
+        """Take :meth:`end_state` back (the caller sets its own exit status and ``done``)."""
+        self.exited_at, self.kill_reason, self.end_reason = end.exited_at, end.kill_reason, end.end_reason
 
 
 C = TypeVar("C", bound=Child)

@@ -50,7 +50,7 @@ from .config import HostdConfig
 from .control import ControlChannel
 from .errors import RpcError
 from .freezer import Freezer
-from .handover import EndState, ExecState, StdinWrite
+from .handover import ExecState, StdinWrite
 from .instances import Placement
 from .proctree import Cgroups
 from .ring import Lag, OutputRing, follow, start_seq
@@ -402,15 +402,7 @@ class ExecRegistry(ChildRegistry[_Exec]):
                     stdin_open=rec.stdin.open,
                     stdin_queue=[StdinWrite(data, eof) for data, eof in rec.stdin.snapshot()],
                     deadline=rec.deadline,
-                    end=EndState(
-                        reaped=rec.reaped,
-                        exit_code=rec.exit_code,
-                        signal=rec.signal,
-                        exited_at=rec.exited_at,
-                        kill_reason=rec.kill_reason,
-                        end_reason=rec.end_reason,
-                        done=rec.done.is_set(),
-                    ),
+                    end=rec.end_state(reaped=rec.reaped, exit_code=rec.exit_code, signal=rec.signal),
                     ring=rec.ring.snapshot(),
                 )
             )
@@ -446,7 +438,7 @@ class ExecRegistry(ChildRegistry[_Exec]):
             rec.unacked.extend((seq, size) for seq, size in state.unacked)
             rec.unacked_bytes = sum(size for _, size in rec.unacked)
             rec.reaped, rec.exit_code, rec.signal = end.reaped, end.exit_code, end.signal
-            rec.exited_at, rec.kill_reason, rec.end_reason = end.exited_at, end.kill_reason, end.end_reason
+            rec.resume_end(end)
             self._children[rec.id] = rec
             if end.done:
                 rec.stdin.close()

@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from agentic_sandbox.proto import messages as m
-
 from . import sdnotify
+from .handover import SessionRecord
 from .listenfds import take_listen_fds
 
 log = logging.getLogger(__name__)
@@ -43,30 +42,18 @@ SESSION_PREFIX = "s-"
 VERSION = 1
 
 
-class StoredSession(msgspec.Struct, kw_only=True):
-    id: str
-    instance_id: str
-    argv: list[str]
-    cwd: str
-    cols: int
-    rows: int
-    created_at: float
-    launch: m.SessionCreateRequest
-    pid: int
-    cgroup: str | None = None
-    proxied: bool = False
-
-
 class StoredSessions(msgspec.Struct, kw_only=True):
+    """The state memfd's content: the running sessions (each with its pid)."""
+
     version: int
-    sessions: list[StoredSession]
+    sessions: list[SessionRecord]
 
 
 @dataclass
 class Recovered:
     """What a previous hostd left in the store: its sessions and their masters, by session id."""
 
-    sessions: list[StoredSession] = field(default_factory=list)
+    sessions: list[SessionRecord] = field(default_factory=list)
     masters: dict[str, int] = field(default_factory=dict)
 
 
@@ -82,7 +69,7 @@ class FdStore:
     def enabled(self) -> bool:
         return self.state_fd is not None
 
-    def keep(self, session_id: str, master_fd: int, sessions: list[StoredSession]) -> None:
+    def keep(self, session_id: str, master_fd: int, sessions: list[SessionRecord]) -> None:
         """A session started: store its master and the new state."""
         if self.state_fd is None:
             return
@@ -90,14 +77,14 @@ class FdStore:
             log.warning("session %s: its terminal could not be kept in the fd store; a crash would end it", session_id)
         self.save(sessions)
 
-    def drop(self, session_id: str, sessions: list[StoredSession]) -> None:
+    def drop(self, session_id: str, sessions: list[SessionRecord]) -> None:
         """A session ended: remove its master and write the new state."""
         if self.state_fd is None:
             return
         sdnotify.remove_fds(SESSION_PREFIX + session_id, env=self._env)
         self.save(sessions)
 
-    def save(self, sessions: list[StoredSession]) -> None:
+    def save(self, sessions: list[SessionRecord]) -> None:
         """Rewrite the state memfd (the store holds the same open file, so nothing is sent)."""
         fd = self.state_fd
         if fd is None:
@@ -146,5 +133,10 @@ def open_store(env: dict[str, str] | os._Environ[str], *, wanted: bool) -> tuple
     if state_fd is None:
         state_fd = os.memfd_create("aiwg-hostd-state", os.MFD_CLOEXEC)
         if not sdnotify.store_fds(STATE_NAME, [state_fd], env=env):
+            # Nobody to keep the fds: not worth writing every session's output through to disk.
             log.warning("the service manager did not take hostd's state into its fd store: a crash ends the sessions")
+            os.close(state_fd)
+            for fd in recovered.masters.values():
+                os.close(fd)
+            return FdStore(env, None), Recovered()
     return FdStore(env, state_fd), recovered

@@ -68,7 +68,10 @@ class EndState(msgspec.Struct, kw_only=True):
     done: bool = False
 
 
-class SessionState(msgspec.Struct, kw_only=True):
+class SessionRecord(msgspec.Struct, kw_only=True):
+    """A session's entry in hostd's table: what a new image of hostd (this document), or a hostd
+    started after a crash (:mod:`hostd.fdstore`), needs to know of it besides its output."""
+
     id: str
     instance_id: str
     argv: list[str]
@@ -79,9 +82,13 @@ class SessionState(msgspec.Struct, kw_only=True):
     launch: m.SessionCreateRequest
     #: None while pending (nothing started yet).
     pid: int | None = None
-    master_fd: int | None = None
     cgroup: str | None = None
     proxied: bool = False
+
+
+class SessionState(msgspec.Struct, kw_only=True):
+    session: SessionRecord
+    master_fd: int | None = None
     pending_input: bytes = b""
     end: EndState
     ring: RingState

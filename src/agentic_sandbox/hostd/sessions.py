@@ -43,9 +43,9 @@ from agentic_sandbox.hostd import proctree
 from agentic_sandbox.hostd.children import ChildRegistry
 from agentic_sandbox.hostd.config import HostdConfig
 from agentic_sandbox.hostd.errors import SLOT_RETRY_S, RpcError, limit_reached
-from agentic_sandbox.hostd.fdstore import FdStore, Recovered, StoredSession
+from agentic_sandbox.hostd.fdstore import FdStore, Recovered
 from agentic_sandbox.hostd.freezer import Freezer
-from agentic_sandbox.hostd.handover import EndState, SessionState
+from agentic_sandbox.hostd.handover import SessionRecord, SessionState
 from agentic_sandbox.hostd.instances import Placement
 from agentic_sandbox.hostd.proctree import (
     TREE_ENV,
@@ -330,25 +330,43 @@ class SessionRegistry(ChildRegistry[Session]):
 
     # -- the fd store: sessions that outlive a crash ---------------------------------------
 
-    def stored(self) -> builtins.list[StoredSession]:
+    def stored(self) -> builtins.list[SessionRecord]:
         """The running sessions as the fd store's state describes them."""
         return [
-            StoredSession(
-                id=s.id,
-                instance_id=s.instance_id,
-                argv=s.argv,
-                cwd=s.cwd,
-                cols=s.cols,
-                rows=s.rows,
-                created_at=s.created_at,
-                launch=s.launch,
-                pid=s.child.pid,
-                cgroup=str(s.cgroup) if s.cgroup is not None else None,
-                proxied=s.proxied,
-            )
+            self._record(s)
             for s in self._children.values()
             if s.child is not None and not s.done.is_set() and not s.deleted
         ]
+
+    @staticmethod
+    def _record(s: Session) -> SessionRecord:
+        return SessionRecord(
+            id=s.id,
+            instance_id=s.instance_id,
+            argv=s.argv,
+            cwd=s.cwd,
+            cols=s.cols,
+            rows=s.rows,
+            created_at=s.created_at,
+            launch=s.launch,
+            pid=s.child.pid if s.child is not None else None,
+            cgroup=str(s.cgroup) if s.cgroup is not None else None,
+            proxied=s.proxied,
+        )
+
+    def _rebuild(self, record: SessionRecord, child: PtyChild | None) -> Session:
+        """A session of an earlier hostd (image), from its record, with a new ring; registered."""
+        cgroup = Path(record.cgroup) if record.cgroup else None
+        s = Session(record.id, record.launch, record.cwd, child, cgroup, self._ring(record.id))
+        s.argv, s.cols, s.rows, s.created_at, s.proxied = (
+            record.argv,
+            record.cols,
+            record.rows,
+            record.created_at,
+            record.proxied,
+        )
+        self._children[s.id] = s
+        return s
 
     def _keep(self, s: Session) -> None:
         if self.fdstore is not None and s.child is not None and not s.done.is_set():
@@ -362,19 +380,15 @@ class SessionRegistry(ChildRegistry[Session]):
         masters = dict(recovered.masters)
         for stored in recovered.sessions:
             master = masters.pop(stored.id, None)
-            alive = master is not None and proctree.carries_mark(stored.pid, self._tree(stored.id))
-            cgroup = Path(stored.cgroup) if stored.cgroup else None
-            child = PtyChild.adopt(stored.pid, master, None) if alive and master is not None else None
-            s = Session(stored.id, stored.launch, stored.cwd, child, cgroup, self._ring(stored.id))
-            s.argv, s.cols, s.rows, s.created_at, s.proxied = (
-                stored.argv,
-                stored.cols,
-                stored.rows,
-                stored.created_at,
-                stored.proxied,
-            )
+            child = None
+            if (
+                master is not None
+                and stored.pid is not None
+                and proctree.carries_mark(stored.pid, self._tree(stored.id))
+            ):
+                child = PtyChild.adopt(stored.pid, master, None)
+            s = self._rebuild(stored, child)
             s.ring.recover()
-            self._children[s.id] = s
             if child is not None:
                 self._nursery.start_soon(self._supervise, s, name=f"session {s.id}")
                 log.info(
@@ -411,27 +425,13 @@ class SessionRegistry(ChildRegistry[Session]):
             status = s.status
             states.append(
                 SessionState(
-                    id=s.id,
-                    instance_id=s.instance_id,
-                    argv=s.argv,
-                    cwd=s.cwd,
-                    cols=s.cols,
-                    rows=s.rows,
-                    created_at=s.created_at,
-                    launch=s.launch,
-                    pid=s.child.pid if s.child is not None else None,
+                    session=self._record(s),
                     master_fd=s.child.fd if s.child is not None and not s.child.closed else None,
-                    cgroup=str(s.cgroup) if s.cgroup is not None else None,
-                    proxied=s.proxied,
                     pending_input=bytes(s.pending_input),
-                    end=EndState(
+                    end=s.end_state(
                         reaped=status is not None,
                         exit_code=status.exit_code if status else None,
                         signal=status.signal if status else None,
-                        exited_at=s.exited_at,
-                        kill_reason=s.kill_reason,
-                        end_reason=s.end_reason,
-                        done=s.done.is_set(),
                     ),
                     ring=s.ring.snapshot(),
                 )
@@ -442,25 +442,22 @@ class SessionRegistry(ChildRegistry[Session]):
         """Take over the sessions an earlier image of hostd handed over: each goes on where it was
         (reading, draining, or ended with its status), its output whole."""
         for state in states:
-            end = state.end
+            record, end = state.session, state.end
             status = ExitStatus(end.exit_code, end.signal) if end.reaped else None
             child = None
-            if state.pid is not None:
+            if record.pid is not None:
                 if state.master_fd is None:  # it had ended and its master was closed
-                    child = PtyChild(state.pid, -1, -1)
+                    child = PtyChild(record.pid, -1, -1)
                     child.closed, child.status = True, status
                 else:
-                    child = PtyChild.adopt(state.pid, state.master_fd, status)
-            cgroup = Path(state.cgroup) if state.cgroup else None
-            s = Session(state.id, state.launch, state.cwd, child, cgroup, self._ring(state.id))
-            s.argv, s.cols, s.rows, s.created_at = state.argv, state.cols, state.rows, state.created_at
-            s.proxied, s.status = state.proxied, status
-            s.exited_at, s.kill_reason, s.end_reason = end.exited_at, end.kill_reason, end.end_reason
+                    child = PtyChild.adopt(record.pid, state.master_fd, status)
+            s = self._rebuild(record, child)
+            s.status = status
+            s.resume_end(end)
             s.ring.resume(state.ring)
             if state.pending_input:
                 s.pending_input += state.pending_input
                 s.input_waiting.set()
-            self._children[s.id] = s
             if end.done:
                 s.done.set()
             elif child is not None:
