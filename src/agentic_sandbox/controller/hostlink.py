@@ -330,8 +330,10 @@ class HostdLink:
     async def call(self, request: m.Request, *, timeout: float | None = None) -> Any:
         """One hostd call with the configured deadline; raises a ``ControllerError`` on any failure.
 
-        While hostd upgrades in place the call waits for its new image (a call refused or cut by the
-        handover was not done, so it is made again there), up to :data:`RESUME_WITHIN_S`.
+        While hostd upgrades in place the call waits for its new image, up to :data:`RESUME_WITHIN_S`:
+        a call hostd refused with ``hostd.restarting``, or that could not be sent because of the
+        handover, was not done, so it is made again there. One the handover cut after hostd took it
+        has an unknown outcome and fails as any lost connection does.
         """
         deadline = trio.current_time() + RESUME_WITHIN_S
         while True:

@@ -236,11 +236,11 @@ def _close_inherited() -> None:
                 continue
 
 
-def check_handover(version: int, env: dict[str, str]) -> int:
+def check_handover(version: int, env: dict[str, str], *, dev: bool) -> int:
     """``--check-handover N``: exit 0 if this code (already imported whole, with every module hostd
     runs) reads its configuration and takes over a document of version N; else say why, exit 3."""
     try:
-        from_env(env, dev=False)
+        from_env(env, dev=dev)
         handover.check_version(version)
     except (ConfigError, handover.HandoverRefused) as exc:
         print(f"agentic-hostd: {exc}", file=sys.stderr)
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.state_dir:
         env["AIWG_STATE_DIR"] = args.state_dir
     if args.check_handover is not None:
-        return check_handover(args.check_handover, env)
+        return check_handover(args.check_handover, env, dev=args.dev)
     try:
         config = from_env(env, dev=args.dev)
     except ConfigError as exc:

@@ -388,12 +388,16 @@ class HostdClient:
         if self._broken is not None:
             return
         self._broken = error
+        # After a handover notice hostd answers all it read before it closes: a call or post still
+        # unanswered was cut (it ran past hostd's drain deadline), so its outcome is unknown, unlike
+        # a request refused before it was sent. A stream is resumed by sequence either way.
+        cut = HostdConnectionLost(f"{error}, before it answered") if isinstance(error, HostdRestarting) else error
         posts, self._posts = self._posts, {}
         for on_error, _ in posts.values():
-            on_error(error)
+            on_error(cut)
         for call in self._calls.values():
             if not call.done.is_set():  # an answer already delivered stands
-                call.reply = error
+                call.reply = cut
                 call.done.set()
         for stream in self._streams.values():
             # A full buffer: the consumer sees the error after draining, via close.
