@@ -132,6 +132,10 @@ class Upgrader:
             except RpcError as exc:
                 log.error("upgrade refused: %s %s", exc.message, exc.details.get("output", ""))
                 sdnotify.status(f"upgrade refused: {exc.message}")
+            except Exception:
+                # Undone already (upgrade): a bug in an upgrade must not take the serving hostd down.
+                log.exception("upgrade failed; serving on")
+                sdnotify.status("upgrade failed; serving on (see the log)")
 
     async def upgrade(self, *, checked: bool = False) -> None:
         """Check (unless ``checked``), quiesce, freeze, hand over. Returns only if it did not happen
