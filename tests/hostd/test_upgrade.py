@@ -168,6 +168,7 @@ async def test_sessions_and_execs_go_on_across_upgrades_byte_for_byte(hostd: Hos
         assert text == flood_text(len(text) // 14 + 1)[: len(text)], "the flood's output has a gap or a repeat"
 
 
+@pytest.mark.timeout(360)  # about 40 s here; the bar is 50 upgrades, not a time
 async def test_fifty_upgrades_with_a_hundred_live_sessions_and_running_tasks(hostd: HostdProcess) -> None:
     """The issue's bar: 50 upgrades in a row, 100 sessions (10 flooding, 90 idle and typed into),
     tasks running through them; every transcript exact, every exit code true, nothing leaked."""
