@@ -12,16 +12,13 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from agentic_sandbox.controller.pty.legacy import answer_lifespan
+
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
-        while True:
-            event = await receive()
-            if event["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif event["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await answer_lifespan(receive, send)
+        return
     if scope["type"] != "websocket":
         return
     await receive()  # websocket.connect

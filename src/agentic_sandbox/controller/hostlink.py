@@ -325,6 +325,13 @@ class HostdLink:
         while not self.ready:
             await self._changed.wait()
 
+    async def wait_back(self, deadline: float | None = None) -> bool:
+        """Wait for the link until the trio time ``deadline`` (default: :data:`RESUME_WITHIN_S` from
+        now; hostd upgrading in place comes back within a second); whether it is connected."""
+        with trio.move_on_at(trio.current_time() + RESUME_WITHIN_S if deadline is None else deadline):
+            await self.wait_ready()
+        return self.ready
+
     # -- calls --------------------------------------------------------------------------------
 
     async def call(self, request: m.Request, *, timeout: float | None = None) -> Any:
@@ -337,16 +344,16 @@ class HostdLink:
         """
         deadline = trio.current_time() + RESUME_WITHIN_S
         while True:
-            if self.restarting and not self.ready:
-                with trio.move_on_at(deadline):
-                    await self.wait_ready()
+            if self.restarting:
+                await self.wait_back(deadline)
             try:
                 return await self._call(request, timeout=timeout)
             except HostdError as exc:
+                failure = hostd_failure(exc)
                 # Refused or never sent because of the handover: not done, so made again there.
-                again = hostd_failure(exc).code == RESTARTING or (isinstance(exc, HostdNotRunning) and self.restarting)
+                again = failure.code == RESTARTING or (isinstance(exc, HostdNotRunning) and self.restarting)
                 if not again or trio.current_time() >= deadline:
-                    raise hostd_failure(exc) from exc
+                    raise failure from exc
 
     def client(self) -> HostdClient:
         """The connected client, for streams and posts (callers translate its ``HostdError`` with

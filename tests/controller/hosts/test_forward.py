@@ -16,16 +16,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from agentic_sandbox.controller.hosts.forward import Forwarder, PeerUnreachable
-
-
-async def lifespan(receive: Any, send: Any) -> None:
-    while True:
-        event = await receive()
-        if event["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif event["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+from agentic_sandbox.controller.pty.legacy import answer_lifespan as lifespan
 
 
 class Peer:

@@ -41,7 +41,7 @@ def host_view(
         id=rec.id,
         name=rec.name,
         boot_id=rec.boot_id,
-        state="available" if now - rec.heartbeat_at <= timeout_s else "unavailable",
+        state="available" if rec.heard(now, timeout_s) else "unavailable",
         cordoned=rec.cordoned,
         draining=rec.draining,
         labels=dict(rec.labels),
@@ -59,7 +59,7 @@ def host_view(
                 url=c.url,
                 started_at=iso(c.started_at),
                 heartbeat_at=iso(c.heartbeat_at),
-                alive=now - c.heartbeat_at <= timeout_s,
+                alive=c.heard(now, timeout_s),
             )
             for c in controllers
             if c.host_id == rec.id

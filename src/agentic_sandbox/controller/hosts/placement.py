@@ -37,7 +37,7 @@ def live_instances(counts: dict[str, dict[str, int]], host_id: str) -> int:
 
 def why_not(rec: HostRecord, live: int, now: float, timeout_s: float) -> str | None:
     """Why a host that could take the instance cannot now; None when it can."""
-    if now - rec.heartbeat_at > timeout_s:
+    if not rec.heard(now, timeout_s):
         return "unavailable"
     if rec.draining:
         return "draining"

@@ -30,6 +30,7 @@ import socket
 import time
 from collections.abc import Set
 
+import msgspec
 import psutil
 import trio
 
@@ -193,7 +194,7 @@ class HostRegistry:
     # -- the view -----------------------------------------------------------------------------------
 
     def available(self, rec: HostRecord, now: float | None = None) -> bool:
-        return (now or time.time()) - rec.heartbeat_at <= self.timeout_s
+        return rec.heard(now or time.time(), self.timeout_s)
 
     def state_of(self, host_id: str | None) -> str | None:
         """``available`` or ``unavailable`` as last seen; None for no host or one not seen yet."""
@@ -246,18 +247,7 @@ class HostRegistry:
             # Not registered yet (the first heartbeat is under way): this host counts with its live facts.
             facts = await self._facts(own)
             now = time.time()
-            hosts.append(
-                HostRecord(
-                    id=own,
-                    boot_id=facts.boot_id,
-                    name=facts.name,
-                    labels=facts.labels,
-                    runtimes=facts.runtimes,
-                    capacity=facts.capacity,
-                    registered_at=now,
-                    heartbeat_at=now,
-                )
-            )
+            hosts.append(HostRecord(**msgspec.structs.asdict(facts), registered_at=now, heartbeat_at=now))
         if not hosts:
             raise Unavailable("placement.unavailable", "no host has registered yet (is hostd running?)")
         return choose(hosts, counts, runtime=stored, host=host, label=label, now=time.time(), timeout_s=self.timeout_s)

@@ -25,12 +25,10 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
-import trio
-
 from agentic_sandbox.proto import messages as m
 
 from ..errors import ControllerError
-from ..hostlink import RESTARTING, RESUME_WITHIN_S
+from ..hostlink import RESTARTING
 from . import frames as f
 from .lanes import Close
 
@@ -109,7 +107,7 @@ class ReplayFeed:
                             await self._closed(f.closed(event))
                             return
             except ControllerError as exc:
-                if exc.code == RESTARTING and await self._hostd_back():
+                if exc.code == RESTARTING and await self._link.wait_back():
                     # hostd upgraded in place: the session and its output are where they were.
                     log.info(
                         "attach socket on session %s: hostd restarted in place; resuming at %d", self._session_id, start
@@ -122,13 +120,6 @@ class ReplayFeed:
             # Ended without an exit: the session was deleted, or hostd is shutting down.
             await self._closed(f.Closed(reason="killed", detail="session deleted"))
             return
-
-    async def _hostd_back(self) -> bool:
-        """Wait (a bounded while) for the link to hostd to be back; whether it is."""
-        with trio.move_on_after(RESUME_WITHIN_S):
-            await self._link.wait_ready()
-            return True
-        return False
 
     async def _closed(self, closed: f.Closed) -> None:
         await self._outbox.put_output(f.session_frame(closed))

@@ -54,6 +54,18 @@ log = logging.getLogger(__name__)
 SCOPE_KEY = "aiwg.legacy_pty"
 
 
+async def answer_lifespan(receive: Any, send: Any) -> None:
+    """An ASGI app's lifespan when it has nothing to start or stop: say yes to both (hypercorn waits
+    for the startup answer before it serves)."""
+    while True:
+        event = await receive()
+        if event["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif event["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 class LegacyPort:
     """The app as the legacy listener serves it: WebSocket connections marked, lifespan answered
     here (the main server runs the app's startup and shutdown once), nothing else served."""
@@ -63,13 +75,8 @@ class LegacyPort:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                event = await receive()
-                if event["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif event["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         if scope["type"] == "websocket":
             await self.app({**scope, SCOPE_KEY: True}, receive, send)
             return

@@ -18,7 +18,7 @@ import trio
 from agentic_sandbox.proto import messages as m
 
 from ..errors import ControllerError, InvalidState
-from ..hostlink import RESTARTING, RESUME_WITHIN_S
+from ..hostlink import RESTARTING
 from . import frames as f
 
 if TYPE_CHECKING:
@@ -55,18 +55,12 @@ class PostedWrites:
             except ControllerError as exc:
                 # Not sent: hostd hands over to its new image (or the link is between the two), which
                 # takes it once connected; an outage past the wait is the client's to hear of.
-                if (exc.code == RESTARTING or not self._link.ready) and await self._hostd_back():
+                if (exc.code == RESTARTING or not self._link.ready) and await self._link.wait_back():
                     continue
                 self._outbox.put_control(f.pty_error("PTY_WRITE_FAILED", exc.message))
                 return
         # Counted after the post: an answer that came while it sent has already taken one off.
         self._posted += 1
-
-    async def _hostd_back(self) -> bool:
-        with trio.move_on_after(RESUME_WITHIN_S):
-            await self._link.wait_ready()
-            return True
-        return False
 
     def _done(self) -> None:
         self._posted -= 1

@@ -45,17 +45,21 @@ class HostFacts(msgspec.Struct, kw_only=True):
     capacity: HostCapacity = msgspec.field(default_factory=HostCapacity)
 
 
-class HostRecord(msgspec.Struct, kw_only=True):
-    id: str
-    boot_id: str
-    name: str
-    labels: dict[str, str] = {}
-    runtimes: list[str] = []
-    capacity: HostCapacity = msgspec.field(default_factory=HostCapacity)
+def heard(heartbeat_at: float, now: float, timeout_s: float) -> bool:
+    """Whether a heartbeat at ``heartbeat_at`` is recent enough at ``now`` for its sender to count as alive."""
+    return now - heartbeat_at <= timeout_s
+
+
+class HostRecord(HostFacts, kw_only=True):
+    """A host's row: its facts as last reported, what an operator set on it, and when."""
+
     cordoned: bool = False
     draining: bool = False
     registered_at: float
     heartbeat_at: float
+
+    def heard(self, now: float, timeout_s: float) -> bool:
+        return heard(self.heartbeat_at, now, timeout_s)
 
 
 class ControllerRecord(msgspec.Struct, kw_only=True):
@@ -64,6 +68,9 @@ class ControllerRecord(msgspec.Struct, kw_only=True):
     url: str
     started_at: float
     heartbeat_at: float
+
+    def heard(self, now: float, timeout_s: float) -> bool:
+        return heard(self.heartbeat_at, now, timeout_s)
 
 
 def _host(row: Any) -> HostRecord:
