@@ -126,6 +126,11 @@ REMOTE_FAILURES: dict[ErrorCode, RemoteFailure] = {
     ErrorCode.INSTANCE_NOT_FOUND: _as(NotFound, "instance.not_found"),
     ErrorCode.INSTANCE_EXISTS: _as(Conflict, "instance.already_exists"),
     ErrorCode.INSTANCE_INVALID_STATE: _as(InvalidState, "instance.invalid_state"),
+    # Asleep, and its policy wants an operator's wake: the caller can do something about it.
+    ErrorCode.INSTANCE_SLEEPING: _as(InvalidState, "instance.sleeping"),
+    # The wake a request needed failed: hostd's message names the instance and why.
+    ErrorCode.INSTANCE_WAKE_FAILED: _as(Unavailable, "instance.wake_failed"),
+    ErrorCode.INSTANCE_BUSY: _as(Conflict, "instance.busy"),
     ErrorCode.WORKING_DIR_NOT_FOUND: _invalid("working_dir"),
     ErrorCode.REQUEST_INVALID: _invalid(None),
     ErrorCode.SPAWN_FAILED: _as(OperationFailed, "instance.spawn_failed"),

@@ -163,6 +163,15 @@ class ChildRegistry(Generic[C]):
             if not c.deleted and (instance_id is None or c.instance_id == instance_id)
         ]
 
+    def instance_of(self, child_id: str) -> str | None:
+        """The instance the child runs in (None: no such child; the request's handler says so)."""
+        child = self._children.get(child_id)
+        return None if child is None else child.instance_id
+
+    def running_ids(self, instance_id: str) -> list[str]:
+        """The instance's children that run now."""
+        return [c.id for c in self._children.values() if c.running and not c.deleted and c.instance_id == instance_id]
+
     def count(self, instance_id: str | None = None) -> int:
         """Children held (running or exited, not yet deleted), of one instance or all."""
         return len(self._held(instance_id))
@@ -276,13 +285,16 @@ class ChildRegistry(Generic[C]):
     def _grace(self, grace_s: float | None) -> float:
         return self._config.stop_grace_s if grace_s is None else grace_s
 
-    async def _kill(self, child: C, reason: str, grace_s: float) -> None:
+    async def _kill(self, child: C, reason: str, grace_s: float, *, settle: bool = True) -> None:
+        """End the child's tree; ``settle``: and wait (a while) for its end to be recorded, which
+        a task of the child's own (its timeout) must not: the record waits for it."""
         with trio.CancelScope(shield=True):
             if child.leader_alive and child.kill_reason is None:  # one that exited keeps its reason
                 child.kill_reason = reason
             await self._terminate(child, grace_s)
-            with trio.move_on_after(_SETTLE_S):
-                await child.done.wait()
+            if settle:
+                with trio.move_on_after(_SETTLE_S):
+                    await child.done.wait()
 
     async def kill_instance(self, instance_id: str, grace_s: float) -> None:
         """Kill every running child of an instance (it is stopping or being destroyed)."""

@@ -79,6 +79,7 @@ class HostdConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     fd_store: bool = True
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
+    wake_timeout_s: float = 60.0
     max_sessions: int = DEFAULT_MAX_SESSIONS
     max_execs: int = DEFAULT_MAX_EXECS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -266,6 +267,13 @@ SETTINGS = settings.SettingsTable(
             env="AIWG_STOP_GRACE_S",
             kind=Float(minimum=0, maximum=3600),
             doc="Seconds between SIGTERM and SIGKILL when an instance, session or exec is stopped.",
+        ),
+        Setting(
+            field="wake_timeout_s",
+            env="AIWG_WAKE_TIMEOUT_S",
+            kind=Float(minimum=0.1, maximum=3600),
+            doc="How long a request that needs a sleeping instance waits for it to wake before it fails "
+            "with instance.wake_failed (the wake itself goes on).",
         ),
         Setting(
             field="max_sessions",

@@ -72,6 +72,9 @@ _PIPE_CLOSE_WAIT_S = 3.0
 #: Control bytes a ``control_flow`` exec may have unacknowledged before hostd stops reading them.
 CONTROL_UNACKED_BYTES = 2 * 1024 * 1024
 
+#: How often a timed-out exec of a sleeping instance looks whether it woke (its deadline then moves).
+_ASLEEP_POLL_S = 0.5
+
 
 class _Exec(Child):
     def __init__(
@@ -172,6 +175,15 @@ class ExecRegistry(ChildRegistry[_Exec]):
         super().__init__(config, cgroups, nursery, resolve, max_live=config.max_execs)
         #: Parks the pipe readers and stdin writers for an upgrade in place (:mod:`hostd.upgrade`).
         self.freezer = Freezer()
+        #: Whether an instance sleeps now (set by the caller): an exec's timeout waits while it does.
+        self.sleeping: Callable[[str], bool] = lambda _id: False
+
+    def slept(self, instance_id: str, slept_s: float) -> None:
+        """The instance woke after ``slept_s`` asleep: its execs' timeouts move on by that much
+        (sleeping time counts against no timeout)."""
+        for rec in self._held(instance_id):
+            if rec.deadline is not None:
+                rec.deadline += slept_s
 
     def get(self, exec_id: str) -> m.ExecInfo:
         return self._find(exec_id).info()
@@ -255,7 +267,7 @@ class ExecRegistry(ChildRegistry[_Exec]):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(freezer.run, partial(rec.stdin.run, proc))
             if rec.deadline is not None:
-                nursery.start_soon(self._timeout, rec, rec.deadline)
+                nursery.start_soon(self._timeout, rec)
             async with trio.open_nursery() as pipes:
                 for kind, stream in ((KIND_STDOUT, proc.stdout), (KIND_STDERR, proc.stderr)):
                     if kind in rec.open_streams and stream is not None:
@@ -352,9 +364,16 @@ class ExecRegistry(ChildRegistry[_Exec]):
             rec.unacked_bytes -= rec.unacked.popleft()[1]
         rec.acked.set()
 
-    async def _timeout(self, rec: _Exec, deadline: float) -> None:
-        await trio.sleep(max(0.0, deadline - time.time()))
-        await self._kill(rec, "timeout", self._config.stop_grace_s)
+    async def _timeout(self, rec: _Exec) -> None:
+        # The deadline moves while the instance sleeps (slept()): look again once it is reached.
+        while rec.deadline is not None:
+            await trio.sleep(max(0.0, rec.deadline - time.time()))
+            if time.time() < rec.deadline:
+                continue
+            if not self.sleeping(rec.instance_id):
+                break
+            await trio.sleep(_ASLEEP_POLL_S)
+        await self._kill(rec, "timeout", self._config.stop_grace_s, settle=False)
 
     async def _terminate(self, rec: _Exec, grace_s: float) -> None:
         proc = rec.proc

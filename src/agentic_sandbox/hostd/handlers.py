@@ -44,6 +44,8 @@ INLINE: frozenset[type[m.Request]] = frozenset(
         m.SessionWriteRequest,  # never waits: the session keeps an ordered input backlog
         m.ExecGetRequest,
         m.ExecControlAckRequest,  # never waits: it only moves a counter
+        m.InstanceActivityRequest,  # never waits: it only notes times
+        m.InstanceIdleSetRequest,
     }
 )
 
@@ -103,6 +105,10 @@ class Handlers:
             m.InstanceDestroyRequest: self.instance_destroy,
             m.InstanceGetRequest: self.instance_get,
             m.InstanceListRequest: self.instance_list,
+            m.InstanceSleepRequest: self.instance_sleep,
+            m.InstanceWakeRequest: self.instance_wake,
+            m.InstanceIdleSetRequest: self.instance_idle_set,
+            m.InstanceActivityRequest: self.instance_activity,
             m.CheckpointCreateRequest: self.checkpoint_create,
             m.CheckpointRestoreRequest: self.checkpoint_restore,
             m.CheckpointListRequest: self.checkpoint_list,
@@ -160,6 +166,8 @@ class Handlers:
 
     async def stream(self, request: m.Request, send: Send) -> None:
         if isinstance(request, m.SessionSubscribeRequest):
+            # An attached terminal wants the instance awake (and keeps it so while it follows).
+            await self._awake(self.sessions.instance_of(request.session_id), "attach")
             await self.sessions.subscribe(request.id, request.session_id, request.from_seq, send)
         elif isinstance(request, m.ExecSubscribeRequest):
             await self.execs.subscribe(request.id, request.exec_id, request.from_seq, send)
@@ -213,6 +221,7 @@ class Handlers:
         return m.InstanceStopResponse(instance=await self.instances.stop(req.instance_id, req.grace_s))
 
     async def checkpoint_create(self, req: m.CheckpointCreateRequest) -> m.CheckpointCreateResponse:
+        await self.instances.sleep.wake(req.instance_id, "checkpoint")
         return m.CheckpointCreateResponse(
             checkpoint=await self.instances.copies.checkpoint(req.instance_id, req.checkpoint_id)
         )
@@ -224,6 +233,7 @@ class Handlers:
         return m.CheckpointListResponse(checkpoints=self.instances.copies.checkpoints())
 
     async def instance_fork(self, req: m.InstanceForkRequest) -> m.InstanceForkResponse:
+        await self.instances.sleep.wake(req.source_instance_id, "fork")
         return m.InstanceForkResponse(instance=await self.instances.copies.fork(req))
 
     # -- warm pools ---------------------------------------------------------------------------
@@ -253,23 +263,56 @@ class Handlers:
     async def instance_list(self, req: m.InstanceListRequest) -> m.InstanceListResponse:
         return m.InstanceListResponse(instances=self.instances.list(pool_slots=req.pool_slots))
 
+    # -- sleep --------------------------------------------------------------------------------
+
+    async def instance_sleep(self, req: m.InstanceSleepRequest) -> m.InstanceSleepResponse:
+        return m.InstanceSleepResponse(instance=await self.instances.sleep.sleep(req.instance_id, req.how, req.cause))
+
+    async def instance_wake(self, req: m.InstanceWakeRequest) -> m.InstanceWakeResponse:
+        info, woke = await self.instances.sleep.wake(req.instance_id, req.cause)
+        return m.InstanceWakeResponse(instance=info, woke=woke)
+
+    async def instance_idle_set(self, req: m.InstanceIdleSetRequest) -> m.InstanceIdleSetResponse:
+        return m.InstanceIdleSetResponse(instance=self.instances.sleep.set_idle(req.instance_id, req.idle))
+
+    async def instance_activity(self, req: m.InstanceActivityRequest) -> m.InstanceActivityResponse:
+        self.instances.sleep.report(req)
+        return m.InstanceActivityResponse()
+
+    async def _awake(self, instance_id: str | None, cause: str) -> None:
+        """Wake the instance a request needs, if it sleeps (None: the request names no known
+        child; its handler says so)."""
+        if instance_id is not None:
+            await self.instances.sleep.awake(instance_id, cause)
+
+    def _nudge(self, instance_id: str | None, cause: str) -> None:
+        if instance_id is not None:
+            self.instances.sleep.nudge(instance_id, cause)
+
     # -- sessions -----------------------------------------------------------------------------
 
     async def session_create(self, req: m.SessionCreateRequest) -> m.SessionCreateResponse:
+        if not req.deferred:
+            await self._awake(req.instance_id, "session")
         return m.SessionCreateResponse(session=await self.sessions.create(req))
 
     async def session_start(self, req: m.SessionStartRequest) -> m.SessionStartResponse:
+        await self._awake(self.sessions.instance_of(req.session_id), "session")
         session, started = await self.sessions.start(req)
         return m.SessionStartResponse(session=session, started=started)
 
     async def session_write(self, req: m.SessionWriteRequest) -> m.SessionWriteResponse:
+        # Never waits: the keys wait in the PTY for the instance the nudge wakes.
+        self._nudge(self.sessions.instance_of(req.session_id), "pty.input")
         return m.SessionWriteResponse(written=await self.sessions.write(req.session_id, req.data))
 
     async def session_resize(self, req: m.SessionResizeRequest) -> m.SessionResizeResponse:
+        self._nudge(self.sessions.instance_of(req.session_id), "pty.resize")
         self.sessions.resize(req.session_id, req.cols, req.rows)
         return m.SessionResizeResponse()
 
     async def session_signal(self, req: m.SessionSignalRequest) -> m.SessionSignalResponse:
+        self._nudge(self.sessions.instance_of(req.session_id), "pty.signal")
         self.sessions.signal(req.session_id, req.signal)
         return m.SessionSignalResponse()
 
@@ -289,12 +332,17 @@ class Handlers:
     # -- execs --------------------------------------------------------------------------------
 
     async def exec_start(self, req: m.ExecStartRequest) -> m.ExecStartResponse:
+        await self._awake(req.instance_id, "exec")
         return m.ExecStartResponse(exec=await self.execs.start(req))
 
     async def exec_write(self, req: m.ExecWriteRequest) -> m.ExecWriteResponse:
+        await self._awake(self.execs.instance_of(req.exec_id), "exec.input")
         return m.ExecWriteResponse(written=await self.execs.write(req.exec_id, req.data, req.eof))
 
     async def exec_control_send(self, req: m.ExecControlSendRequest) -> m.ExecControlSendResponse:
+        # The answer a parked exec waited for: it works again, and needs its instance awake.
+        self.instances.sleep.unpark(req.exec_id)
+        await self._awake(self.execs.instance_of(req.exec_id), "exec.control")
         await self.execs.control_send(req.exec_id, req.message)
         return m.ExecControlSendResponse()
 

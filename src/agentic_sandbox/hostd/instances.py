@@ -17,6 +17,9 @@ record back to its provider to re-adopt (an instance cut off mid-provision is ``
 Sessions and execs start processes inside an instance through :meth:`InstanceRegistry.placement`,
 which asks the instance's provider how (:meth:`hostd.providers.Provider.spawn_spec`).
 
+Sleep and wake (:mod:`hostd.sleeping`): a ``sleeping`` instance is woken before a start, stop or
+destroy; :attr:`InstanceRegistry.sleep` puts instances to sleep when idle and wakes them on traffic.
+
 Warm pool slots (:mod:`hostd.pools` owns the pools) are instances like any other, marked with
 ``info.pool`` and persisted with it, so a restarted hostd re-adopts them; a plain listing leaves
 them out, and nothing runs in one until :meth:`InstanceCopies.claim` (a running slot) or
@@ -43,6 +46,7 @@ from .errors import RpcError
 from .instancecopies import InstanceCopies
 from .instancetable import InstanceTable, StopHook
 from .providers import AbsentProvider, ControlSocket, Instance, Provider, SpawnSpec
+from .sleeping import InstanceSleep
 
 __all__ = ["InstanceRegistry", "Placement", "StopHook"]
 
@@ -80,6 +84,7 @@ class InstanceRegistry:
     def __init__(self, config: HostdConfig) -> None:
         self._table = InstanceTable(config)
         self.copies = InstanceCopies(self._table)
+        self.sleep = InstanceSleep(self._table)
         self.on_stop: list[StopHook] = self._table.on_stop
 
     @property
@@ -160,6 +165,7 @@ class InstanceRegistry:
             pool=pool,
         )
         info = inst.info
+        info.idle = req.idle
         try:
             async with inst.lock:
                 await provider.provision(inst, req)
@@ -181,7 +187,9 @@ class InstanceRegistry:
 
     async def start(self, instance_id: str) -> m.InstanceInfo:
         async with self._table.locked(instance_id) as inst:
-            if inst.info.state != "running":
+            if inst.info.state == "sleeping":
+                await self.sleep.wake_locked(inst, "start")
+            elif inst.info.state != "running":
                 try:
                     await inst.provider.start(inst)
                 finally:
@@ -190,6 +198,8 @@ class InstanceRegistry:
 
     async def stop(self, instance_id: str, grace_s: float | None) -> m.InstanceInfo:
         async with self._table.locked(instance_id) as inst:
+            if inst.info.state == "sleeping":
+                await self.sleep.wake_locked(inst, "stop")
             if inst.info.state != "stopped":
                 await self._stop_locked(inst, self._table.grace(grace_s))
             return self._table.public(inst)
@@ -197,11 +207,13 @@ class InstanceRegistry:
     async def destroy(self, instance_id: str, grace_s: float | None) -> m.InstanceInfo:
         async with self._table.locked(instance_id) as inst:
             with trio.CancelScope(shield=True):  # half a destroy would leave orphaned files or processes
+                await self._wake_to_end(inst)
                 await self._stop_locked(inst, self._table.grace(grace_s))
                 inst.info.state = "destroyed"
                 self._table.instances.pop(instance_id, None)
                 await inst.provider.discard(inst)
                 self._table.save()
+                self.sleep.forget(instance_id)
             log.info("instance %s destroyed", instance_id)
             return self._table.public(inst)
 
@@ -235,6 +247,8 @@ class InstanceRegistry:
             inst = Instance(info, saved.env, provider)
             was = info.state
             await provider.readopt(inst, saved.detail)
+            if info.state != "sleeping":
+                info.sleep = None
             if was == "provisioning":
                 info.state, info.note = "failed", "hostd went down while provisioning this instance"
             self._table.instances[info.instance_id] = inst
@@ -244,6 +258,16 @@ class InstanceRegistry:
             await provider.startup()
 
     # -- internals ----------------------------------------------------------------------------------
+
+    async def _wake_to_end(self, inst: Instance) -> None:
+        """A destroy of a sleeping instance wakes it, so its processes can be ended as usual; one
+        that cannot be woken is destroyed anyway (its provider removes what is left)."""
+        if inst.info.state != "sleeping":
+            return
+        try:
+            await self.sleep.wake_locked(inst, "destroy")
+        except RpcError as exc:
+            log.warning("instance %s: woken to be destroyed, it did not wake: %s", inst.id, exc.message)
 
     async def _stop_locked(self, inst: Instance, grace: float) -> None:
         info = inst.info

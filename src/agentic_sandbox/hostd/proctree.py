@@ -176,6 +176,31 @@ class Cgroups:
             return False
 
     @staticmethod
+    def frozen(path: Path) -> bool:
+        """Whether the kernel reports every process in ``path`` (and below) frozen."""
+        try:
+            return "frozen 1" in (path / "cgroup.events").read_text().splitlines()
+        except OSError:
+            return False
+
+    @staticmethod
+    async def freeze(path: Path, frozen: bool, *, timeout_s: float) -> None:
+        """Freeze (``frozen``) or thaw every process in ``path`` and the cgroups below it, and
+        return once the kernel says it is done (``cgroup.events``). The freezer takes the whole
+        tree at once: no process is missed, not even one forked meanwhile. Raises OSError (with
+        ``ETIMEDOUT`` when the kernel took longer than ``timeout_s``)."""
+        (path / "cgroup.freeze").write_text("1" if frozen else "0")
+        wait = 0.0005
+        with trio.move_on_after(timeout_s):
+            while Cgroups.frozen(path) != frozen:
+                # Most freezes and thaws are done at once; a busy tree takes a few ms.
+                await trio.sleep(wait)
+                wait = min(wait * 2, _POLL_S)
+            return
+        state = "frozen" if frozen else "thawed"
+        raise OSError(errno.ETIMEDOUT, f"cgroup {path} was not {state} within {timeout_s:g} s")
+
+    @staticmethod
     def remove(path: Path | None) -> None:
         """Remove ``path`` and its child cgroups, deepest first; busy ones are left in place."""
         if path is None:

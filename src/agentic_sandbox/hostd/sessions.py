@@ -540,6 +540,14 @@ class SessionRegistry(ChildRegistry[Session]):
 
     # -- subscribers ------------------------------------------------------------------------
 
+    def attached(self, instance_id: str) -> builtins.list[str]:
+        """The instance's running sessions a terminal follows (they keep it awake)."""
+        return [
+            s.id
+            for s in self._children.values()
+            if s.subscribers and s.running and not s.deleted and s.instance_id == instance_id
+        ]
+
     async def subscribe(
         self,
         stream_id: int,

@@ -47,6 +47,14 @@ class ErrorCode(enum.Enum):
     INSTANCE_NOT_FOUND = "instance.not_found", "no such instance"
     INSTANCE_EXISTS = "instance.exists", "instance already exists"
     INSTANCE_INVALID_STATE = "instance.invalid_state", "instance is not in a state that allows this"
+    #: The instance sleeps and its idle policy says traffic does not wake it (``wake_on_traffic``
+    #: false): an operator's wake (``InstanceWake``) is needed first.
+    INSTANCE_SLEEPING = "instance.sleeping", "instance is asleep and does not wake on traffic"
+    #: A wake the request needed failed or took longer than ``AIWG_WAKE_TIMEOUT_S``; the message says
+    #: why, ``details.state`` what the instance is now.
+    INSTANCE_WAKE_FAILED = "instance.wake_failed", "the instance could not be woken"
+    #: An operator's sleep refused: work runs in the instance (``details.busy`` says what).
+    INSTANCE_BUSY = "instance.busy", "work runs in the instance"
     PROVIDER_UNAVAILABLE = "provider.unavailable", "the runtime provider is not available"
     PROVIDER_FAILED = "provider.failed", "the runtime provider failed the request"
     IMAGE_NOT_FOUND = "image.not_found", "no such image"

@@ -204,6 +204,8 @@ class InstanceProvisionRequest(Request):
     limits: ResourceLimits | None = None
     #: Sizes of a VM (its loadout's); None = the provider's defaults. Ignored by other runtimes.
     vm: VmSpec | None = None
+    #: When it sleeps by itself; None = never.
+    idle: IdlePolicy | None = None
 
 
 class InstanceProvisionResponse(Response):
@@ -243,6 +245,55 @@ class InstanceGetRequest(Request):
 
 class InstanceGetResponse(Response):
     instance: InstanceInfo
+
+
+class InstanceSleepRequest(Request):
+    """Put a running instance to sleep now (``how``: None = its idle policy's, else ``freeze``).
+    Refused with ``instance.busy`` while an exec runs or a terminal is attached to it."""
+
+    instance_id: ObjectId
+    how: SleepForm | None = None
+    cause: Cause = "operator"
+
+
+class InstanceSleepResponse(Response):
+    instance: InstanceInfo
+
+
+class InstanceWakeRequest(Request):
+    """Wake a sleeping instance (a running one: nothing to do, ``woke`` False)."""
+
+    instance_id: ObjectId
+    cause: Cause = "operator"
+
+
+class InstanceWakeResponse(Response):
+    instance: InstanceInfo
+    woke: bool = False
+
+
+class InstanceIdleSetRequest(Request):
+    """Replace an instance's idle policy (None: it never sleeps by itself)."""
+
+    instance_id: ObjectId
+    idle: IdlePolicy | None = None
+
+
+class InstanceIdleSetResponse(Response):
+    instance: InstanceInfo
+
+
+class InstanceActivityRequest(Request):
+    """What the controller saw that hostd cannot: requests about these instances (their idle time
+    starts over), and the execs whose task waits for an answer (``input-required``: they do not
+    keep their instance awake until a control message is sent to them)."""
+
+    instance_ids: Annotated[list[ObjectId], msgspec.Meta(max_length=65536)] = []
+    parked_execs: Annotated[list[ObjectId], msgspec.Meta(max_length=65536)] = []
+
+
+class InstanceActivityResponse(Response):
+    pass
 
 
 class InstanceListRequest(Request):
@@ -686,7 +737,42 @@ class ExecExited(Event):
 # ---------------------------------------------------------------------------------------------
 # Helper types.
 
-InstanceState = Literal["provisioning", "stopped", "starting", "running", "stopping", "failed", "destroyed"]
+InstanceState = Literal["provisioning", "stopped", "starting", "running", "stopping", "sleeping", "failed", "destroyed"]
+#: How an instance sleeps: ``freeze`` stops its processes and keeps their memory (cgroup freezer,
+#: podman pause, a suspended VM); ``save`` writes the memory to disk and frees it (a VM's managed save).
+SleepForm = Literal["freeze", "save"]
+#: What woke an instance or put it to sleep (``idle``, ``operator``, ``exec``, ``session``,
+#: ``pty.input``, ``attach``, ``start``, ``stop``, ...).
+Cause = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.-]*$")]
+
+
+class IdlePolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """When an instance sleeps by itself and how (a loadout's ``idle``, or an instance's own)."""
+
+    #: Idle (no running exec, no attached terminal, no request) this long, it sleeps.
+    after_s: Annotated[float, msgspec.Meta(ge=1, le=30 * 86400)]
+    sleep: SleepForm = "freeze"
+    #: A request that needs the instance wakes it (False: only an operator's wake does).
+    wake_on_traffic: bool = True
+
+
+class SleepDetail(msgspec.Struct, kw_only=True):
+    """How a sleeping instance sleeps, since when and why."""
+
+    how: SleepForm
+    since: float
+    cause: str
+
+
+class WakeDetail(msgspec.Struct, kw_only=True):
+    """The last wake of an instance: why, when, and how long it took."""
+
+    cause: str
+    at: float
+    took_s: float
+    how: SleepForm
+
+
 EndReason = Literal["exited", "signaled", "killed", "timeout", "canceled", "lost", "spawn_failed"]
 
 
@@ -853,6 +939,15 @@ class InstanceInfo(msgspec.Struct, kw_only=True):
     #: How it was made, when not cold: ``warm_pool:<pool>``, ``fork:<source instance id>`` or
     #: ``checkpoint:<checkpoint id>``.
     launched_from: str | None = None
+    #: When it sleeps by itself (None: never).
+    idle: IdlePolicy | None = None
+    #: Set while ``state`` is ``sleeping``.
+    sleep: SleepDetail | None = None
+    last_wake: WakeDetail | None = None
+    #: Sleeps and wakes since it was made, and the seconds it slept (the current sleep not counted).
+    sleeps: int = 0
+    wakes: int = 0
+    asleep_s: float = 0.0
 
 
 class SessionInfo(msgspec.Struct, kw_only=True):
@@ -923,6 +1018,10 @@ ClientFrame = Union[  # noqa: UP007 - one member per line reads as the API index
     InstanceDestroyRequest,
     InstanceGetRequest,
     InstanceListRequest,
+    InstanceSleepRequest,
+    InstanceWakeRequest,
+    InstanceIdleSetRequest,
+    InstanceActivityRequest,
     CheckpointCreateRequest,
     CheckpointRestoreRequest,
     CheckpointListRequest,
@@ -966,6 +1065,10 @@ ServerFrame = Union[  # noqa: UP007
     InstanceDestroyResponse,
     InstanceGetResponse,
     InstanceListResponse,
+    InstanceSleepResponse,
+    InstanceWakeResponse,
+    InstanceIdleSetResponse,
+    InstanceActivityResponse,
     CheckpointCreateResponse,
     CheckpointRestoreResponse,
     CheckpointListResponse,

@@ -154,7 +154,9 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     async def readopt(self, instance: Instance, saved: Saved) -> None:
         """After a hostd restart: find what still runs and set ``info`` honestly (``adopted``,
-        ``note``, ``failed`` for what died meanwhile). ``saved`` is what :meth:`saved` returned."""
+        ``note``, ``failed`` for what died meanwhile). ``saved`` is what :meth:`saved` returned.
+        An instance persisted ``sleeping`` (``info.sleep`` says how) stays ``sleeping`` if it still
+        sleeps that way, else gets the state it is found in."""
 
     def saved(self, instance: Instance) -> Saved:
         """What the state file must keep for :meth:`readopt` (beside ``info`` and ``env``)."""
@@ -185,6 +187,23 @@ class Provider(abc.ABC):
     async def drop_checkpoint(self, saved: Saved) -> None:  # noqa: B027 - optional hook
         """A checkpoint is being thrown away unrestored: remove what :meth:`checkpoint` left behind
         besides its file (a VM's defined, shut-off domain)."""
+
+    # -- sleep (lock held; only with ``instance.sleep.freeze`` / ``instance.sleep.save``) --------
+
+    async def sleep(self, instance: Instance, how: m.SleepForm) -> None:
+        """Put the running instance to sleep ``how``: ``freeze`` stops every process in it and keeps
+        its memory; ``save`` writes its memory to disk and frees it. Returns once it sleeps; on error
+        it is left running (or ``failed`` with a note) and the error raised. The registry sets
+        ``info.state`` and ``info.sleep``; a watcher of the provider must not take a sleeping
+        instance for a dead one."""
+        raise RpcError(ErrorCode.UNSUPPORTED, f"{self.runtime}/{self.name} instances cannot sleep {how}")
+
+    async def wake(self, instance: Instance, how: m.SleepForm) -> None:
+        """Bring the instance asleep ``how`` back, running as it was (sessions, execs, connections
+        of the provider's own reattached). Raises ``RpcError`` saying why it could not; the registry
+        then asks :meth:`readopt`-style questions no further: the instance is left ``sleeping`` if
+        the provider left it asleep, else what the provider set."""
+        raise RpcError(ErrorCode.UNSUPPORTED, f"{self.runtime}/{self.name} instances cannot wake from {how}")
 
     # -- fork and warm pools (source lock held; only with ``instance.fork`` / ``warm_pool.manage``) --
 

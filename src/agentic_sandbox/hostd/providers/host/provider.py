@@ -15,10 +15,15 @@ finds each by pid and start time and reports honestly the ones that died meanwhi
 Processes inside an instance (sessions, execs) run on the host as asked, in the instance's working
 dir (a relative cwd is taken below it), with the instance's environment, each in a cgroup of its own
 below the instance's.
+
+Sleep (``freeze`` only: the host has no way to write a process tree's memory to disk) is the cgroup v2
+freezer on the instance's cgroup: the main process, every session and exec and whatever they forked,
+in one write. Where hostd has no cgroups, host instances cannot sleep.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -41,7 +46,11 @@ log = logging.getLogger(__name__)
 
 #: How long stop waits for the main process's exit to be collected after the tree was killed.
 _EXIT_WAIT_S = 5.0
-_LIVE_STATES = ("running", "starting", "stopping")
+_LIVE_STATES = ("running", "starting", "stopping", "sleeping")
+
+SLEEP_FREEZE = "instance.sleep.freeze"
+#: How long the kernel may take to freeze or thaw an instance's tree.
+_FREEZE_WAIT_S = 10.0
 
 CAPABILITIES = [
     "instance.start",
@@ -95,7 +104,14 @@ class HostProvider(Provider):
         self._nursery = nursery
 
     def capabilities(self) -> list[str]:
-        return list(CAPABILITIES)
+        return [*CAPABILITIES, SLEEP_FREEZE] if self._cgroups.available else list(CAPABILITIES)
+
+    def instance_capabilities(self, info: m.InstanceInfo) -> list[str]:
+        # An instance made while hostd had no cgroups has none to freeze.
+        host = info.host
+        if host is not None and host.cgroup is None and info.state != "provisioning":
+            return list(CAPABILITIES)
+        return self.capabilities()
 
     def _tree(self, instance_id: str) -> str:
         """The ``AIWG_TREE`` mark of this instance's process tree."""
@@ -200,22 +216,70 @@ class HostProvider(Provider):
             host.cgroup = str(cgroup) if cgroup else None
         run.child_env = directory.child_env(info, instance.env)
         now = time.time()
+        if info.state == "sleeping":
+            # Still frozen: it sleeps on. Thawed meanwhile (by hand): it runs, as found.
+            frozen = host.cgroup is not None and Cgroups.frozen(Path(host.cgroup))
+            info.state = "sleeping" if frozen else "running"
+            if not frozen:
+                info.sleep = None
         if info.state in _LIVE_STATES and host.pid is not None:
             if proctree.pid_matches(host.pid, run.create_time):
-                info.state, info.adopted, info.note = "running", True, None
+                info.adopted, info.note = True, None
+                if info.state != "sleeping":
+                    info.state = "running"
                 self._watch(instance, None, host.pid)
             else:
+                self._thaw_now(info)
                 info.state, info.adopted, info.stopped_at = "failed", False, now
                 info.note = f"main process {host.pid} ended while hostd was down"
                 host.pid = host.pgid = run.create_time = None
         elif info.state == "stopping":
             info.state, info.stopped_at = "stopped", now
-        elif info.state == "starting" or (info.state == "running" and info.command):
+        elif info.state == "starting" or (info.state in ("running", "sleeping") and info.command):
+            self._thaw_now(info)
             info.state, info.adopted, info.stopped_at = "failed", False, now
             info.note = "main process was not running when hostd went down"
-        elif info.state == "running":
+        elif info.state in ("running", "sleeping"):
             info.adopted = True
             info.note = "PTY sessions and execs from the previous hostd ended with it"
+
+    @staticmethod
+    def _thaw_now(info: m.InstanceInfo) -> None:
+        """The instance ended while asleep: what is left of its tree must be able to die."""
+        if info.sleep is not None and info.host is not None and info.host.cgroup is not None:
+            with contextlib.suppress(OSError):
+                (Path(info.host.cgroup) / "cgroup.freeze").write_text("0")
+        info.sleep = None
+
+    # -- sleep ----------------------------------------------------------------------------------
+
+    def _cgroup_of(self, instance: Instance) -> Path:
+        host = _detail(instance)
+        if host.cgroup is None:
+            raise RpcError(
+                ErrorCode.UNSUPPORTED,
+                f"host instance {instance.id!r} has no cgroup (hostd runs without cgroups): it cannot sleep",
+            )
+        return Path(host.cgroup)
+
+    async def sleep(self, instance: Instance, how: m.SleepForm) -> None:
+        if how != "freeze":
+            await super().sleep(instance, how)
+        cgroup = self._cgroup_of(instance)
+        try:
+            await Cgroups.freeze(cgroup, True, timeout_s=_FREEZE_WAIT_S)
+        except OSError as exc:
+            # Half frozen is no state to leave it in: thaw what was taken.
+            with contextlib.suppress(OSError):
+                await Cgroups.freeze(cgroup, False, timeout_s=_FREEZE_WAIT_S)
+            raise RpcError(ErrorCode.PROVIDER_FAILED, f"cannot freeze instance {instance.id!r}: {exc}") from exc
+
+    async def wake(self, instance: Instance, how: m.SleepForm) -> None:
+        cgroup = self._cgroup_of(instance)
+        try:
+            await Cgroups.freeze(cgroup, False, timeout_s=_FREEZE_WAIT_S)
+        except OSError as exc:
+            raise RpcError(ErrorCode.PROVIDER_FAILED, f"cannot thaw instance {instance.id!r}: {exc}") from exc
 
     def record(self, instance: Instance) -> None:
         directory.write_metadata(instance.info)
@@ -263,6 +327,10 @@ class HostProvider(Provider):
             host = _detail(instance)
             if run.generation != generation:
                 return
+            if info.state == "sleeping":
+                # Killed while frozen (the OOM killer, an operator's SIGKILL): it ended asleep.
+                self._thaw_now(info)
+                info.state = "running"
             if info.state == "running":
                 # What the main process left behind in its tree goes with it, before the instance
                 # shows as ended: a start that follows at once must not have its new main swept.
