@@ -15,6 +15,11 @@ watcher (:meth:`PodmanProvider._poll`) notices containers that ended by themselv
 going away and coming back (restarting the service hostd started), and re-adopts instances whose
 container it could not see when hostd started.
 
+Sleep (``instance.sleep.freeze``) is ``podman pause``: the cgroup freezer stops every process of the
+container, its memory stays. A paused container is asleep, never ended: the watcher and a re-adoption
+keep its instance ``sleeping``, and tell of a container paused behind hostd's back without undoing it.
+``save`` is not offered: writing a container's memory to disk takes CRIU.
+
 Warm pools keep container slots running (:attr:`PodmanProvider.pool_form`); claims and forks:
 :mod:`.copies`. Every process hostd starts inside gets the instance's identity
 (``AIWG_INSTANCE_ID``, ``AGENT_INSTANCE_ID``, ``AGENT_ID``) from hostd's record, not from the
@@ -71,6 +76,9 @@ log = logging.getLogger(__name__)
 POLL_S = 2.0
 #: Creating (a copy of the image's rootfs on vfs storage) and starting a container may take long.
 _MAKE_TIMEOUT_S = 120.0
+#: Pausing or unpausing waits for the cgroup freezer, which settles quickly unless a process hangs in
+#: the kernel.
+_FREEZE_TIMEOUT_S = 30.0
 MAX_STRAYS = 64
 CAPABILITIES = [
     "instance.start",
@@ -81,6 +89,7 @@ CAPABILITIES = [
     "warm_pool.manage",
     "session.pty",
     "exec",
+    "instance.sleep.freeze",
 ]
 #: Where a container sees its control directory (``<instance_dir>/control``, bound there): each
 #: exec with a control channel gets its socket in it (``AIWG_CONTROL_SOCKET``).
@@ -101,6 +110,33 @@ def _identity_env(info: m.InstanceInfo) -> dict[str, str]:
     if info.loadout:
         env["AGENT_LOADOUT"] = info.loadout
     return env
+
+
+def _thaw(ref: str) -> Callable[[Any], dict[str, Any] | None]:
+    """A podman call that unpauses container ``ref`` if it is paused; its record after (None: gone)."""
+
+    def thaw(client: Any) -> dict[str, Any] | None:
+        import podman.errors
+
+        try:
+            container = client.containers.get(ref)
+        except podman.errors.NotFound:
+            return None
+        if container.status == "paused":
+            container.unpause()
+            container.reload()
+        return dict(container.attrs)
+
+    return thaw
+
+
+def _status(attrs: Mapping[str, Any] | None) -> str:
+    """podman's word for a container's state, from its record (None: there is none)."""
+    return "removed" if attrs is None else str((attrs.get("State") or {}).get("Status"))
+
+
+def _pid(attrs: Mapping[str, Any] | None) -> int | None:
+    return ((attrs or {}).get("State") or {}).get("Pid") or None
 
 
 def _record(instance: Instance) -> _Container:
@@ -287,6 +323,10 @@ class PodmanProvider(Provider):
 
     async def stop(self, instance: Instance, grace_s: float, end_children: EndChildren) -> None:
         detail = container_detail(instance)
+        if detail.status == "paused":
+            # The registry wakes a sleeping instance first; one paused by someone else is thawed
+            # here, as what runs in it cannot end while frozen.
+            await self._thaw_quietly(instance)
         await end_children()
         name = detail.container_name
         timeout = max(0, math.ceil(grace_s))
@@ -298,7 +338,10 @@ class PodmanProvider(Provider):
                 container = client.containers.get(name)
             except podman.errors.NotFound:
                 return {}
-            if container.status in ("running", "paused"):
+            if container.status == "paused":
+                container.unpause()  # podman refuses to stop a paused container
+                container.reload()
+            if container.status == "running":
                 container.stop(timeout=timeout)
                 container.reload()
             return dict(container.attrs)
@@ -340,27 +383,88 @@ class PodmanProvider(Provider):
         if info.instance_dir:
             await trio.to_thread.run_sync(shutil.rmtree, info.instance_dir, True)
 
+    # -- sleep: podman pause (the cgroup freezer) --------------------------------------------------
+
+    async def sleep(self, instance: Instance, how: m.SleepForm) -> None:
+        if how != "freeze":
+            await super().sleep(instance, how)  # refuses: saving a container's memory takes CRIU
+        detail = container_detail(instance)
+        name = detail.container_name
+        ref = detail.container_id or name
+
+        def pause(client: Any) -> dict[str, Any] | None:
+            import podman.errors
+
+            try:
+                container = client.containers.get(ref)
+            except podman.errors.NotFound:
+                return None
+            if container.status == "running":
+                container.pause()
+                container.reload()
+            return dict(container.attrs)
+
+        try:
+            attrs = await self._call(pause, timeout_s=_FREEZE_TIMEOUT_S)
+        except RpcError as exc:
+            await self._thaw_quietly(instance)  # a pause that timed out may still take effect
+            raise RpcError(exc.code, f"container {name} could not be paused: {exc.message}", **exc.details) from exc
+        status = _status(attrs)
+        if status != "paused":
+            self._settle(instance, attrs, adopting=False)  # ended meanwhile: stopped or failed
+            raise RpcError(ErrorCode.PROVIDER_FAILED, f"container {name} could not be paused: it is {status}")
+        detail.status = "paused"
+
+    async def wake(self, instance: Instance, how: m.SleepForm) -> None:
+        if how != "freeze":
+            await super().wake(instance, how)
+        detail = container_detail(instance)
+        name = detail.container_name
+        try:
+            attrs = await self._call(_thaw(detail.container_id or name), timeout_s=_FREEZE_TIMEOUT_S)
+        except RpcError as exc:
+            raise RpcError(exc.code, f"container {name} could not be unpaused: {exc.message}", **exc.details) from exc
+        status = _status(attrs)
+        if status != "running":
+            self._settle(instance, attrs, adopting=False)  # ended or gone while asleep
+            raise RpcError(ErrorCode.PROVIDER_FAILED, f"container {name} could not be unpaused: it is {status}")
+        detail.status, detail.pid = "running", _pid(attrs) or detail.pid
+
+    async def _thaw_quietly(self, instance: Instance) -> None:
+        """Unpause the container if it is paused, logging a failure: a best effort on the way to
+        something else (a stop; a sleep that failed, left running)."""
+        detail = container_detail(instance)
+        try:
+            await self._call(_thaw(detail.container_id or detail.container_name))
+        except RpcError as exc:
+            log.warning("instance %s: container %s not unpaused: %s", instance.id, detail.container_name, exc.message)
+
     async def readopt(self, instance: Instance, saved: Saved) -> None:
         info = instance.info
         self._known[info.instance_id] = instance
-        record = _record(instance)
         if info.container is None:  # cut off before its container existed
             info.state, info.adopted, info.note = "failed", False, "no container was created"
             return
         await self._check_contact()
         if self._reason is not None:
-            if info.state in ("running", "starting", "stopping"):
-                record.lost_contact = True
-                info.state, info.adopted = "failed", False
-                info.note = f"podman was not reachable when hostd started: {self._reason}"
+            if info.state in ("running", "starting", "stopping", "sleeping"):
+                self._lose_contact(instance, f"podman was not reachable when hostd started: {self._reason}")
             return
         try:
             attrs = await self._inspect(info.container.container_id or info.container.container_name)
         except RpcError as exc:
-            record.lost_contact = True
-            info.state, info.adopted, info.note = "failed", False, exc.message
+            self._lose_contact(instance, exc.message)
             return
         self._settle(instance, attrs, adopting=True)
+
+    def _lose_contact(self, instance: Instance, note: str) -> None:
+        """Its container could not be asked for: the watcher settles it once podman answers. A
+        sleeping instance stays ``sleeping`` meanwhile (nothing runs in it either way)."""
+        info = instance.info
+        _record(instance).lost_contact = True
+        if info.state != "sleeping":
+            info.state = "failed"
+        info.adopted, info.note = False, note
 
     async def _inspect(self, name: str) -> dict[str, Any] | None:
         def inspect(client: Any) -> dict[str, Any] | None:
@@ -375,8 +479,39 @@ class PodmanProvider(Provider):
         return result
 
     def _settle(self, instance: Instance, attrs: Mapping[str, Any] | None, *, adopting: bool) -> bool:
+        """Fold podman's record of the container into the instance (:func:`.labels.settle`), knowing
+        what that does not: a paused container is frozen, not ended. True if anything changed."""
         _record(instance).lost_contact = False
-        return settle(instance.info, container_detail(instance), attrs, adopting=adopting)
+        info, detail = instance.info, container_detail(instance)
+        before = (info.state, info.note, info.adopted, info.sleep, detail.status, detail.pid)
+        state = dict(attrs.get("State") or {}) if attrs is not None else {}
+        status = state.get("Status")
+        if attrs is not None and status == "paused":
+            # Read as running, so that settle adopts it as such and takes no exit from it.
+            attrs = {**attrs, "State": {**state, "Status": "running"}}
+        if info.state == "sleeping" and (status == "paused" or (status == "running" and not adopting)):
+            settle(info, detail, attrs, adopting=False)  # asleep as hostd left it: only the detail
+            if adopting:
+                info.adopted, info.note = True, None
+            elif status == "running" and before[4] != "running":
+                # Unpaused by someone else: left to its next wake, which finds it running.
+                log.warning("instance %s sleeps, but container %s is running", info.instance_id, detail.container_name)
+        else:
+            if info.state == "sleeping":
+                # Found running after a restart, or ended, or gone: it sleeps no more, and the rules
+                # for a running instance say what it is now.
+                info.state, info.sleep = "running", None
+            settle(info, detail, attrs, adopting=adopting)
+        if status == "paused":
+            detail.status = "paused"
+            if info.state != "sleeping" and before[4] != "paused":
+                log.warning(
+                    "instance %s is %s, but container %s is paused (not by hostd); left as it is",
+                    info.instance_id,
+                    info.state,
+                    detail.container_name,
+                )
+        return before != (info.state, info.note, info.adopted, info.sleep, detail.status, detail.pid)
 
     # -- the watcher ----------------------------------------------------------------------------
 
@@ -440,20 +575,22 @@ class PodmanProvider(Provider):
         for iid, instance in list(self._known.items()):
             if instance.lock.locked() or instance.info.container is None:
                 continue  # a lifecycle call is at work on it and records the outcome itself
-            if instance.info.state not in ("running", "starting") and not _record(instance).lost_contact:
+            state = instance.info.state
+            if state not in ("running", "starting", "sleeping") and not _record(instance).lost_contact:
                 continue
             attrs = by_instance.get(iid)
             if attrs is not None:
-                # The listing's entry has no exit code: ask for the whole record of an ended one.
+                # The listing's entry has no exit code, and may predate a sleep or a wake: ask for the
+                # whole record of one that is not as hostd left it.
                 status = attrs.get("State")
-                if status != "running":
+                if status != ("paused" if state == "sleeping" else "running"):
                     try:
                         detail = instance.info.container
                         attrs = await self._inspect(detail.container_id or detail.container_name)
                     except RpcError:
                         continue
                 else:
-                    attrs = {**attrs, "State": {"Status": "running", "Pid": attrs.get("Pid")}}
+                    attrs = {**attrs, "State": {"Status": status, "Pid": attrs.get("Pid")}}
             if instance.lock.locked():
                 continue
             if self._settle(instance, attrs, adopting=_record(instance).lost_contact):
