@@ -54,6 +54,7 @@ from .http.connection import HTTPConnection
 from .http.edge import install_http_edge
 from .http.problems import error_body, from_http_exception, problem_response, trace_id
 from .http.responses import BODY_READ
+from .instances.activity import ActivityReport
 from .instances.checkpoints import CheckpointService
 from .instances.images import ImageService
 from .instances.pools import WarmPoolService
@@ -175,7 +176,14 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     pools = WarmPoolService(link, operations, loadouts, config.warm_pools)
     pools.check_config()
     instances = InstanceService(
-        store, link, operations, loadouts=loadouts, events=events, credentials=credentials, pools=pools
+        store,
+        link,
+        operations,
+        loadouts=loadouts,
+        events=events,
+        credentials=credentials,
+        pools=pools,
+        metrics=metrics,
     )
     link.on_connected.append(instances.reconcile)
     link.on_connected.append(pools.sync)
@@ -234,6 +242,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         push_allow_private=config.push_allow_private,
     )
 
+    activity = ActivityReport(link, parked=tasks.parked_execs, pushing=push.delivery.behind)
     app.extensions[EXTENSION_KEY] = AppState(
         config=config,
         metrics=metrics,
@@ -258,6 +267,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         a2a=a2a_service,
         idempotency=idempotency,
         hosts=hosts,
+        activity=activity,
         store=store,
         console=ConsoleAssets.load(),
     )
@@ -311,6 +321,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         if store.shared:
             await app.nursery.start(operations.run_sweeps)
         await app.nursery.start(watch.run)
+        await app.nursery.start(activity.run)
         tasks.attach(app.nursery)
         await tasks.recover()
         await app.nursery.start(tasks.run_leases)

@@ -12,6 +12,10 @@
 * ``aiwg_idempotency_hit_total{operation}`` (upstream's name), ``aiwg_idempotency_miss_total`` and
   ``aiwg_idempotency_collision_total``: idempotency/v1 outcomes of ``SendMessage`` and ``SendStreamingMessage``.
 * ``aiwg_operations_total{kind,state}``: operations that ended, by outcome.
+* ``aiwg_instance_sleeps_total{runtime,how}``, ``aiwg_instance_wakes_total{runtime,cause}`` and
+  ``aiwg_instance_wake_seconds{runtime}`` (hostd's time to wake, one observation per wake seen):
+  instances that sleep when idle, as the hostd watch finds them (``aiwg_instances{state="sleeping"}``
+  counts those asleep).
 * ``aiwg_warm_pool_size{pool}``, ``aiwg_warm_pool_ready{pool}``, ``aiwg_warm_pool_filling{pool}``
   and ``aiwg_warm_pool_{hits,misses,refills,failures}_total{pool}``: each warm pool as hostd keeps it
   (its counters are hostd's, kept across restarts of either process), read at scrape time.
@@ -28,7 +32,19 @@ from prometheus_client.registry import Collector
 
 from agentic_sandbox.proto import messages as m
 
-INSTANCE_STATES = ("provisioning", "stopped", "starting", "running", "stopping", "failed", "destroying", "destroyed")
+INSTANCE_STATES = (
+    "provisioning",
+    "stopped",
+    "starting",
+    "running",
+    "stopping",
+    "sleeping",
+    "failed",
+    "destroying",
+    "destroyed",
+)
+#: From a frozen host instance (a millisecond) to a VM restored from its managed save (seconds).
+WAKE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -118,6 +134,19 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.instance_sleeps = Counter(
+            "aiwg_instance_sleeps", "Instances put to sleep, by runtime and how", ["runtime", "how"], registry=r
+        )
+        self.instance_wakes = Counter(
+            "aiwg_instance_wakes", "Instances woken, by runtime and cause", ["runtime", "cause"], registry=r
+        )
+        self.wake_duration = Histogram(
+            "aiwg_instance_wake_seconds",
+            "How long hostd took to wake an instance, by runtime",
+            ["runtime"],
+            buckets=WAKE_BUCKETS,
+            registry=r,
+        )
         self._v1_counts: dict[str, int] = {}
         for state in INSTANCE_STATES:
             self.instances.labels(state=state).set(0)
@@ -138,6 +167,14 @@ class Metrics:
     def v1_counts(self) -> dict[str, int]:
         """Hits per v1 route template since the process started."""
         return dict(self._v1_counts)
+
+    def count_sleeps(self, runtime: str, how: str | None, n: int) -> None:
+        self.instance_sleeps.labels(runtime=runtime, how=how or "unknown").inc(n)
+
+    def count_wakes(self, runtime: str, wake: m.WakeDetail | None, n: int) -> None:
+        self.instance_wakes.labels(runtime=runtime, cause=wake.cause if wake else "unknown").inc(n)
+        if wake is not None:
+            self.wake_duration.labels(runtime=runtime).observe(wake.took_s)
 
     def set_instances(self, counts: dict[str, int]) -> None:
         for state in set(INSTANCE_STATES) | set(counts):

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from agentic_sandbox.proto.messages import IdlePolicy, SleepForm
+
 from .loadouts.service import RuntimeOptions
 
 RUNTIMES = ("qemu", "docker", "host", "container")
@@ -19,7 +21,7 @@ RUNTIMES = ("qemu", "docker", "host", "container")
 Runtime = Literal["qemu", "docker", "host", "container"]
 RUNTIME_ALIASES = {"container": "docker"}
 InstanceStateName = Literal[
-    "provisioning", "stopped", "starting", "running", "stopping", "failed", "destroying", "destroyed"
+    "provisioning", "stopped", "starting", "running", "stopping", "sleeping", "failed", "destroying", "destroyed"
 ]
 INSTANCE_STATES: tuple[str, ...] = InstanceStateName.__args__  # type: ignore[attr-defined]
 
@@ -64,6 +66,20 @@ class ProvisionRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     #: it must carry (``key`` or ``key=value``); placement picks one otherwise.
     host: Short | None = None
     host_label: Short | None = None
+    #: When it sleeps by itself (docs/sleep.md); None: as its loadout says (else never).
+    idle: IdlePolicy | None = None
+
+
+class SleepRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /instances/{id}/sleep``: how (None: as its idle policy says, else ``freeze``)."""
+
+    how: SleepForm | None = None
+
+
+class IdleRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``PUT /instances/{id}/idle``: the instance's idle policy (null: it never sleeps by itself)."""
+
+    idle: IdlePolicy | None
 
 
 Uuid = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")]
@@ -168,6 +184,10 @@ class InstanceView(msgspec.Struct, omit_defaults=True, kw_only=True):
     #: The host it runs on and that host's state (``available``, ``unavailable``: its calls answer 503).
     host_id: str | None = None
     host_state: str | None = None
+    #: While it sleeps: ``how`` (``freeze``, ``save``), ``since`` (RFC 3339) and ``cause``.
+    sleep: dict[str, Any] | None = None
+    #: Its idle policy (``after_s``, ``sleep``, ``wake_on_traffic``), when it has one.
+    idle: dict[str, Any] | None = None
 
 
 class InstanceList(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .events.logs import LogRing
     from .hostlink import HostdLink
     from .hosts.registry import HostRegistry
+    from .instances.activity import ActivityReport
     from .instances.checkpoints import CheckpointService
     from .instances.images import ImageService
     from .instances.pools import WarmPoolService
@@ -71,6 +72,8 @@ class AppState:
     idempotency: IdempotencyCache
     #: This host among the hosts of a shared store (placement, routing, the admin hosts views).
     hosts: HostRegistry
+    #: What keeps instances awake that hostd cannot see (docs/sleep.md).
+    activity: ActivityReport
     #: The store itself, for what asks the database directly (readiness).
     store: Store | None = field(default=None)
     openapi: dict[str, Any] | None = field(default=None)

@@ -7,6 +7,8 @@ JWKS publishes.
 
 from __future__ import annotations
 
+import os
+
 import base64
 import copy
 import json
@@ -82,10 +84,12 @@ async def test_card_is_v1_signed_and_verifies_with_the_sdk_and_by_hand(
         "loadout": "echo",
         "instance_id": agent.instance_id,
         "provider": "hostd",
-        # hostd's host provider's, for this instance (no image: a host instance has none).
+        # hostd's host provider's, for this instance (no image: a host instance has none); it can
+        # sleep where hostd has cgroups to freeze it in.
         "capabilities": [
             "instance.start", "instance.stop", "instance.restart", "instance.destroy",
             "session.pty", "exec", "exec.control",
+            *(["instance.sleep.freeze"] if os.geteuid() == 0 else []),
         ],
     }  # fmt: skip
 

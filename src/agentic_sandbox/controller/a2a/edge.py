@@ -134,7 +134,10 @@ def authenticate() -> Principal:
 async def instance_for(principal: Principal, instance_id: str) -> InstanceRecord:
     if not may_use_instance(principal, instance_id):
         raise not_found(instance_id)
-    return await app_state().a2a.instance(instance_id)
+    state = app_state()
+    rec = await state.a2a.instance(instance_id)
+    state.activity.seen(rec.id)  # a request about it: its idle time starts over
+    return rec
 
 
 async def open_caller(

@@ -1,4 +1,4 @@
-"""Admin instance routes: list, provision, detail, decommission, lifecycle verbs.
+"""Admin instance routes: list, provision, detail, decommission, lifecycle verbs, sleep and wake.
 
 Long-running work answers 202 with an ``OperationStatus`` and ``Location`` (see
 ``controller.instances.service`` for what is checked before that and ``controller.auth.tokens`` for who may).
@@ -15,7 +15,7 @@ from ..decoding import decode_json
 from ..errors import Gone, ValidationFailed
 from ..http.responses import base_url, json_response, request_body
 from ..http.roles import require_role
-from ..models import InstanceList, InstanceView, ProvisionRequest, ReprovisionRequest
+from ..models import IdleRequest, InstanceList, InstanceView, ProvisionRequest, ReprovisionRequest, SleepRequest
 from ..state import app_state
 from ..store import InstanceRecord
 from .blueprint import admin
@@ -118,6 +118,32 @@ async def decommission_instance(instance_id: str) -> Response:
 @require_role(*OPERATE)
 async def instance_lifecycle(instance_id: str, verb: str) -> Response:
     return accepted(await app_state().instances.lifecycle(instance_id, verb))
+
+
+@admin.post("/instances/<instance_id>/sleep")
+@require_role(*OPERATE)
+async def sleep_instance(instance_id: str) -> Response:
+    """Put it to sleep now (docs/sleep.md): 200 with the instance, ``409 instance.busy`` under work."""
+    body = await request_body()
+    req = decode_json(body, SleepRequest) if body.strip() else SleepRequest()
+    state = app_state()
+    rec = await state.instances.sleep(instance_id, req.how, pushing=instance_id in state.push.delivery.behind())
+    return json_response(_view(rec, base_url()))
+
+
+@admin.post("/instances/<instance_id>/wake")
+@require_role(*OPERATE)
+async def wake_instance(instance_id: str) -> Response:
+    """Wake it now, whatever its idle policy says: 200 with the instance."""
+    return json_response(_view(await app_state().instances.wake(instance_id), base_url()))
+
+
+@admin.put("/instances/<instance_id>/idle")
+@require_role(*OPERATE)
+async def set_instance_idle(instance_id: str) -> Response:
+    """Replace its idle policy (``{"idle": null}``: it never sleeps by itself)."""
+    req = decode_json(await request_body(), IdleRequest)
+    return json_response(_view(await app_state().instances.set_idle(instance_id, req.idle), base_url()))
 
 
 @admin.post("/instances/<instance_id>/destroy")

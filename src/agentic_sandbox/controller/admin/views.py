@@ -19,6 +19,8 @@ from ..store import InstanceRecord, OperationRecord, TaskRecord
 #: The contract's ``operation_status`` for each instance state.
 OPERATION_STATUS = {
     "running": "ready",
+    # Traffic wakes it (docs/sleep.md): ready to be asked, as far as a client can tell.
+    "sleeping": "ready",
     "stopped": "stopped",
     "destroyed": "stopped",
     "provisioning": "not_ready",
@@ -42,6 +44,10 @@ def provider_state(info: m.InstanceInfo) -> dict[str, object]:
         state["launched_from"] = info.launched_from
     if info.adopted is not None:
         state["adopted"] = info.adopted
+    if info.sleeps or info.wakes:
+        state.update(sleeps=info.sleeps, wakes=info.wakes, asleep_s=round(info.asleep_s, 3))
+        if info.last_wake is not None:
+            state["last_wake"] = msgspec.to_builtins(info.last_wake)
     return state
 
 
@@ -82,7 +88,17 @@ def instance_view(
         provider_state=provider_state(info) or None if info is not None else None,
         host_id=rec.host_id,
         host_state=host_state,
+        sleep=sleep_view(rec.sleep) if rec.state == "sleeping" else None,
+        idle=rec.idle,
     )
+
+
+def sleep_view(sleep: dict[str, object] | None) -> dict[str, object] | None:
+    """How a sleeping instance sleeps, as served (``since`` as an RFC 3339 time)."""
+    if sleep is None:
+        return None
+    since = sleep.get("since")
+    return {**sleep, "since": iso(since)} if isinstance(since, int | float) else dict(sleep)
 
 
 def operation_path(op_id: str) -> str:

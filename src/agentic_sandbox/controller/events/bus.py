@@ -42,6 +42,11 @@ instance.state_changed      ``instance/<id>``               ``from`` (None when 
 instance.removed            ``instance/<id>``               ``name``, ``operation_id``, ``reason``
                                                             (``decommissioned``, or
                                                             ``provision_refused``: hostd made nothing)
+instance.slept              ``instance/<id>``               ``how`` (``freeze`` | ``save``), ``cause``
+                                                            (``idle``, ``operator``, ...)
+instance.woke               ``instance/<id>``               ``cause`` (``exec``, ``attach``, ``pty.input``,
+                                                            ``operator``, ...), ``how``, ``took_ms``,
+                                                            ``slept_s`` (its total asleep)
 operation.created           ``operation/<id>``              ``kind``, ``state``, ``instance_id``
 operation.started           ``operation/<id>``              same
 operation.completed         ``operation/<id>``              same, plus ``error_code`` when failed
@@ -72,6 +77,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
+from agentic_sandbox.proto import messages as m
+
 from ..models import iso
 from ..store.database import StoreClosed, StoreUnavailable
 from ..ulid import new_ulid
@@ -90,6 +97,8 @@ KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 
 INSTANCE_STATE_CHANGED = "instance.state_changed"
 INSTANCE_REMOVED = "instance.removed"
+INSTANCE_SLEPT = "instance.slept"
+INSTANCE_WOKE = "instance.woke"
 OPERATION_CREATED = "operation.created"
 OPERATION_STARTED = "operation.started"
 OPERATION_COMPLETED = "operation.completed"
@@ -202,6 +211,13 @@ class EventBus:
         if note:
             data["note"] = note
         return self.publish(INSTANCE_STATE_CHANGED, f"instance/{instance_id}", data)
+
+    def instance_slept(self, instance_id: str, *, how: str | None, cause: str | None) -> int:
+        return self.publish(INSTANCE_SLEPT, f"instance/{instance_id}", {"how": how, "cause": cause})
+
+    def instance_woke(self, instance_id: str, *, wake: m.WakeDetail, slept_s: float) -> int:
+        data = {"cause": wake.cause, "how": wake.how, "took_ms": round(wake.took_s * 1000, 3), "slept_s": slept_s}
+        return self.publish(INSTANCE_WOKE, f"instance/{instance_id}", data)
 
     def task_changed(self, kind: str, task_id: str, *, instance_id: str, context_id: str, state: str) -> int:
         data = {"instance_id": instance_id, "context_id": context_id, "state": state}

@@ -18,6 +18,7 @@ import builtins
 import logging
 import time
 
+import msgspec
 import trio
 
 from agentic_sandbox.proto import current_log_ids
@@ -27,6 +28,7 @@ from ..errors import NotFound, ValidationFailed
 from ..events.bus import EventBus
 from ..hostlink import HostdLink
 from ..loadouts.service import LoadoutService
+from ..metrics import Metrics
 from ..operations import OperationService
 from ..store import InstanceRecord, Store
 
@@ -60,17 +62,40 @@ def provider_facts(info: m.InstanceInfo) -> tuple[builtins.list[str], str | None
     return list(info.capabilities), detail.image_ref if detail is not None else None
 
 
+SleepFacts = tuple[dict[str, object] | None, dict[str, object] | None, int, int]
+
+
+def sleep_facts(info: m.InstanceInfo) -> SleepFacts:
+    """What the catalog keeps of hostd's word on sleep: how it sleeps now, its idle policy, and the
+    counts of its sleeps and wakes (whose changes are announced)."""
+    sleep = msgspec.to_builtins(info.sleep) if info.sleep is not None else None
+    idle = msgspec.to_builtins(info.idle) if info.idle is not None else None
+    return sleep, idle, info.sleeps, info.wakes
+
+
+def set_sleep_facts(rec: InstanceRecord, facts: SleepFacts) -> None:
+    rec.sleep, rec.idle, rec.sleeps, rec.wakes = facts
+
+
 class Catalog:
     """See the module docstring."""
 
     def __init__(
-        self, store: Store, link: HostdLink, operations: OperationService, *, loadouts: LoadoutService, events: EventBus
+        self,
+        store: Store,
+        link: HostdLink,
+        operations: OperationService,
+        *,
+        loadouts: LoadoutService,
+        events: EventBus,
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
         self.link = link
         self.operations = operations
         self.loadouts = loadouts
         self.events = events
+        self.metrics = metrics
 
     def ours(self, rec: InstanceRecord) -> bool:
         """Whether the instance runs on this controller's host (an unplaced row may: its hostd says)."""
@@ -95,6 +120,36 @@ class Catalog:
             return
         self.announce(rec, before)
 
+    async def save_slept(self, rec: InstanceRecord, before: str, counts: tuple[int, int], info: m.InstanceInfo) -> None:
+        """:meth:`save` for a fold whose sleeps or wakes hostd counted more of than the row holds
+        (``counts``): written only if the row still holds those counts (another controller that
+        folded them first announced them), then ``instance.slept`` / ``instance.woke`` announced
+        and counted, in the order they happened."""
+        reconciling = before != rec.state
+        expect_state = before if reconciling else None
+        if not await self.store.instances.update(rec, expect_state=expect_state, expect_counts=counts):
+            return
+        slept, woke = rec.sleeps - counts[0], rec.wakes - counts[1]
+        how = info.sleep.how if info.sleep is not None else info.last_wake.how if info.last_wake else None
+        cause = info.sleep.cause if info.sleep is not None else None
+        # Asleep now: it woke (if it did) before its last sleep; awake: after it.
+        announce_woke_first = rec.state == "sleeping"
+        if woke > 0 and announce_woke_first:
+            self._announce_woke(rec, woke, info)
+        if slept > 0:
+            self.events.instance_slept(rec.id, how=how, cause=cause)
+            if self.metrics is not None:
+                self.metrics.count_sleeps(rec.runtime, how, slept)
+        if woke > 0 and not announce_woke_first:
+            self._announce_woke(rec, woke, info)
+        self.announce(rec, before)
+
+    def _announce_woke(self, rec: InstanceRecord, woke: int, info: m.InstanceInfo) -> None:
+        if info.last_wake is not None:
+            self.events.instance_woke(rec.id, wake=info.last_wake, slept_s=round(info.asleep_s, 3))
+        if self.metrics is not None:
+            self.metrics.count_wakes(rec.runtime, info.last_wake, woke)
+
     def announce(self, rec: InstanceRecord, before: str | None) -> None:
         if before == rec.state:
             return
@@ -112,6 +167,7 @@ class Catalog:
         """hostd's word on the instance, into its row (state, note, working dir, provider facts)."""
         rec.state, rec.note, rec.working_dir = info.state, info.note, info.working_dir
         rec.capabilities, rec.image_ref = provider_facts(info)
+        set_sleep_facts(rec, sleep_facts(info))
         rec.updated_at = time.time()
 
     async def hostd_get(self, instance_id: str) -> m.InstanceInfo | None:

@@ -284,7 +284,15 @@ class Provisioner:
             limits=m.ResourceLimits(cpus=resources.cpus, memory_bytes=resources.memory_bytes, pids=resources.pids)
             if resources is not None
             else None,
+            idle=self._idle_for(rec, req),
         )
+
+    def _idle_for(self, rec: InstanceRecord, req: ProvisionRequest) -> m.IdlePolicy | None:
+        """When it sleeps by itself: as the request says, else as its loadout says (else never)."""
+        if req.idle is not None:
+            return req.idle
+        loadout = self.catalog.loadouts.get(rec.loadout) if rec.loadout else None
+        return loadout.idle if loadout is not None else None
 
     async def _provision_work(
         self,
@@ -314,6 +322,9 @@ class Provisioner:
                 info = (
                     await self.catalog.link.call(self._cold_call(rec, req, service, image), timeout=timeout)
                 ).instance
+            idle = self._idle_for(rec, req)
+            if idle != info.idle:  # a claimed slot, a fork or a restore: made before its policy was known
+                info = (await self.catalog.link.call(m.InstanceIdleSetRequest(instance_id=rec.id, idle=idle))).instance
         except OutcomeUnknown as exc:
             # hostd went away mid-call: keep the row; reconciliation settles it.
             rec.state, rec.note, rec.updated_at = "failed", f"provisioning outcome unknown: {exc.message}", time.time()

@@ -56,6 +56,7 @@ from ..errors import Conflict, ControllerError, InvalidState, NotFound, Operatio
 from ..events.bus import EventBus
 from ..hostlink import HostdLink
 from ..loadouts.service import LoadoutService
+from ..metrics import Metrics
 from ..models import INSTANCE_STATES, RUNTIME_ALIASES, RUNTIMES, ProvisionRequest
 from ..operations import OperationService
 from ..store import InstanceRecord, NameTaken, OperationRecord, Store
@@ -64,10 +65,13 @@ from .catalog import (
     HOSTD_RUNTIMES,
     LIFECYCLE_TIMEOUT_S,
     Catalog,
+    SleepFacts,
     instance_key,
     name_key,
     not_found,
     provider_facts,
+    set_sleep_facts,
+    sleep_facts,
 )
 from .pools import WarmPoolService
 from .provisioning import DEFAULT_START, Provisioner
@@ -110,8 +114,9 @@ class InstanceService:
         events: EventBus,
         credentials: InstanceCredentials,
         pools: WarmPoolService,
+        metrics: Metrics | None = None,
     ) -> None:
-        self.catalog = Catalog(store, link, operations, loadouts=loadouts, events=events)
+        self.catalog = Catalog(store, link, operations, loadouts=loadouts, events=events, metrics=metrics)
         self.provisioner = Provisioner(self.catalog, credentials=credentials, pools=pools)
         self.store = store
         self.link = link
@@ -154,17 +159,25 @@ class InstanceService:
             await self.store.instances.update(rec)
         state, note, working_dir = rec.state, rec.note, rec.working_dir
         capabilities, image_ref = rec.capabilities, rec.image_ref
+        had: SleepFacts = (rec.sleep, rec.idle, rec.sleeps, rec.wakes)
+        slept = had
         if info is not None:
             state, note, working_dir = info.state, info.note, info.working_dir
             capabilities, image_ref = provider_facts(info)
+            slept = sleep_facts(info)
         elif rec.state not in ("destroyed", "failed"):
             state, note = "failed", "hostd does not know this instance"
+            slept = (None, rec.idle, rec.sleeps, rec.wakes)
         now = (state, note, working_dir, capabilities, image_ref)
-        if now != (rec.state, rec.note, rec.working_dir, rec.capabilities, rec.image_ref):
+        if now != (rec.state, rec.note, rec.working_dir, rec.capabilities, rec.image_ref) or slept != had:
             before = rec.state
             rec.state, rec.note, rec.working_dir, rec.capabilities, rec.image_ref = now
+            set_sleep_facts(rec, slept)
             rec.updated_at = time.time()
-            await self.catalog.save(rec, before)
+            if info is not None and slept[2:] != had[2:]:
+                await self.catalog.save_slept(rec, before, (had[2], had[3]), info)
+            else:
+                await self.catalog.save(rec, before)
         return rec
 
     async def _adopt(self, info: m.InstanceInfo) -> InstanceRecord:
@@ -185,6 +198,7 @@ class InstanceService:
             host_id=self.link.host_id,
         )
         rec.capabilities, rec.image_ref = provider_facts(info)
+        set_sleep_facts(rec, sleep_facts(info))
         for name in (info.name, f"{info.name}-{info.instance_id[:8]}"):
             rec.name = name
             try:
@@ -371,6 +385,40 @@ class InstanceService:
             raise OperationFailed("instance.start_failed", info.note or f"state {info.state}")
         return {"instance_id": rec.id, "state": info.state}
 
+    # -- sleep ---------------------------------------------------------------------------------
+
+    async def _sleep_call(self, instance_id: str, request: m.Request) -> tuple[InstanceRecord, m.InstanceInfo]:
+        """An operator's sleep, wake or idle policy for an instance of this host, answered at once
+        (not an operation: hostd bounds it), its row folded with hostd's answer."""
+        rec = await self.catalog.record(instance_id)
+        if rec.runtime not in HOSTD_RUNTIMES:
+            raise Unimplemented("runtime.not_implemented", f"runtime {rec.runtime!r} is not implemented yet")
+        self.catalog.require_ours(rec)
+        busy = self.catalog.busy(instance_id)
+        if busy is not None:
+            raise InvalidState("instance.invalid_state", f"operation {busy} is in progress on this instance")
+        self.link.require_ready()
+        reply = await self.link.call(request, timeout=LIFECYCLE_TIMEOUT_S.get(rec.runtime))
+        info: m.InstanceInfo = reply.instance
+        async with self._fold_lock:
+            fresh = await self.store.instances.get(instance_id)
+            return (await self._fold(fresh, info) if fresh is not None else rec), info
+
+    async def sleep(self, instance_id: str, how: m.SleepForm | None, *, pushing: bool) -> InstanceRecord:
+        """Put the instance to sleep now; Conflict ``instance.busy`` under work (an exec, an
+        attached terminal: hostd's word; ``pushing``: a push delivery still behind)."""
+        if pushing:
+            raise Conflict("instance.busy", f"instance {instance_id} stays awake: push deliveries are still behind")
+        return (await self._sleep_call(instance_id, m.InstanceSleepRequest(instance_id=instance_id, how=how)))[0]
+
+    async def wake(self, instance_id: str) -> InstanceRecord:
+        """Wake the instance (whatever its policy says); nothing to do if it is awake."""
+        return (await self._sleep_call(instance_id, m.InstanceWakeRequest(instance_id=instance_id)))[0]
+
+    async def set_idle(self, instance_id: str, idle: m.IdlePolicy | None) -> InstanceRecord:
+        """Replace the instance's idle policy (None: it never sleeps by itself)."""
+        return (await self._sleep_call(instance_id, m.InstanceIdleSetRequest(instance_id=instance_id, idle=idle)))[0]
+
     async def reprovision(self, instance_id: str, loadout: str | None) -> OperationRecord:
         """Re-run provisioning for the same id: hostd destroys the instance and provisions it again
         with the given loadout (else its current one), its name, labels and a working dir the
@@ -416,6 +464,7 @@ class InstanceService:
             command=service,
             start=was_running,
             loadout=loadout,
+            idle=info.idle,
         )
         try:
             info = (await self.link.call(call)).instance

@@ -39,6 +39,8 @@ import msgspec
 import trio
 import yaml
 
+from agentic_sandbox.proto.messages import IdlePolicy
+
 from ..errors import Conflict, ControllerError, ValidationFailed
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,8 @@ class LoadoutManifest(_Strict, kw_only=True):
     image: Annotated[str, msgspec.Meta(min_length=1, max_length=512)] | None = None
     runtime_options: RuntimeOptions | None = None
     compatibility: list[Compatibility] = []
+    #: When its instances sleep by themselves (an instance's own ``idle`` overrides it): docs/sleep.md.
+    idle: IdlePolicy | None = None
 
 
 class LoadoutView(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -147,6 +151,7 @@ class LoadoutView(msgspec.Struct, kw_only=True, omit_defaults=True):
     image: str | None = None
     runtime_options: RuntimeOptions | None = None
     compatibility: list[Compatibility] = []
+    idle: IdlePolicy | None = None
     manifest: str | None = None
 
 
@@ -182,6 +187,10 @@ class Loadout:
     def image(self) -> str | None:
         return self.manifest.image
 
+    @property
+    def idle(self) -> IdlePolicy | None:
+        return self.manifest.idle
+
     def view(self, *, with_manifest: bool = False) -> LoadoutView:
         m = self.manifest
         compatibility = m.compatibility or [
@@ -204,6 +213,7 @@ class Loadout:
             builtin=self.builtin,
             runtime_options=m.runtime_options,
             compatibility=compatibility,
+            idle=m.idle,
             manifest=self.text if with_manifest else None,
         )
 

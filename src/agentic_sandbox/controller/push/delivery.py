@@ -120,6 +120,8 @@ class PushDelivery:
         self.sender = Sender(allow_private=config.push_allow_private, timeout=config.push_timeout_s)
         self._nursery: trio.Nursery | None = None
         self._workers: dict[Key, trio.CancelScope] = {}
+        #: The workers delivering now (claimed, config read), by config.
+        self._running: dict[Key, _Worker] = {}
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -143,6 +145,10 @@ class PushDelivery:
     def delivering(self) -> list[Key]:
         """The configs (task id, config id) with a worker here now."""
         return list(self._workers)
+
+    def behind(self) -> set[str]:
+        """The instances with events still to push from here (they stay awake: docs/sleep.md)."""
+        return {w.cfg.instance_id for w in self._running.values() if w.depth > 0}
 
     async def recover(self) -> None:
         """At start: on the embedded store a worker for every config with events left to
@@ -209,7 +215,7 @@ class PushDelivery:
             cfg = await self.store.push.get(task_id, config_id)
             if cfg is None:
                 return True
-            worker = _Worker(self, cfg)
+            worker = self._running[key] = _Worker(self, cfg)
             await worker.run()
             await self.store.push.release(task_id, config_id, self.owner)
             return True
@@ -229,6 +235,8 @@ class PushDelivery:
         finally:
             if worker is not None:
                 worker.gauge.dec(worker.depth)
+                if self._running.get(key) is worker:
+                    del self._running[key]
 
     async def deliver(self, target: _Target, body: bytes, guard: Guard) -> bool:
         """POST ``body`` until a 2xx or the retry budget is spent; True if delivered. ``guard``

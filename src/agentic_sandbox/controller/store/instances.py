@@ -47,6 +47,12 @@ class InstanceRecord(msgspec.Struct, kw_only=True):
     image_ref: str | None = None
     #: The host it runs on (schema step 10; None: a row from before hosts were recorded, not placed yet).
     host_id: str | None = None
+    #: Schema step 11, hostd's word: how it sleeps now (``how``, ``since``, ``cause``; None while
+    #: awake), its idle policy, and how many times it slept and woke.
+    sleep: dict[str, Any] | None = None
+    idle: dict[str, Any] | None = None
+    sleeps: int = 0
+    wakes: int = 0
 
 
 def _record(row: Any) -> InstanceRecord:
@@ -66,6 +72,10 @@ def _record(row: Any) -> InstanceRecord:
         capabilities=from_json(row["capabilities"]) or [],
         image_ref=row["image_ref"],
         host_id=row["host_id"],
+        sleep=from_json(row["sleep"]),
+        idle=from_json(row["idle"]),
+        sleeps=row["sleeps"],
+        wakes=row["wakes"],
     )
 
 
@@ -86,6 +96,10 @@ def _values(rec: InstanceRecord) -> tuple[Any, ...]:
         to_json(rec.capabilities),
         rec.image_ref,
         rec.host_id,
+        to_json(rec.sleep) if rec.sleep is not None else None,
+        to_json(rec.idle) if rec.idle is not None else None,
+        rec.sleeps,
+        rec.wakes,
     )
 
 
@@ -101,8 +115,8 @@ class InstanceTable:
             try:
                 db.execute(
                     "INSERT INTO instances (id, name, runtime, provider, state, loadout, working_dir, labels, source,"
-                    " note, created_at, updated_at, capabilities, image_ref, host_id)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " note, created_at, updated_at, capabilities, image_ref, host_id, sleep, idle, sleeps, wakes)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     values,
                 )
             except self._db.integrity_errors as exc:
@@ -110,19 +124,26 @@ class InstanceTable:
 
         await self._db.run(insert)
 
-    async def update(self, rec: InstanceRecord, *, expect_state: str | None = None) -> bool:
-        """Write the row; with ``expect_state``, only if the stored state is that (else False)."""
+    async def update(
+        self, rec: InstanceRecord, *, expect_state: str | None = None, expect_counts: tuple[int, int] | None = None
+    ) -> bool:
+        """Write the row; with ``expect_state`` (and ``expect_counts``: sleeps, wakes), only if the
+        stored row holds those (else False: another controller wrote the change first)."""
         values: tuple[Any, ...] = (*_values(rec)[1:], rec.id)
         sql = (
             "UPDATE instances SET name=?, runtime=?, provider=?, state=?, loadout=?, working_dir=?,"
-            " labels=?, source=?, note=?, created_at=?, updated_at=?, capabilities=?, image_ref=?, host_id=?"
+            " labels=?, source=?, note=?, created_at=?, updated_at=?, capabilities=?, image_ref=?, host_id=?,"
+            " sleep=?, idle=?, sleeps=?, wakes=?"
             " WHERE id=?"
         )
         if expect_state is not None:
             sql += " AND state=?"
             values = (*values, expect_state)
+        if expect_counts is not None:
+            sql += " AND sleeps=? AND wakes=?"
+            values = (*values, *expect_counts)
         cursor = await self._db.run(lambda db: db.execute(sql, values))
-        return bool(cursor.rowcount == 1) or expect_state is None
+        return bool(cursor.rowcount == 1) or (expect_state is None and expect_counts is None)
 
     async def get(self, instance_id: str) -> InstanceRecord | None:
         row = await self._db.quick(

@@ -291,7 +291,28 @@ ALTER TABLE instances ADD COLUMN host_id TEXT;
 CREATE INDEX IF NOT EXISTS instances_by_host ON instances (host_id, state);
 """
 
-STEPS: tuple[str, ...] = (STEP_1, STEP_2, STEP_3, STEP_4, STEP_5, STEP_6, STEP_7, STEP_8, STEP_9, STEP_10)
+#: Step 11: instances that sleep (issue 27): how one sleeps now (JSON, null while awake), its idle
+#: policy (JSON), and hostd's counts of its sleeps and wakes (a change is announced once).
+STEP_11 = """
+ALTER TABLE instances ADD COLUMN sleep TEXT;
+ALTER TABLE instances ADD COLUMN idle TEXT;
+ALTER TABLE instances ADD COLUMN sleeps INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE instances ADD COLUMN wakes INTEGER NOT NULL DEFAULT 0;
+"""
+
+STEPS: tuple[str, ...] = (
+    STEP_1,
+    STEP_2,
+    STEP_3,
+    STEP_4,
+    STEP_5,
+    STEP_6,
+    STEP_7,
+    STEP_8,
+    STEP_9,
+    STEP_10,
+    STEP_11,
+)
 #: What PostgreSQL runs after a step's common SQL, by step number.
 POSTGRES_ONLY: dict[int, str] = {8: POSTGRES_STEP_8}
 

@@ -500,6 +500,11 @@ class TaskService:
             except StoreClosed:
                 return
 
+    def parked_execs(self) -> builtins.list[str]:
+        """The execs of the tasks run here that wait for an answer (``input-required``,
+        ``auth-required``): they do not keep their instance awake (docs/sleep.md)."""
+        return [rec.exec_id for rec in self._live.values() if rec.state in RESUMED_BY_MESSAGE and rec.exec_id]
+
     def _spawn(self, rec: TaskRecord, *, artifacts: builtins.list[dict[str, Any]]) -> None:
         assert self._nursery is not None, "TaskService.attach was not called"
         self._live[rec.id] = rec
