@@ -257,3 +257,24 @@ async def test_a_hostd_restart_or_upgrade_keeps_it_asleep_and_wakeable(hostd: Ho
         assert info.host is not None and info.host.cgroup is not None
         await client.call(m.InstanceDestroyRequest(instance_id=iid))
         assert not Path(info.host.cgroup).exists()
+
+
+async def test_an_attach_wakes_the_instance_and_keeps_it_awake(hostd: HostdProcess) -> None:
+    async with connected(hostd) as client:
+        info = await provision(client, idle=m.IdlePolicy(after_s=1))
+        iid = info.instance_id
+        session = (await client.call(m.SessionCreateRequest(instance_id=iid, argv=["cat"]))).session
+        await wait_state(client, iid, "sleeping")
+        async with client.stream(m.SessionSubscribeRequest(session_id=session.session_id)) as events:
+            info = await wait_state(client, iid, "running", within=5)
+            assert info.last_wake is not None and info.last_wake.cause == "attach"
+            await client.call(m.SessionWriteRequest(session_id=session.session_id, data=b"still here\n"))
+            out = b""
+            with trio.fail_after(5):
+                async for ev in events:
+                    if isinstance(ev, m.SessionOutput):
+                        out += ev.data
+                        if out.count(b"still here") >= 2:
+                            break
+            await trio.sleep(1.5)  # past after_s, attached: awake
+            assert (await get(client, iid)).state == "running"

@@ -93,7 +93,8 @@ class InstanceSleep:
         """What the controller saw (see :class:`~agentic_sandbox.proto.messages.InstanceActivityRequest`)."""
         now = time.monotonic()
         for instance_id in req.instance_ids:
-            self._last[instance_id] = now
+            if instance_id in self._table.instances:  # another host's: its own hostd hears of it
+                self._last[instance_id] = now
         until = now + PARKED_TTL_S
         for exec_id in req.parked_execs:
             self._parked[exec_id] = until

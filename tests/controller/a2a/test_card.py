@@ -7,11 +7,10 @@ JWKS publishes.
 
 from __future__ import annotations
 
-import os
-
 import base64
 import copy
 import json
+import os
 from typing import Any
 
 import httpx
