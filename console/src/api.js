@@ -74,6 +74,7 @@ const id = encodeURIComponent;
 export const admin = {
   instances: (signal) => request('GET', '/api/v2/admin/instances', {signal}),
   instance: (iid, signal) => request('GET', `/api/v2/admin/instances/${id(iid)}`, {signal}),
+  wake: (iid, signal) => request('POST', `/api/v2/admin/instances/${id(iid)}/wake`, {signal}),
   sessions: (iid, signal) => request('GET', `/api/v2/admin/instances/${id(iid)}/sessions`, {signal}),
   session: (iid, sid, signal) => request('GET', `/api/v2/admin/instances/${id(iid)}/sessions/${id(sid)}`, {signal}),
   createSession: (iid, body) => request('POST', `/api/v2/admin/instances/${id(iid)}/sessions`, {body}),

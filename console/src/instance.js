@@ -4,7 +4,7 @@
 import {ApiError, admin} from './api.js';
 import {every, h, replace, section, show, table, when} from './dom.js';
 import {eventsSection, tasksSection} from './feeds.js';
-import {errorLine, hostAccessMark, providerOf} from './instances.js';
+import {errorLine, hostAccessMark, providerOf, stateBadge} from './instances.js';
 
 const SESSIONS_REFRESH_MS = 3000;
 const DEFAULT_ARGV = '/bin/bash -l'; // the API's default, shown as the placeholder
@@ -33,7 +33,7 @@ function summary(instance) {
     ['Id', instance.id],
     ['Runtime', instance.runtime],
     ['Provider', providerOf(instance)],
-    ['State', instance.state],
+    ['State', h('span', {id: 'instance-state'}, stateBadge(instance))],
     ['Loadout', instance.loadout || '—'],
     ['Created', when(instance.created_at)],
   ];
@@ -120,6 +120,19 @@ function sessionsSection(instanceId, signal, go) {
   return element;
 }
 
+/**
+ * Opening a sleeping instance wakes it (a person looking at it wants it awake): the badge says so
+ * meanwhile. A token that may not wake it (an instance's own) leaves it asleep; its terminal, once
+ * opened, wakes it all the same.
+ */
+function wakeOnOpen(head, instance, signal) {
+  const state = head.querySelector('#instance-state');
+  replace(state, h('span', {class: 'state state-sleeping mark'}, 'waking…'));
+  admin.wake(instance.id, signal).then(
+    (woken) => replace(head, summary(woken)),
+    () => { if (!signal.aborted) replace(state, stateBadge(instance)); });
+}
+
 /** Mounts the instance page; `named(name)` tells the app the instance's name (breadcrumbs). */
 export function instancePage(view, {instanceId, signal, go, named}) {
   const head = h('div', {}, h('p', {}, 'Loading…'));
@@ -128,6 +141,7 @@ export function instancePage(view, {instanceId, signal, go, named}) {
     (instance) => {
       named(instance.name);
       replace(head, summary(instance));
+      if (instance.state === 'sleeping') wakeOnOpen(head, instance, signal);
       view.append(
         sessionsSection(instanceId, signal, go),
         tasksSection(instanceId, signal),

@@ -15,6 +15,14 @@ export function providerOf(instance) {
   return instance.provider || (instance.host_daemon ? instance.host_daemon.label : '—');
 }
 
+/** The instance's state; a sleeping one's badge says how it sleeps, since when and why. */
+export function stateBadge(instance) {
+  const {state, sleep} = instance;
+  if (state !== 'sleeping' || !sleep) return h('span', {class: `state state-${state}`}, state);
+  const title = `asleep (${sleep.how}) since ${when(sleep.since)}, ${sleep.cause}; traffic wakes it`;
+  return h('span', {class: 'state state-sleeping mark', title}, `sleeping · ${sleep.how}`);
+}
+
 export function errorLine(error) {
   return h('p', {class: 'error', role: 'alert'}, error.message);
 }
@@ -26,7 +34,7 @@ const COLUMNS = [
   },
   {title: 'Runtime', cell: (i) => i.runtime},
   {title: 'Provider', cell: providerOf},
-  {title: 'State', cell: (i) => h('span', {class: `state state-${i.state}`}, i.state)},
+  {title: 'State', cell: stateBadge},
   {title: 'Loadout', cell: (i) => i.loadout || '—'},
   {title: 'Created', cell: (i) => when(i.created_at)},
   {title: 'Access', cell: hostAccessMark},

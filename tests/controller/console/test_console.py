@@ -294,3 +294,27 @@ async def test_another_instances_token_sees_nothing_of_this_one(served: Served, 
     await browser.click("#signout")
     await browser.find("#token-input")
     assert await browser.js("return sessionStorage.length") == 0
+
+
+@pytest.mark.slow
+async def test_a_sleeping_instance_wears_its_badge_and_opening_it_wakes_it(served: Served, browser: Browser) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("host instances freeze in the cgroup freezer (root)")
+    dev_id = await served.dev_instance()
+    async with served.admin() as admin:
+        slept = await admin.post(f"/api/v2/admin/instances/{dev_id}/sleep")
+        assert slept.status_code == 200 and slept.json()["state"] == "sleeping", slept.text
+        await sign_in(browser, served.url, ADMIN_TOKEN)
+        await browser.until(
+            lambda: "sleeping · freeze" in browser.driver.find_element("id", "instances").text, "the badge"
+        )
+        badge = browser.driver.find_element("css selector", "#instances .state-sleeping")
+        assert "operator; traffic wakes it" in (badge.get_attribute("title") or "")
+        assert (await admin.get(f"/api/v2/admin/instances/{dev_id}")).json()["state"] == "sleeping"
+        await browser.click(f'#instances a[href="#/instances/{dev_id}"]')
+        await browser.until(
+            lambda: browser.driver.find_element("id", "instance-state").text == "running", "the instance awake"
+        )
+        body = (await admin.get(f"/api/v2/admin/instances/{dev_id}")).json()
+    assert body["state"] == "running" and body["provider_state"]["last_wake"]["cause"] == "operator"
+    await no_problems(browser)
