@@ -190,6 +190,13 @@ async def test_instance_lifecycle(hostd: Hostd) -> None:
     started = json.loads(await out(hostd, "instance", "start", "box", "--json"))  # by name
     assert started["state"] == "running"
     assert started["host"]["pid"]
+    if "instance.sleep.freeze" in started["capabilities"]:  # hostd has cgroups to freeze in
+        assert (await out(hostd, "instance", "sleep", "box")).split() == ["box-1", "sleeping/freeze"]
+        assert "sleeping/freeze" in (await out(hostd, "instances")).split()
+        woke = json.loads(await out(hostd, "instance", "wake", "box-1", "--json"))
+        assert (woke["state"], woke["last_wake"]["cause"]) == ("running", "operator")
+        refused = await run_ctl(hostd, "instance", "sleep", "box", "--how", "save", rc=1)
+        assert b"capability.unsupported" in refused.stderr
     assert (await out(hostd, "instance", "stop", "box-1", "--grace", "1")).split() == ["box-1", "stopped"]
     assert (await out(hostd, "instance", "destroy", "box-1")).split() == ["box-1", "destroyed"]
 

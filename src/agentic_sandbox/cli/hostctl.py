@@ -212,6 +212,20 @@ async def cmd_instance_stop(client: HostdClient, args: argparse.Namespace) -> in
     return 0
 
 
+async def cmd_instance_sleep(client: HostdClient, args: argparse.Namespace) -> int:
+    instance_id = await _resolve_instance(client, args.instance)
+    request = m.InstanceSleepRequest(instance_id=instance_id, how=args.how)
+    print_instance((await client.call(request, timeout=MAKE_CALL_TIMEOUT_S)).instance, args.json)
+    return 0
+
+
+async def cmd_instance_wake(client: HostdClient, args: argparse.Namespace) -> int:
+    instance_id = await _resolve_instance(client, args.instance)
+    answer = await client.call(m.InstanceWakeRequest(instance_id=instance_id), timeout=MAKE_CALL_TIMEOUT_S)
+    print_instance(answer.instance, args.json)
+    return 0
+
+
 async def cmd_instance_destroy(client: HostdClient, args: argparse.Namespace) -> int:
     instance_id = await _resolve_instance(client, args.instance)
     request = m.InstanceDestroyRequest(instance_id=instance_id, grace_s=args.grace)
@@ -369,6 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("instance", metavar="ID")
         if name != "start":
             p.add_argument("--grace", type=float, help="seconds between SIGTERM and SIGKILL")
+    p = command(instance, "sleep", cmd_instance_sleep, "put a running instance to sleep now (docs/sleep.md)")
+    p.add_argument("instance", metavar="ID")
+    p.add_argument("--how", choices=("freeze", "save"), help="default: as its idle policy says, else freeze")
+    p = command(instance, "wake", cmd_instance_wake, "wake a sleeping instance")
+    p.add_argument("instance", metavar="ID")
 
     session = sub.add_parser("session", help="create or delete a PTY session").add_subparsers(
         dest="session_command", required=True, metavar="ACTION"

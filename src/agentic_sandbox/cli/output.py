@@ -80,7 +80,12 @@ def print_instance(info: m.InstanceInfo, as_json: bool) -> None:
     if as_json:
         print_json(info)
     else:
-        print(f"{info.instance_id} {info.state}" + (f" ({info.note})" if info.note else ""))
+        print(f"{info.instance_id} {_state(info)}" + (f" ({info.note})" if info.note else ""))
+
+
+def _state(info: m.InstanceInfo) -> str:
+    """The state; a sleeping instance's says how (``sleeping/freeze``)."""
+    return f"sleeping/{info.sleep.how}" if info.state == "sleeping" and info.sleep is not None else info.state
 
 
 def print_instances(infos: list[m.InstanceInfo], as_json: bool) -> None:
@@ -92,7 +97,7 @@ def print_instances(infos: list[m.InstanceInfo], as_json: bool) -> None:
             i.instance_id,
             i.name,
             f"{i.runtime}/{i.provider}",
-            i.state,
+            _state(i),
             opt(i.host.pid if i.host else None),
             str(i.sessions),
             str(i.execs),
