@@ -252,6 +252,14 @@ async def test_a_hostd_restart_or_upgrade_keeps_it_asleep_and_wakeable(hostd: Ho
         assert (code, out) == (0, b"back\n")
         info = await get(client, iid)
         assert info.state == "running" and info.wakes == 1 and not frozen(info)
+    # hostd went down between freezing an instance and writing it down: the next one thaws it.
+    hostd.stop()
+    assert info.host is not None and info.host.cgroup is not None
+    (Path(info.host.cgroup) / "cgroup.freeze").write_text("1")
+    hostd.start()
+    async with connected(hostd) as client:
+        info = await get(client, iid)
+        assert info.state == "running" and not frozen(info)
         # Destroying a sleeping instance leaves nothing frozen behind.
         await client.call(m.InstanceSleepRequest(instance_id=iid))
         assert info.host is not None and info.host.cgroup is not None

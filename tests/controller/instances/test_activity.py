@@ -17,8 +17,9 @@ from agentic_sandbox.controller.config import load_config
 from tests.controller.a2a.helpers import Agent, new_agent
 from tests.controller.a2a.test_hitl import ACTIVE, answer, ask_script, envelope_of, waiting
 from tests.controller.a2a.test_rest import message, send, settled, text_of
-from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller
+from tests.controller.conftest import LiveController, LiveHostd, controller_env, serve_controller, wait_operation
 from tests.controller.sse import SseEvent, SseReader
+from tests.podman_service import PodmanStorage
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="host instances freeze in the cgroup freezer (root)")
 
@@ -171,3 +172,62 @@ async def test_a_controller_restart_while_it_sleeps_keeps_it_asleep_and_wakeable
             response = await send(client, "good morning")
         assert response.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
         assert (await instance(admin, agent.instance_id))["state"] == "running"
+
+
+# -- containers: a loadout's idle policy, a wake through A2A, a wake that fails -----------------
+
+SLEEPY_BOX = """name: sleepy-box
+version: "1"
+runtime: docker
+image: localhost/busybox:latest
+command: ["/bin/sh"]
+idle:
+  after_s: 1
+"""
+
+
+@pytest.fixture
+async def podman_live(short_dir: Path, tmp_path: Path, podman_storage: PodmanStorage) -> AsyncIterator[LiveController]:
+    hostd = LiveHostd(short_dir, env=podman_storage.hostd_env(short_dir / "podman.sock"))
+    await hostd.start()
+    try:
+        async with serve_controller(_config(hostd, tmp_path / "controller")) as controller:
+            yield controller
+    finally:
+        await hostd.close()
+
+
+@pytest.mark.podman
+async def test_a_container_sleeps_by_its_loadout_wakes_on_a_send_and_a_failed_wake_is_named(
+    podman_live: LiveController, podman_storage: PodmanStorage
+) -> None:
+    async with podman_live.client() as admin:
+        created = await admin.post("/api/v2/admin/loadouts", json={"name": "sleepy-box", "manifest": SLEEPY_BOX})
+        assert created.status_code == 201, created.text
+        assert created.json()["idle"] == {"after_s": 1, "sleep": "freeze", "wake_on_traffic": True}
+        response = await admin.post(
+            "/api/v2/admin/instances", json={"name": "box", "runtime": "docker", "loadout": "sleepy-box"}
+        )
+        assert response.status_code == 202, response.text
+        token = response.json()["a2a_token"]
+        op = await wait_operation(admin, response.json()["id"], timeout=60)
+        assert op["state"] == "succeeded", op
+        iid = op["result"]["instance_id"]
+        agent = Agent(iid, token, f"{podman_live.url}/agents/{iid}")
+        asleep = await wait_state(admin, iid, "sleeping")
+        assert asleep["sleep"]["how"] == "freeze" and asleep["provider_state"]["status"] == "paused"
+        async with agent.client(podman_live) as client:
+            response = await send(client, "echo from-a-paused-box")
+            assert response.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED", response.text
+            assert text_of(response.json()["task"], "stdout") == "from-a-paused-box\n"
+            await wait_state(admin, iid, "sleeping")
+            # Its container removed behind hostd's back while it sleeps: the wake fails, and says why.
+            removed = await trio.run_process(
+                [*podman_storage.argv(), "rm", "-f", f"aiwg-{iid}"], capture_stdout=True, check=False
+            )
+            assert removed.returncode == 0
+            refused = await send(client, "echo never")
+        assert refused.status_code == 503, refused.text
+        assert iid in refused.text and "could not be woken" in refused.text and f"aiwg-{iid}" in refused.text
+        body = await instance(admin, iid)
+        assert body["state"] == "failed" and "sleep" not in body

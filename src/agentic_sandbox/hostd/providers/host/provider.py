@@ -216,12 +216,17 @@ class HostProvider(Provider):
             host.cgroup = str(cgroup) if cgroup else None
         run.child_env = directory.child_env(info, instance.env)
         now = time.time()
+        frozen = host.cgroup is not None and Cgroups.frozen(Path(host.cgroup))
         if info.state == "sleeping":
             # Still frozen: it sleeps on. Thawed meanwhile (by hand): it runs, as found.
-            frozen = host.cgroup is not None and Cgroups.frozen(Path(host.cgroup))
             info.state = "sleeping" if frozen else "running"
             if not frozen:
                 info.sleep = None
+        elif frozen and host.cgroup is not None:
+            # Frozen with its instance awake: a sleep hostd went down in the middle of (the freezer
+            # written, the record not). Nothing could run in it: thawed.
+            with contextlib.suppress(OSError):
+                (Path(host.cgroup) / "cgroup.freeze").write_text("0")
         if info.state in _LIVE_STATES and host.pid is not None:
             if proctree.pid_matches(host.pid, run.create_time):
                 info.adopted, info.note = True, None

@@ -456,6 +456,11 @@ class PodmanProvider(Provider):
             self._lose_contact(instance, exc.message)
             return
         self._settle(instance, attrs, adopting=True)
+        if info.state == "running" and info.container.status == "paused":
+            # Paused with its instance awake: a sleep that hostd went down in the middle of (the
+            # pause done, the record not written). Nothing could run in it: thawed.
+            await self._thaw_quietly(instance)
+            info.container.status = "running"
 
     def _lose_contact(self, instance: Instance, note: str) -> None:
         """Its container could not be asked for: the watcher settles it once podman answers. A
