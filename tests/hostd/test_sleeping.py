@@ -286,3 +286,17 @@ async def test_an_attach_wakes_the_instance_and_keeps_it_awake(hostd: HostdProce
                             break
             await trio.sleep(1.5)  # past after_s, attached: awake
             assert (await get(client, iid)).state == "running"
+
+
+async def test_ending_a_child_of_a_sleeping_instance_wakes_it_first(hostd: HostdProcess) -> None:
+    async with connected(hostd) as client:
+        info = await provision(client, idle=m.IdlePolicy(after_s=3600, wake_on_traffic=False))
+        iid = info.instance_id
+        ex = (await client.call(m.ExecStartRequest(instance_id=iid, argv=["sleep", "60"]))).exec
+        await client.call(m.InstanceActivityRequest(parked_execs=[ex.exec_id]))
+        await client.call(m.InstanceSleepRequest(instance_id=iid))
+        with trio.fail_after(5):
+            ended = (await client.call(m.ExecCancelRequest(exec_id=ex.exec_id, grace_s=1))).exec
+        assert ended.end_reason == "canceled" and ended.signal == 15  # SIGTERM, handled awake
+        info = await get(client, iid)
+        assert info.state == "running" and info.last_wake is not None and info.last_wake.cause == "exec.cancel"

@@ -163,10 +163,11 @@ class ChildRegistry(Generic[C]):
             if not c.deleted and (instance_id is None or c.instance_id == instance_id)
         ]
 
-    def instance_of(self, child_id: str) -> str | None:
-        """The instance the child runs in (None: no such child; the request's handler says so)."""
+    def instance_of(self, child_id: str, *, running: bool = False) -> str | None:
+        """The instance the child runs in (None: no such child, the request's handler says so;
+        ``running``: or it has ended)."""
         child = self._children.get(child_id)
-        return None if child is None else child.instance_id
+        return None if child is None or (running and not child.running) else child.instance_id
 
     def running_ids(self, instance_id: str) -> list[str]:
         """The instance's children that run now."""

@@ -285,6 +285,12 @@ class Handlers:
         if instance_id is not None:
             await self.instances.sleep.awake(instance_id, cause)
 
+    async def _wake_to_end(self, instance_id: str | None, cause: str) -> None:
+        """A running child of a sleeping instance is ended awake, whatever the instance's policy: a
+        frozen process handles no SIGTERM, and in a paused container not even a SIGKILL ends it."""
+        if instance_id is not None and self.instances.sleep.sleeping(instance_id):
+            await self.instances.sleep.wake(instance_id, cause)
+
     def _nudge(self, instance_id: str | None, cause: str) -> None:
         if instance_id is not None:
             self.instances.sleep.nudge(instance_id, cause)
@@ -317,6 +323,7 @@ class Handlers:
         return m.SessionSignalResponse()
 
     async def session_kill(self, req: m.SessionKillRequest) -> m.SessionKillResponse:
+        await self._wake_to_end(self.sessions.instance_of(req.session_id, running=True), "session.kill")
         return m.SessionKillResponse(session=await self.sessions.kill(req.session_id, req.grace_s))
 
     async def session_get(self, req: m.SessionGetRequest) -> m.SessionGetResponse:
@@ -326,6 +333,7 @@ class Handlers:
         return m.SessionListResponse(sessions=self.sessions.list(req.instance_id))
 
     async def session_delete(self, req: m.SessionDeleteRequest) -> m.SessionDeleteResponse:
+        await self._wake_to_end(self.sessions.instance_of(req.session_id, running=True), "session.kill")
         await self.sessions.delete(req.session_id)
         return m.SessionDeleteResponse()
 
@@ -351,12 +359,14 @@ class Handlers:
         return m.ExecControlAckResponse()
 
     async def exec_cancel(self, req: m.ExecCancelRequest) -> m.ExecCancelResponse:
+        await self._wake_to_end(self.execs.instance_of(req.exec_id, running=True), "exec.cancel")
         return m.ExecCancelResponse(exec=await self.execs.kill(req.exec_id, req.grace_s, reason="canceled"))
 
     async def exec_get(self, req: m.ExecGetRequest) -> m.ExecGetResponse:
         return m.ExecGetResponse(exec=self.execs.get(req.exec_id))
 
     async def exec_delete(self, req: m.ExecDeleteRequest) -> m.ExecDeleteResponse:
+        await self._wake_to_end(self.execs.instance_of(req.exec_id, running=True), "exec.cancel")
         await self.execs.delete(req.exec_id)
         return m.ExecDeleteResponse()
 
