@@ -32,6 +32,7 @@ def open_registry(config: HostdConfig, cgroups: Cgroups, nursery: trio.Nursery) 
     """An instance registry with this hostd's real providers, as ``hostd.main`` builds it."""
     registry = InstanceRegistry(config)
     registry.use_providers(make_providers(config, cgroups, nursery, registry.commit))
+    nursery.start_soon(registry.sleep.run)  # the idle watch and the wakes, as hostd.main starts them
     return registry
 
 

@@ -229,6 +229,38 @@ async def test_checkpoint_and_restore_keep_the_guest_memory(guest: Guest) -> Non
         assert (await client.call(m.CheckpointListRequest())).checkpoints == []
 
 
+def qemu_of(domain_name: str) -> list[int]:
+    """The QEMU processes running the domain (found by its name on their command line)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if any("qemu" in part for part in cmdline[:1]) and any(domain_name in part for part in cmdline):
+            found.append(proc.pid)
+    return found
+
+
+async def test_a_sleeping_guest_wakes_for_an_exec_frozen_or_saved_with_its_memory(guest: Guest) -> None:
+    async with open_hostd(guest.proc.socket_path) as client:
+        code, _out, _err = await run_exec(client, ["/bin/sh", "-c", "echo before-sleep > /tmp/asleep"])
+        assert code == 0
+        info = (await client.call(m.InstanceGetRequest(instance_id=IID))).instance
+        assert info.vm is not None and qemu_of(info.vm.domain)
+        for how in ("freeze", "save"):
+            info = (await client.call(m.InstanceSleepRequest(instance_id=IID, how=how), timeout=120)).instance
+            assert info.state == "sleeping" and info.sleep is not None and info.sleep.how == how
+            assert info.vm is not None
+            if how == "save":
+                assert qemu_of(info.vm.domain) == []  # its memory is on disk, QEMU is gone
+            # An exec sent to the sleeping guest wakes it and runs, the guest's memory as it was.
+            code, out, _err = await run_exec(client, ["/bin/cat", "/tmp/asleep"])
+            assert (code, out) == (0, b"before-sleep\n")
+            info = (await client.call(m.InstanceGetRequest(instance_id=IID))).instance
+            assert info.state == "running" and info.last_wake is not None
+            assert (info.last_wake.cause, info.last_wake.how) == ("exec", how)
+
+
 async def test_a_fork_runs_beside_its_source_with_a_copy_of_its_memory(guest: Guest) -> None:
     import libvirt
 

@@ -4,7 +4,8 @@ The test driver keeps its domains in this process (every connection to ``test://
 process shares them), needs no daemon and boots nothing, so these tests cover what hostd does
 with libvirt: define from the template with the metadata mark, start, stop with grace then destroy,
 undefine, image pinning, re-adoption by UUID and mark, domains that stop behind hostd's back, and
-an unreachable libvirt. Real guests are in ``tests/hostd/test_vmguest.py``.
+an unreachable libvirt, and sleep (suspend, managed save) and wake. Real guests are in
+``test_guest.py``.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ async def test_provider_publishes_only_what_the_test_driver_can_do(registry: Ins
     assert vm.capabilities == [
         "instance.start", "instance.stop", "instance.restart", "instance.destroy",
         "instance.snapshot", "instance.restore", "warm_pool.manage",
+        "instance.sleep.freeze", "instance.sleep.save",
     ]  # fmt: skip
 
 
@@ -386,3 +388,88 @@ async def test_stray_domains_are_reported_never_touched(
     finally:
         for dom in made:
             dom.undefine()
+
+
+# -- sleep: suspended (freeze) or managed-saved (save), and woken -------------------------------
+
+
+async def test_a_vm_freezes_and_saves_and_wakes_from_either(registry: InstanceRegistry, conn: Any) -> None:
+    vm = next(p for p in registry.providers() if p.runtime == "vm")
+    assert {"instance.sleep.freeze", "instance.sleep.save"} <= set(vm.capabilities)
+    info = await registry.provision(vm_req())
+    iid = info.instance_id
+    dom = domain_of(conn, info)
+
+    info = await registry.sleep.sleep(iid, "freeze", "operator")
+    assert info.state == "sleeping" and info.sleep is not None and info.sleep.how == "freeze"
+    assert dom.state()[0] == libvirt.VIR_DOMAIN_PAUSED
+    await trio.sleep(2.5)  # a watcher round: a paused domain is no stop of its own
+    assert registry.get(iid).state == "sleeping"
+    info, woke = await registry.sleep.wake(iid, "exec")
+    assert woke and info.state == "running" and dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+    assert info.last_wake is not None and (info.last_wake.cause, info.last_wake.how) == ("exec", "freeze")
+
+    info = await registry.sleep.sleep(iid, "save", "idle")
+    assert info.sleep is not None and info.sleep.how == "save"
+    assert not dom.isActive() and dom.hasManagedSaveImage(0)
+    await trio.sleep(2.5)  # shut off, but asleep: no stop of its own either
+    assert registry.get(iid).state == "sleeping"
+    info, woke = await registry.sleep.wake(iid, "attach")
+    assert woke and info.state == "running" and dom.isActive() and not dom.hasManagedSaveImage(0)
+    assert (info.sleeps, info.wakes) == (2, 2)
+
+
+async def test_a_policy_of_save_is_followed_and_a_saved_vm_is_destroyed_whole(
+    registry: InstanceRegistry, conn: Any
+) -> None:
+    info = await registry.provision(vm_req(idle=m.IdlePolicy(after_s=1, sleep="save")))
+    with trio.fail_after(10):
+        while (info := registry.get(info.instance_id)).state != "sleeping":
+            await trio.sleep(0.05)
+    assert info.sleep is not None and (info.sleep.how, info.sleep.cause) == ("save", "idle")
+    assert domain_of(conn, info).hasManagedSaveImage(0)
+    assert info.vm is not None and info.vm.uuid
+    await registry.destroy(info.instance_id, 0.1)
+    assert gone(conn, info.vm.uuid)
+
+
+async def test_a_stop_wakes_it_first_and_a_wake_that_cannot_be_is_named(registry: InstanceRegistry, conn: Any) -> None:
+    info = await registry.provision(vm_req())
+    await registry.sleep.sleep(info.instance_id, "save", "operator")
+    info = await registry.stop(info.instance_id, 0.1)
+    assert info.state == "stopped" and info.last_wake is not None and info.last_wake.cause == "stop"
+
+    other = await registry.provision(vm_req(name="lost"))
+    await registry.sleep.sleep(other.instance_id, "save", "operator")
+    dom = domain_of(conn, other)
+    dom.managedSaveRemove(0)  # its memory file lost behind hostd's back
+    with pytest.raises(RpcError) as failed:
+        await registry.sleep.wake(other.instance_id, "exec")
+    assert failed.value.code == ErrorCode.INSTANCE_WAKE_FAILED
+    assert other.instance_id in failed.value.message and "managed save image" in failed.value.message
+    assert registry.get(other.instance_id).state == "sleeping"  # as it was: nothing booted afresh
+
+
+async def test_a_vm_asleep_across_a_hostd_restart(config: HostdConfig, conn: Any, leak_check: None) -> None:
+    async with trio.open_nursery() as nursery:
+        first = await _open(config, nursery)
+        frozen = await first.provision(vm_req(name="frozen"))
+        saved = await first.provision(vm_req(name="saved"))
+        resumed = await first.provision(vm_req(name="resumed"))
+        for info, how in ((frozen, "freeze"), (saved, "save"), (resumed, "freeze")):
+            await first.sleep.sleep(info.instance_id, how, "operator")  # type: ignore[arg-type]
+        await first.shutdown()
+        nursery.cancel_scope.cancel()
+    domain_of(conn, resumed).resume()  # woken by hand while hostd was down
+    async with trio.open_nursery() as nursery:
+        second = await _open(config, nursery)
+        for info, how in ((frozen, "freeze"), (saved, "save")):
+            again = second.get(info.instance_id)
+            assert again.state == "sleeping" and again.sleep is not None and again.sleep.how == how
+            woken, woke = await second.sleep.wake(info.instance_id, "exec")
+            assert woke and woken.state == "running"
+        again = second.get(resumed.instance_id)
+        assert again.state == "running" and again.sleep is None
+        for info in (frozen, saved, resumed):
+            await second.destroy(info.instance_id, 0.1)
+        nursery.cancel_scope.cancel()

@@ -31,6 +31,13 @@ exec runs through qemu-guest-agent's ``guest-exec`` by :mod:`.guestexec` (both r
 ``python -m`` children).
 The test driver (``test://``) has neither a console nor an agent: its instances publish lifecycle
 capabilities only, and a session or exec is refused with ``capability.unsupported``.
+
+Sleep (:meth:`VmProvider.sleep`): ``freeze`` is ``virDomainSuspend`` (the vCPUs stop, QEMU keeps
+the memory; ``virDomainResume`` wakes it), ``save`` is ``virDomainManagedSave`` (the memory goes to
+libvirt's managed save file and QEMU exits; ``virDomainCreate`` restores it). The watcher looks at
+running instances only, so a sleeping one's paused or shut-off domain is never taken for a stop. A
+console session lives through a ``freeze``; after a ``save`` its console is gone and it ends, as after
+a reboot. The agent channel's relay waits for the port to come back.
 """
 
 from __future__ import annotations
@@ -68,6 +75,8 @@ _SHUTDOWN_POLL_S = 0.2
 _LIFECYCLE = ["instance.start", "instance.stop", "instance.restart", "instance.destroy"]
 #: libvirt save/restore, and warm pools of saved slots (each its own domain, booted and saved).
 _CHECKPOINTS = ["instance.snapshot", "instance.restore", "warm_pool.manage"]
+#: Suspended (memory kept) or managed-saved (memory on disk, QEMU gone).
+_SLEEP = ["instance.sleep.freeze", "instance.sleep.save"]
 MAX_STRAYS = 64
 #: The environment variable carrying the guest env of an exec to ``hostd.providers.libvirt.guestexec``.
 GUEST_ENV = "AIWG_GUEST_ENV"
@@ -100,8 +109,8 @@ class VmProvider(Provider):
 
     def capabilities(self) -> list[str]:
         if self._emulated:
-            return [*_LIFECYCLE, *_CHECKPOINTS]
-        return [*_LIFECYCLE, *_CHECKPOINTS, FORK, "session.pty", "exec"]
+            return [*_LIFECYCLE, *_CHECKPOINTS, *_SLEEP]
+        return [*_LIFECYCLE, *_CHECKPOINTS, *_SLEEP, FORK, "session.pty", "exec"]
 
     def instance_capabilities(self, info: m.InstanceInfo) -> list[str]:
         # A disk's state is not in a memory image: such a VM cannot be forked (saveimage refuses it).
@@ -219,6 +228,8 @@ class VmProvider(Provider):
                 dom = connection.lookup(conn, vm.uuid or "")
                 if dom is not None:
                     try:
+                        if dom.hasManagedSaveImage(0):  # a VM destroyed asleep: its memory file too
+                            dom.managedSaveRemove(0)
                         dom.undefine()
                     except Exception as exc:
                         if not connection.is_no_domain(exc):
@@ -253,6 +264,14 @@ class VmProvider(Provider):
             info.note = f"domain {vm.domain} no longer exists"
             return
         vm.uuid, active = found
+        sleep = info.sleep
+        if info.state == "sleeping" and sleep is not None:
+            asleep = await self._link.call(lambda conn: self._asleep(conn, vm, sleep))
+            if asleep:
+                info.adopted, info.note = True, None
+                return  # sleeps on, as hostd left it
+            info.sleep = None
+            info.state = "running" if active else "stopped"
         if active:
             info.state, info.adopted = "running", True
             info.note = "console sessions and execs from the previous hostd ended with it"
@@ -262,6 +281,60 @@ class VmProvider(Provider):
 
     async def shutdown(self) -> None:
         await trio.to_thread.run_sync(self._link.close)
+
+    # -- sleep ----------------------------------------------------------------------------------
+
+    async def sleep(self, instance: Instance, how: m.SleepForm) -> None:
+        vm = vm_detail(instance)
+
+        def fall_asleep(conn: Any) -> tuple[int, bool]:
+            dom = connection.existing(conn, vm)
+            if how == "freeze":
+                dom.suspend()
+            else:
+                dom.managedSave(0)
+            return dom.state()[0], bool(dom.hasManagedSaveImage(0))
+
+        verb = "suspended" if how == "freeze" else "saved"
+        try:
+            state, saved = await self._link.call(fall_asleep, timeout_s=LONG_CALL_TIMEOUT_S)
+        except RpcError as exc:
+            raise RpcError(exc.code, f"domain {vm.domain} could not be {verb}: {exc.message}", **exc.details) from exc
+        libvirt = connection.libvirt_module()
+        if how == "freeze":
+            asleep = state == libvirt.VIR_DOMAIN_PAUSED
+        else:
+            asleep = state == libvirt.VIR_DOMAIN_SHUTOFF and saved
+        if not asleep:
+            raise RpcError(
+                ErrorCode.PROVIDER_FAILED, f"domain {vm.domain} could not be {verb}: libvirt says it is {_state(state)}"
+            )
+
+    async def wake(self, instance: Instance, how: m.SleepForm) -> None:
+        vm = vm_detail(instance)
+
+        def wake_up(conn: Any) -> int:
+            libvirt = connection.libvirt_module()
+            dom = connection.existing(conn, vm)
+            state = dom.state()[0]
+            if state == libvirt.VIR_DOMAIN_PAUSED:
+                dom.resume()
+            elif not connection.is_active(dom):
+                if how == "save" and not dom.hasManagedSaveImage(0):
+                    # Booting it afresh would lose what ran in it: say so instead.
+                    raise RpcError(ErrorCode.PROVIDER_FAILED, f"the managed save image of domain {vm.domain} is gone")
+                dom.create()  # from the managed save image
+            return int(dom.state()[0])
+
+        try:
+            state = await self._link.call(wake_up, timeout_s=LONG_CALL_TIMEOUT_S)
+        except RpcError as exc:
+            gone = "no longer exists" in exc.message
+            if gone:
+                instance.info.state, instance.info.note = "failed", exc.message
+            raise RpcError(exc.code, f"domain {vm.domain} could not be woken: {exc.message}", **exc.details) from exc
+        if state != connection.libvirt_module().VIR_DOMAIN_RUNNING:
+            raise RpcError(ErrorCode.PROVIDER_FAILED, f"domain {vm.domain} is {_state(state)} after its wake")
 
     # -- checkpoints ----------------------------------------------------------------------------
 
@@ -362,7 +435,9 @@ class VmProvider(Provider):
             return await self._link.call(lambda conn: connection.channel_path(conn, vm, domain.AGENT_CHANNEL))
 
         def alive() -> bool:
-            return self._instances.get(instance_id) is instance and instance.info.state in ("starting", "running")
+            # Asleep too: an exec parked on its channel gets its answer through the port once awake.
+            live = ("starting", "running", "sleeping")
+            return self._instances.get(instance_id) is instance and instance.info.state in live
 
         mux = AgentMux(instance_id, port_path, lambda: Path(instance.info.instance_dir) / "control", alive)
         self._muxes[instance_id] = mux
@@ -376,6 +451,17 @@ class VmProvider(Provider):
         self._nursery.start_soon(run)
 
     # -- helpers (in worker threads) ------------------------------------------------------------
+
+    @staticmethod
+    def _asleep(conn: Any, vm: m.VmDetail, sleep: m.SleepDetail) -> bool:
+        """Whether the domain still sleeps as ``sleep`` says (paused; shut off with its image)."""
+        libvirt = connection.libvirt_module()
+        dom = connection.lookup(conn, vm.uuid or "")
+        if dom is None:
+            return False
+        if sleep.how == "freeze":
+            return bool(dom.state()[0] == libvirt.VIR_DOMAIN_PAUSED)
+        return not connection.is_active(dom) and bool(dom.hasManagedSaveImage(0))
 
     @staticmethod
     def _active(conn: Any, vm: m.VmDetail) -> bool:
@@ -494,3 +580,9 @@ class VmProvider(Provider):
         else:
             info.state, info.note = "stopped", f"domain {vm.domain} shut off by itself"
         self._commit(instance)
+
+
+def _state(state: int) -> str:
+    """libvirt's word for a domain state number."""
+    names = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutting down", 5: "shut off", 6: "crashed"}
+    return names.get(state, f"in state {state}")
