@@ -247,6 +247,8 @@ async def test_a_sleeping_guest_wakes_for_an_exec_frozen_or_saved_with_its_memor
         assert code == 0
         info = (await client.call(m.InstanceGetRequest(instance_id=IID))).instance
         assert info.vm is not None and qemu_of(info.vm.domain)
+        console = (await client.call(m.SessionCreateRequest(instance_id=IID, argv=["console"]))).session.session_id
+        await console_until(client, console, b"echo up\n", b"up")
         for how in ("freeze", "save"):
             info = (await client.call(m.InstanceSleepRequest(instance_id=IID, how=how), timeout=120)).instance
             assert info.state == "sleeping" and info.sleep is not None and info.sleep.how == how
@@ -259,6 +261,13 @@ async def test_a_sleeping_guest_wakes_for_an_exec_frozen_or_saved_with_its_memor
             info = (await client.call(m.InstanceGetRequest(instance_id=IID))).instance
             assert info.state == "running" and info.last_wake is not None
             assert (info.last_wake.cause, info.last_wake.how) == ("exec", how)
+            session = (await client.call(m.SessionGetRequest(session_id=console))).session
+            if how == "freeze":  # the console lives through a suspend and answers after it
+                assert session.state == "running"
+                await console_until(client, console, b"echo awake-$((6*7))\n", b"awake-42")
+            else:  # after a save the console it held is gone with its QEMU: it ended
+                assert session.state == "exited"
+        await client.call(m.SessionDeleteRequest(session_id=console))
 
 
 async def test_a_fork_runs_beside_its_source_with_a_copy_of_its_memory(guest: Guest) -> None:
