@@ -169,9 +169,13 @@ class ChildRegistry(Generic[C]):
         child = self._children.get(child_id)
         return None if child is None or (running and not child.running) else child.instance_id
 
-    def running_ids(self, instance_id: str) -> list[str]:
-        """The instance's children that run now."""
-        return [c.id for c in self._children.values() if c.running and not c.deleted and c.instance_id == instance_id]
+    def running_by_instance(self) -> dict[str, list[str]]:
+        """The children that run now, by instance (one pass over them all)."""
+        found: dict[str, list[str]] = {}
+        for c in self._children.values():
+            if c.running and not c.deleted:
+                found.setdefault(c.instance_id, []).append(c.id)
+        return found
 
     def count(self, instance_id: str | None = None) -> int:
         """Children held (running or exited, not yet deleted), of one instance or all."""

@@ -107,8 +107,8 @@ async def run_hostd(
             instances.on_stop.append(sessions.kill_instance)
             instances.on_stop.append(execs.kill_instance)
             instances.count_children = lambda iid: (sessions.count(iid), execs.count(iid))
-            instances.sleep.running_execs = execs.running_ids
-            instances.sleep.attached_sessions = sessions.attached
+            instances.sleep.running_execs = execs.running_by_instance
+            instances.sleep.attached_sessions = sessions.attached_by_instance
             instances.sleep.on_wake.append(execs.slept)
             execs.sleeping = instances.sleep.sleeping
             await registry_nursery.start(instances.sleep.run)

@@ -540,13 +540,13 @@ class SessionRegistry(ChildRegistry[Session]):
 
     # -- subscribers ------------------------------------------------------------------------
 
-    def attached(self, instance_id: str) -> builtins.list[str]:
-        """The instance's running sessions a terminal follows (they keep it awake)."""
-        return [
-            s.id
-            for s in self._children.values()
-            if s.subscribers and s.running and not s.deleted and s.instance_id == instance_id
-        ]
+    def attached_by_instance(self) -> dict[str, builtins.list[str]]:
+        """The running sessions a terminal follows (they keep their instance awake), by instance."""
+        found: dict[str, builtins.list[str]] = {}
+        for s in self._children.values():
+            if s.subscribers and s.running and not s.deleted:
+                found.setdefault(s.instance_id, []).append(s.id)
+        return found
 
     async def subscribe(
         self,

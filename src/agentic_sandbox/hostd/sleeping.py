@@ -51,6 +51,8 @@ PARKED_TTL_S = 30.0
 
 #: Hooks told of a wake: (instance id, seconds it slept).
 WakeHook = Callable[[str, float], None]
+#: The running execs and the attached sessions, by instance.
+Work = tuple[dict[str, list[str]], dict[str, list[str]]]
 
 
 class _Wake:
@@ -65,7 +67,9 @@ class InstanceSleep:
     """Sleep and wake of the instances of one table; see the module docstring.
 
     ``running_execs`` and ``attached_sessions`` (set by the caller, like the table's
-    ``count_children``) name an instance's running execs and the sessions a terminal is attached to.
+    ``count_children``) name the running execs and the sessions a terminal is attached to, by
+    instance: each one pass over them, made once per round of the idle watch, so a round costs
+    what the instances and children are in number, not their product.
     """
 
     def __init__(self, table: InstanceTable) -> None:
@@ -79,8 +83,8 @@ class InstanceSleep:
         #: instances the idle watch is putting to sleep right now
         self._falling: set[str] = set()
         self._nursery: trio.Nursery | None = None
-        self.running_execs: Callable[[str], list[str]] = lambda _id: []
-        self.attached_sessions: Callable[[str], list[str]] = lambda _id: []
+        self.running_execs: Callable[[], dict[str, list[str]]] = dict
+        self.attached_sessions: Callable[[], dict[str, list[str]]] = dict
         self.on_wake: list[WakeHook] = []
 
     # -- activity -------------------------------------------------------------------------------
@@ -107,13 +111,17 @@ class InstanceSleep:
         inst = self._table.instances.get(instance_id)
         return inst is not None and inst.info.state == "sleeping"
 
-    def busy(self, instance_id: str) -> str | None:
-        """What keeps the instance awake, or None."""
+    def _work(self) -> Work:
+        return self.running_execs(), self.attached_sessions()
+
+    def busy(self, instance_id: str, work: Work | None = None) -> str | None:
+        """What keeps the instance awake, or None (``work``: :meth:`_work`, when already read)."""
+        running, attached = work or self._work()
         now = time.monotonic()
-        execs = [e for e in self.running_execs(instance_id) if self._parked.get(e, 0.0) <= now]
+        execs = [e for e in running.get(instance_id, ()) if self._parked.get(e, 0.0) <= now]
         if execs:
             return f"exec {execs[0]} is running" + (f" (and {len(execs) - 1} more)" if len(execs) > 1 else "")
-        sessions = self.attached_sessions(instance_id)
+        sessions = attached.get(instance_id)
         if sessions:
             return f"a terminal is attached to session {sessions[0]}"
         return None
@@ -320,12 +328,16 @@ class InstanceSleep:
         """Instances whose idle policy says it is time; touches the busy ones."""
         now = time.monotonic()
         self._parked = {e: until for e, until in self._parked.items() if until > now}
-        due = []
-        for inst in list(self._table.instances.values()):
+        due: list[str] = []
+        watched = [i for i in self._table.instances.values() if i.info.idle is not None]
+        if not watched:
+            return due
+        work = self._work()
+        for inst in watched:
             info = inst.info
             if info.idle is None or info.state != "running" or info.pool is not None:
                 continue
-            if inst.lock.locked() or self.busy(inst.id) is not None:
+            if inst.lock.locked() or self.busy(inst.id, work) is not None:
                 self._last[inst.id] = now
                 continue
             if inst.id not in self._falling and now - self._last.setdefault(inst.id, now) >= info.idle.after_s:
