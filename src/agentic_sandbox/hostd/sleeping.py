@@ -90,8 +90,10 @@ class InstanceSleep:
     # -- activity -------------------------------------------------------------------------------
 
     def touch(self, instance_id: str) -> None:
-        """Something happened to the instance: its idle time starts over."""
-        self._last[instance_id] = time.monotonic()
+        """Something happened to the instance: its idle time starts over (an unknown id is not
+        kept: a request naming one is refused by its handler)."""
+        if instance_id in self._table.instances:
+            self._last[instance_id] = time.monotonic()
 
     def report(self, req: m.InstanceActivityRequest) -> None:
         """What the controller saw (see :class:`~agentic_sandbox.proto.messages.InstanceActivityRequest`)."""
