@@ -572,9 +572,14 @@ class TaskService:
             except NotFound:
                 pass  # already gone: its runner records the end
             except ControllerError as exc:
-                if exc.details.get("hostd_code") not in ("exec.not_found", "exec.exited"):
+                ended = exc.details.get("hostd_code") in ("exec.not_found", "exec.exited")
+                # A call that failed while the exec ended anyway (its runner recorded the end) has
+                # nothing left to report: the task's state is the answer.
+                if not ended and not (await self.get(instance_id, task_id)).terminal:
                     self._canceling.discard(rec.id)
                     raise
+                if not ended:
+                    log.info("task %s: ended while its cancel failed (%s)", rec.id, exc.message)
         with trio.move_on_after(CANCEL_WAIT_S):
             return await self.wait_settled(rec.id)
         return await self.get(instance_id, task_id)
