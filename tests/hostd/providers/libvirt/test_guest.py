@@ -250,6 +250,10 @@ async def test_a_sleeping_guest_wakes_for_an_exec_frozen_or_saved_with_its_memor
         console = (await client.call(m.SessionCreateRequest(instance_id=IID, argv=["console"]))).session.session_id
         await console_until(client, console, b"echo up\n", b"up")
         for how in ("freeze", "save"):
+            # The console's follower closed a moment ago: an attached terminal would keep it awake.
+            with trio.fail_after(10):
+                while (await client.call(m.SessionGetRequest(session_id=console))).session.subscribers:
+                    await trio.sleep(0.05)
             info = (await client.call(m.InstanceSleepRequest(instance_id=IID, how=how), timeout=120)).instance
             assert info.state == "sleeping" and info.sleep is not None and info.sleep.how == how
             assert info.vm is not None
