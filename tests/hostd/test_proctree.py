@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import threading
+from pathlib import Path
 
 import psutil
 import trio
 
-from agentic_sandbox.hostd.proctree import TREE_ENV, survey, terminate_tree
+from agentic_sandbox.hostd.proctree import TREE_ENV, Cgroups, survey, terminate_tree
 from tests.processes import alive, tree_procs
 
 
@@ -79,3 +82,31 @@ async def test_a_mark_is_read_whole_wherever_it_stands_in_the_environment() -> N
         for proc in procs + lookalikes:
             proc.kill()
             proc.wait()
+
+
+def test_a_cgroup_tree_removed_while_it_is_walked_is_read_as_far_as_it_stands(tmp_path: Path) -> None:
+    """An exec's cgroup goes away the moment its last process exits, which may be in the middle of
+    a survey of it: the walk reads what is left instead of raising (seen as an ExecCancel failing
+    inside hostd). Plain directories stand in for cgroups: the walk only reads ``cgroup.procs``."""
+    root = tmp_path / "instance"
+    (root / "main").mkdir(parents=True)
+    (root / "main" / "cgroup.procs").write_text("7\n")
+    stop = threading.Event()
+
+    def churn() -> None:  # an exec's cgroup, made and removed over and over
+        while not stop.is_set():
+            leaf = root / "x-exec" / "inner"
+            leaf.mkdir(parents=True, exist_ok=True)
+            (leaf / "cgroup.procs").write_text("9\n")
+            shutil.rmtree(root / "x-exec", ignore_errors=True)
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        for _ in range(3000):
+            assert 7 in Cgroups.pids(root)
+    finally:
+        stop.set()
+        worker.join()
+    assert Cgroups.pids(root) == {7}
+    assert Cgroups.pids(tmp_path / "gone") == set()

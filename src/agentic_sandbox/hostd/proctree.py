@@ -154,13 +154,16 @@ class Cgroups:
 
     @staticmethod
     def pids(path: Path | None) -> set[int]:
-        """Every pid in ``path`` and the cgroups below it."""
-        if path is None or not path.exists():
+        """Every pid in ``path`` and the cgroups below it.
+
+        The tree may be removed while it is walked (its last process just exited): ``os.walk``
+        skips a directory that is gone, where ``Path.rglob`` raises."""
+        if path is None:
             return set()
         found: set[int] = set()
-        for procs in path.rglob("cgroup.procs"):
+        for cgroup, _dirs, _files in os.walk(path):
             with contextlib.suppress(OSError):
-                found.update(int(line) for line in procs.read_text().split())
+                found.update(int(line) for line in Path(cgroup, "cgroup.procs").read_text().split())
         return found
 
     @staticmethod
