@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 import socket
 import ssl
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agentic_sandbox.controller.app import conformance_member
 from agentic_sandbox.controller.config import (
     DEFAULT_V1_SUNSET,
     PROD_HOSTD_SOCKET,
@@ -141,7 +143,7 @@ def test_the_advertised_url() -> None:
     config = load_config(env={**env, "AIWG_LISTEN": "127.0.0.1:8122"})
     assert advertised_url(config) == "http://127.0.0.1:8122"
     assert advertised_url(config, "http://127.0.0.1:40123") == "http://127.0.0.1:40123"  # the port bound
-    wildcard = load_config(env={**env, "AIWG_LISTEN": "0.0.0.0:8122"})
+    wildcard = load_config(env={**env, "AIWG_LISTEN": "0.0.0.0:8122", "AIWG_ALLOW_PLAINTEXT": "1"})
     assert advertised_url(wildcard) == f"http://{socket.gethostname()}:8122"
     assert advertised_url(load_config(env={**env, "AIWG_LISTEN": "[::1]:9"})) == "http://[::1]:9"
     chosen = load_config(env={**env, "AIWG_ADVERTISE_URL": "https://h1.example:8443/"})
@@ -219,3 +221,80 @@ async def test_tls_is_served_with_the_configured_pair(hostd: LiveHostd, tmp_path
             response = await client.get(f"https://localhost:{port}/healthz")
         assert response.status_code == 200
         assert response.json() == {"status": "alive"}
+
+
+def test_upstreams_listen_addr_and_secrets_dir(tmp_path: Path) -> None:
+    base = {"AIWG_STATE_DIR": str(tmp_path / "state")}
+    config = load_config(env={**base, "LISTEN_ADDR": "127.0.0.1:8120", "SECRETS_DIR": str(tmp_path / "secrets")})
+    # Upstream's layout: gRPC on P, its WebSocket port P+1, HTTP on P+2.
+    assert (config.grpc_listen, config.legacy_pty_listen, config.listen) == (
+        "127.0.0.1:8120",
+        "127.0.0.1:8121",
+        "127.0.0.1:8122",
+    )
+    assert config.admin_token_file == str(tmp_path / "secrets" / "admin.token")
+    assert config.operator_tokens_file == str(tmp_path / "secrets" / "operator-tokens.toml")
+    # Ours win where both are set.
+    ours = load_config(env={**base, "LISTEN_ADDR": "127.0.0.1:8120", "AIWG_LISTEN": "127.0.0.1:9000"})
+    assert (ours.listen, ours.grpc_listen) == ("127.0.0.1:9000", "127.0.0.1:8120")
+    assert load_config(env=base).operator_tokens_file is None  # no secrets dir: no file
+    with pytest.raises(ConfigError, match=re.escape("LISTEN_ADDR='127.0.0.1:65534': its port P must be 1-65533")):
+        load_config(env={**base, "LISTEN_ADDR": "127.0.0.1:65534"})
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ({"AIWG_LISTEN": "0.0.0.0:8122"}, "AIWG_LISTEN='0.0.0.0:8122' would serve without TLS"),
+        ({"AIWG_LISTEN": "10.1.2.3:8122"}, "non-loopback"),
+        ({"AIWG_GRPC_LISTEN": "[::]:50051"}, "AIWG_GRPC_LISTEN"),
+        ({"AIWG_LEGACY_PTY_LISTEN": "0.0.0.0:8121"}, "plain ws://"),
+        ({"LISTEN_ADDR": "0.0.0.0:8120"}, "AIWG_LISTEN='0.0.0.0:8122'"),
+    ],
+)
+def test_plaintext_on_a_non_loopback_address_is_refused_unless_allowed(
+    tmp_path: Path, extra: dict[str, str], says: str
+) -> None:
+    env = {"AIWG_STATE_DIR": str(tmp_path), **extra}
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load_config(env=env)
+    assert load_config(env={**env, "AIWG_ALLOW_PLAINTEXT": "1"}).allow_plaintext
+    for loopback in ("127.0.0.1:1", "localhost:1", "[::1]:1", "127.9.9.9:1"):
+        assert load_config(env={"AIWG_STATE_DIR": str(tmp_path), "AIWG_LISTEN": loopback}).listen == loopback
+
+
+def test_client_certificates_need_https_a_ca_and_a_mode(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path)
+    tls = {"AIWG_STATE_DIR": str(tmp_path), "AIWG_TLS_CERT": str(cert), "AIWG_TLS_KEY": str(key)}
+    with pytest.raises(ConfigError, match="needs HTTPS"):
+        load_config(env={"AIWG_STATE_DIR": str(tmp_path), "AIWG_TLS_CLIENT_AUTH": "required"})
+    with pytest.raises(ConfigError, match="needs AIWG_TLS_CLIENT_CA"):
+        load_config(env={**tls, "AIWG_TLS_CLIENT_AUTH": "optional"})
+    with pytest.raises(ConfigError, match="is not a readable file"):
+        load_config(env={**tls, "AIWG_TLS_CLIENT_AUTH": "optional", "AIWG_TLS_CLIENT_CA": str(tmp_path / "nope")})
+    with pytest.raises(ConfigError, match="need AIWG_TLS_CLIENT_AUTH"):
+        load_config(env={**tls, "AIWG_MTLS_ADMIN_ALLOWLIST": "ops"})
+    with pytest.raises(ConfigError, match="is named twice"):
+        load_config(env={**tls, "AIWG_MTLS_ADMIN_ALLOWLIST": "ops,ops"})
+    config = load_config(
+        env={
+            **tls,
+            "AIWG_TLS_CLIENT_AUTH": "required",
+            "AIWG_TLS_CLIENT_CA": str(cert),
+            "AIWG_MTLS_ADMIN_ALLOWLIST": " ops.example , spiffe://x/y ",
+        }
+    )
+    assert (config.tls_client_auth, config.mtls_admin_allowlist) == ("required", ("ops.example", "spiffe://x/y"))
+
+
+def test_the_conformance_fleet_cycles_the_three_runtimes() -> None:
+    members = [conformance_member(i) for i in range(4)]
+    assert members == [
+        ("00000000-0000-7000-8000-000000000001", "conformance", "host", "echo"),
+        ("00000000-0000-7000-8000-000000000002", "conformance-2", "docker", "busybox"),
+        ("00000000-0000-7000-8000-000000000003", "conformance-3", "qemu", "tiny-vm"),
+        ("00000000-0000-7000-8000-000000000004", "conformance-4", "host", "echo"),
+    ]
+    for bad in ("0", "17"):
+        with pytest.raises(ConfigError, match="AIWG_CONFORMANCE_FLEET_SIZE"):
+            load_config(env={"AIWG_CONFORMANCE_FLEET_SIZE": bad})

@@ -39,7 +39,9 @@ from .a2a.idempotencycache import IdempotencyCache
 from .a2a.service import A2AService
 from .admin.views import operation_path
 from .auth.credentials import InstanceCredentials
-from .auth.tokens import Authenticator, config_tokens, resolve_admin_token
+from .auth.operatortokens import SOURCE as OPERATOR_TOKENS
+from .auth.operatortokens import read_operator_tokens
+from .auth.tokens import ROLE_ADMIN, Authenticator, config_tokens, resolve_admin_token
 from .cluster import Cluster
 from .config import ControllerConfig, advertised_url
 from .console import install_console
@@ -50,6 +52,7 @@ from .hostlink import HostdLink
 from .hosts.forward import Forwarder
 from .hosts.registry import HostRegistry
 from .hosts.router import REFUSAL, Router
+from .http.certgate import CertificateGate
 from .http.connection import HTTPConnection
 from .http.edge import install_http_edge
 from .http.problems import error_body, from_http_exception, problem_response, trace_id
@@ -64,6 +67,7 @@ from .instances.sessions import SessionService
 from .instances.watch import HostdWatch
 from .loadouts.service import LoadoutService
 from .metrics import Metrics
+from .models import Runtime
 from .operations import OperationService
 from .pty.rooms import Rooms
 from .pty.route import WebsocketConnection
@@ -82,12 +86,22 @@ log = logging.getLogger(__name__)
 #: ``app.extensions`` key of what kept the app from starting all it serves (see startup_failure).
 STARTUP_FAILURE = "agentic_sandbox.controller.startup_failure"
 API_PREFIX = "/api/"
-#: The instance conformance mode registers (upstream's fixed id), on the echo loadout.
-CONFORMANCE_INSTANCE_ID = "00000000-0000-7000-8000-000000000001"
+#: The first instance conformance mode registers (upstream's fixed ids), on the echo loadout.
 CONFORMANCE_NAME = "conformance"
 A2A_PREFIX = "/agents/"
 #: Methods that get their own metric label; any other token (clients may send anything) is "other".
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+#: The conformance fleet's runtimes, in upstream's order, with the built-in loadout of each.
+CONFORMANCE_RUNTIMES: tuple[tuple[Runtime, str], ...] = (("host", "echo"), ("docker", "busybox"), ("qemu", "tiny-vm"))
+
+
+def conformance_member(index: int) -> tuple[str, str, Runtime, str]:
+    """Upstream's conformance instance ``index`` (from 0): its id, name, runtime and loadout."""
+    runtime, loadout = CONFORMANCE_RUNTIMES[index % len(CONFORMANCE_RUNTIMES)]
+    name = CONFORMANCE_NAME if index == 0 else f"{CONFORMANCE_NAME}-{index + 1}"
+    return f"00000000-0000-7000-8000-{index + 1:012d}", name, runtime, loadout
 
 
 def _surface(blueprint: str | None, path: str) -> str:
@@ -138,11 +152,17 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     store = open_store(config)
     log.info("controller %s: store is %s", controller_id, store.db.describe())
     events = EventBus(config.event_ring_size, store=store)
-    admin_token = resolve_admin_token(config)
+    file_tokens = read_operator_tokens(config.operator_tokens_file)  # upstream's operator-tokens.toml
+    admin_token = resolve_admin_token(config, file_has_admin=any(t.role == ROLE_ADMIN for t in file_tokens))
     store.tokens.replace("config", config_tokens(config, admin_token))
+    store.tokens.replace(OPERATOR_TOKENS, file_tokens)
     # The log ring never shows a configured token, whatever a line says.
-    logs = LogRing(config.log_ring_size, secrets=[admin_token, config.operator_token or ""])
-    auth = Authenticator(store.tokens.list(), store.credentials.token_digests())
+    logs = LogRing(config.log_ring_size, secrets=[admin_token or "", config.operator_token or ""])
+    auth = Authenticator(
+        store.tokens.list(),
+        store.credentials.token_digests(),
+        certificate_admins=frozenset(config.mtls_admin_allowlist),
+    )
     credentials = InstanceCredentials(store, auth)
     link = HostdLink(
         config.hostd_socket,
@@ -297,6 +317,8 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         max_body_bytes=config.max_request_bytes,
     )
     app.asgi_app = router  # type: ignore[assignment]
+    if config.tls_client_auth != "none":  # outermost: a refused certificate goes no further
+        app.asgi_app = CertificateGate(router, frozenset(config.mtls_admin_allowlist))  # type: ignore[assignment]
 
     @app.before_serving
     async def _start_services() -> None:
@@ -340,10 +362,18 @@ def create_app(config: ControllerConfig) -> QuartTrio:
             app.nursery.start_soon(_conformance_instance)
 
     async def _conformance_instance() -> None:
-        # Upstream's conformance mode: a pre-registered instance on the echo loadout.
+        # Upstream's conformance mode: pre-registered instances with fixed ids, their runtimes
+        # cycling host, container, VM; each is provisioned (first start) or started on its own.
         await link.wait_ready()
-        rec = await instances.ensure_dev_instance(CONFORMANCE_NAME, instance_id=CONFORMANCE_INSTANCE_ID, loadout="echo")
-        log.info("conformance mode: instance %s is %s", CONFORMANCE_INSTANCE_ID, rec.state if rec else "missing")
+        async with trio.open_nursery() as nursery:
+            for index in range(config.conformance_fleet_size):
+                nursery.start_soon(_conformance_member, index)
+
+    async def _conformance_member(index: int) -> None:
+        instance_id, name, runtime, loadout = conformance_member(index)
+        rec = await instances.ensure_dev_instance(name, instance_id=instance_id, runtime=runtime, loadout=loadout)
+        shown = rec.state if rec else "missing"
+        log.info("conformance mode: instance %s (%s, %s) is %s", instance_id, name, runtime, shown)
 
     @app.after_serving
     async def _close_store() -> None:

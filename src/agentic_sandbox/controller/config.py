@@ -16,6 +16,7 @@ compatibility contract says to log a warning and keep the default date.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import re
@@ -80,7 +81,12 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     listen: str = DEFAULT_LISTEN
     tls_cert: str | None = None
     tls_key: str | None = None
+    tls_client_auth: str = "none"
+    tls_client_ca: str | None = None
+    mtls_admin_allowlist: tuple[str, ...] = ()
+    allow_plaintext: bool = False
     state_dir: str
+    secrets_dir: str | None = None
     hostd_socket: str
     hostd_call_timeout_s: float = DEFAULT_HOSTD_CALL_TIMEOUT_S
     hostd_connect_timeout_s: float = DEFAULT_HOSTD_CONNECT_TIMEOUT_S
@@ -89,6 +95,7 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     admin_token: str | None = None
     admin_token_file: str
     operator_token: str | None = None
+    operator_tokens_file: str | None = None
     v1_sunset: str = DEFAULT_V1_SUNSET
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     keep_alive_timeout_s: float = DEFAULT_KEEP_ALIVE_TIMEOUT_S
@@ -107,6 +114,7 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     pty_ping_interval_s: float = 30.0
     pty_ping_timeout_s: float = 90.0
     conformance_mode: bool = False
+    conformance_fleet_size: int = 1
     task_retention_s: float = 7 * 24 * 3600.0
     task_retention_per_instance: int = 100_000
     agent_events_per_s: float = 5000.0
@@ -294,6 +302,32 @@ class HostLabels(Kind[dict[str, str]]):
         return ",".join(f"{key}={v}" for key, v in value.items())
 
 
+class NameList(Kind[tuple[str, ...]]):
+    """``name,...`` (env) or an array of strings (TOML): names without spaces, each once."""
+
+    def parse(self, raw: object, source: str) -> tuple[str, ...]:
+        if isinstance(raw, str):
+            items: list[object] = [part.strip() for part in raw.split(",") if part.strip()]
+        elif isinstance(raw, list):
+            items = list(raw)
+        else:
+            raise SettingError(f"{source} must be name,... or an array of strings")
+        names: list[str] = []
+        for item in items:
+            if not isinstance(item, str) or not item or any(ch.isspace() for ch in item) or len(item) > 256:
+                raise SettingError(f"{source}: {item!r} is not a certificate name")
+            if item in names:
+                raise SettingError(f"{source}: {item!r} is named twice")
+            names.append(item)
+        return tuple(names)
+
+    def accepts(self) -> str:
+        return "name,... (TOML: an array of strings)"
+
+    def show(self, value: tuple[str, ...]) -> str:
+        return ",".join(value)
+
+
 HOUR = 3600 * SECONDS
 DAY = 24 * HOUR
 #: The bounds of a hostd link's timers.
@@ -325,11 +359,48 @@ SETTINGS = settings.SettingsTable(
             doc="PEM private key of `AIWG_TLS_CERT`.",
         ),
         Setting(
+            field="tls_client_auth",
+            env="AIWG_TLS_CLIENT_AUTH",
+            kind=Choice(choices=("none", "optional", "required")),
+            doc="Client certificates (mTLS) on the HTTPS listener: `none`; `optional` (a certificate, if "
+            "presented, must be signed by `AIWG_TLS_CLIENT_CA`; without one, bearer tokens decide); `required` "
+            "(no connection without one). A presented certificate wins over a bearer token: one named in "
+            "`AIWG_MTLS_ADMIN_ALLOWLIST` is the admin role, any other is refused (403) (docs/tls.md).",
+        ),
+        Setting(
+            field="tls_client_ca",
+            env="AIWG_TLS_CLIENT_CA",
+            kind=Text(),
+            doc="PEM bundle of the CAs whose client certificates are trusted; needs `AIWG_TLS_CLIENT_AUTH`.",
+        ),
+        Setting(
+            field="mtls_admin_allowlist",
+            env="AIWG_MTLS_ADMIN_ALLOWLIST",
+            kind=NameList(),
+            doc="Client certificate names (subject CN, or a DNS or URI subject alternative name) that are "
+            "the admin role.",
+        ),
+        Setting(
+            field="allow_plaintext",
+            env="AIWG_ALLOW_PLAINTEXT",
+            kind=Flag(),
+            doc="Serve plain HTTP (and the legacy ws:// PTY port, and gRPC without TLS) on a non-loopback "
+            "address; without it such a start is refused (for a TLS-terminating proxy in front).",
+        ),
+        Setting(
             field="state_dir",
             env="AIWG_STATE_DIR",
             kind=Text(),
             default=f"`{PROD_STATE_DIR}` (`--dev`: `./{DEV_STATE_DIR}`)",
             doc="Controller state: the SQLite database, the admin token file.",
+        ),
+        Setting(
+            field="secrets_dir",
+            env="AIWG_SECRETS_DIR",
+            kind=Text(),
+            default="unset (upstream's `SECRETS_DIR` sets it too)",
+            doc="Upstream's secrets layout: `admin.token` (the admin token file) and `operator-tokens.toml` "
+            "(operator tokens, reloaded on SIGHUP) are read from here (docs/upstream-deployment.md).",
         ),
         Setting(
             field="hostd_socket",
@@ -372,14 +443,23 @@ SETTINGS = settings.SettingsTable(
             field="admin_token_file",
             env="AIWG_ADMIN_TOKEN_FILE",
             kind=Text(),
-            default="`<state dir>/admin-token`",
-            doc="File holding the admin token when `AIWG_ADMIN_TOKEN` is unset (`--dev` writes a fresh one).",
+            default="`<secrets dir>/admin.token`, else `<state dir>/admin-token`",
+            doc="File holding the admin token when `AIWG_ADMIN_TOKEN` is unset (`--dev` writes a fresh one); "
+            "not needed when `operator-tokens.toml` names an admin token.",
         ),
         Setting(
             field="operator_token",
             env="AIWG_OPERATOR_TOKEN",
             kind=Text(),
             doc="Operator-role bearer token (at least 16 characters, not the admin token); unset = no operator role.",
+        ),
+        Setting(
+            field="operator_tokens_file",
+            env="AIWG_OPERATOR_TOKENS_FILE",
+            kind=Text(),
+            default="`<secrets dir>/operator-tokens.toml` (none without a secrets dir)",
+            doc="Upstream's token file: `[[tokens]]` tables of `token` (or `token_sha256`, its hex SHA-256) and "
+            '`role = "admin" | "operator"`; read at start if it exists and again on SIGHUP.',
         ),
         Setting(
             field="v1_sunset",
@@ -496,6 +576,13 @@ SETTINGS = settings.SettingsTable(
             kind=Flag(),
             doc="A2A conformance mode: required-extension enforcement off, and the conformance instance "
             "on the echo loadout registered at start.",
+        ),
+        Setting(
+            field="conformance_fleet_size",
+            env="AIWG_CONFORMANCE_FLEET_SIZE",
+            kind=Int(minimum=1, maximum=16),
+            doc="Conformance mode: how many conformance instances (upstream's ids `00000000-0000-7000-8000-"
+            "<index+1, 12 digits>`), their runtimes cycling host, container, VM (loadouts echo, busybox, tiny-vm).",
         ),
         Setting(
             field="task_retention_s",
@@ -685,6 +772,7 @@ def load_config(
         data = _read_file(path)
         dev = dev or bool(data.pop("dev", False))
         values.update(SETTINGS.from_mapping(data, os.fspath(path)))
+    values.update(upstream_settings(env))  # upstream's variables; ours win where both are set
     values.update(SETTINGS.from_env(env))
 
     state_dir = os.path.abspath(values.get("state_dir") or (DEV_STATE_DIR if dev else PROD_STATE_DIR))
@@ -693,6 +781,11 @@ def load_config(
     values["hostd_socket"] = os.path.abspath(values["hostd_socket"])
     if len(os.fsencode(values["hostd_socket"])) > 107:
         raise ConfigError(f"AIWG_HOSTD_SOCKET={values['hostd_socket']!r} is longer than a Unix socket path may be")
+    secrets_dir = values.get("secrets_dir")
+    if secrets_dir:
+        values["secrets_dir"] = secrets_dir = os.path.abspath(secrets_dir)
+        values.setdefault("admin_token_file", os.path.join(secrets_dir, "admin.token"))
+        values.setdefault("operator_tokens_file", os.path.join(secrets_dir, "operator-tokens.toml"))
     values.setdefault("admin_token_file", os.path.join(state_dir, "admin-token"))
     values.setdefault("storage_dir", os.path.join(state_dir, "storage"))
     values.setdefault("loadouts_dir", os.path.join(state_dir, "loadouts"))
@@ -703,6 +796,8 @@ def load_config(
     for name, tls_path in (("AIWG_TLS_CERT", tls_cert), ("AIWG_TLS_KEY", tls_key)):
         if tls_path and not os.path.isfile(tls_path):
             raise ConfigError(f"{name}={tls_path!r} is not a readable file")
+    _check_client_auth(values)
+    _refuse_plaintext(values)
     for name in ("admin_token", "operator_token"):
         token = values.get(name)
         if token is not None and len(token) < 16:
@@ -734,6 +829,82 @@ def load_config(
         return ControllerConfig(**values, dev=dev)
     except (TypeError, msgspec.ValidationError) as exc:  # pragma: no cover - guarded above
         raise ConfigError(str(exc)) from None
+
+
+#: Upstream's variables (its CI starts its server with these alone), as our settings' fields.
+UPSTREAM_SECRETS_DIR = "SECRETS_DIR"
+UPSTREAM_LISTEN_ADDR = "LISTEN_ADDR"
+
+
+def upstream_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """What upstream's ``LISTEN_ADDR`` and ``SECRETS_DIR`` say, as settings (``AIWG_*`` override them).
+
+    ``LISTEN_ADDR=host:P`` is upstream's port layout: its gRPC port P (ours: the A2A gRPC binding),
+    the legacy WebSocket port P+1 (the v1 PTY socket) and the HTTP port P+2 (every HTTP surface)."""
+    values: dict[str, Any] = {}
+    secrets = env.get(UPSTREAM_SECRETS_DIR)
+    if secrets:
+        values["secrets_dir"] = secrets
+    listen = env.get(UPSTREAM_LISTEN_ADDR)
+    if listen:
+        host, port = _split_listen(listen, UPSTREAM_LISTEN_ADDR)
+        if not 1 <= port <= 65533:
+            raise ConfigError(f"{UPSTREAM_LISTEN_ADDR}={listen!r}: its port P must be 1-65533 (HTTP is on P+2)")
+        shown = f"[{host}]" if ":" in host else host
+        values["grpc_listen"] = f"{shown}:{port}"
+        values["legacy_pty_listen"] = f"{shown}:{port + 1}"
+        values["listen"] = f"{shown}:{port + 2}"
+    return values
+
+
+def _check_client_auth(values: dict[str, Any]) -> None:
+    mode = values.get("tls_client_auth", "none")
+    ca = values.get("tls_client_ca")
+    if mode == "none":
+        if ca or values.get("mtls_admin_allowlist"):
+            raise ConfigError(
+                "AIWG_TLS_CLIENT_CA and AIWG_MTLS_ADMIN_ALLOWLIST need AIWG_TLS_CLIENT_AUTH=optional|required"
+            )
+        return
+    if not values.get("tls_cert"):
+        raise ConfigError(f"AIWG_TLS_CLIENT_AUTH={mode} needs HTTPS: set AIWG_TLS_CERT and AIWG_TLS_KEY")
+    if not ca:
+        raise ConfigError(f"AIWG_TLS_CLIENT_AUTH={mode} needs AIWG_TLS_CLIENT_CA (the CAs of the client certificates)")
+    if not os.path.isfile(ca):
+        raise ConfigError(f"AIWG_TLS_CLIENT_CA={ca!r} is not a readable file")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost: it may resolve anywhere
+
+
+def _refuse_plaintext(values: dict[str, Any]) -> None:
+    """Plain HTTP, ws:// or gRPC without TLS on a non-loopback address: only when allowed outright."""
+    if values.get("allow_plaintext"):
+        return
+    tls = bool(values.get("tls_cert"))
+    listeners = [("listen", values.get("listen", DEFAULT_LISTEN), tls)]
+    listeners.append(("legacy_pty_listen", values.get("legacy_pty_listen"), False))  # upstream's port is ws://
+    listeners.append(("grpc_listen", values.get("grpc_listen"), tls))
+    for field, where, secure in listeners:
+        if not where or secure:
+            continue
+        host, _ = _split_listen(where, field)
+        if not is_loopback(host) and field == "legacy_pty_listen":
+            raise ConfigError(
+                f"AIWG_LEGACY_PTY_LISTEN={where!r}: the legacy v1 PTY port is plain ws://, refused on a "
+                "non-loopback address: set AIWG_LEGACY_PTY_LISTEN= (empty: not served), or AIWG_ALLOW_PLAINTEXT=1"
+            )
+        if not is_loopback(host):
+            raise ConfigError(
+                f"{SETTINGS[field].env}={where!r} would serve without TLS on a non-loopback address: "
+                "set AIWG_TLS_CERT and AIWG_TLS_KEY, or AIWG_ALLOW_PLAINTEXT=1 (behind a TLS-terminating proxy)"
+            )
 
 
 def advertised_url(config: ControllerConfig, bound: str | None = None) -> str:

@@ -8,6 +8,8 @@ log line, and the controller stops and exits 1 before printing anything else). O
 prints the URLs a newcomer needs; ``--dev`` also provisions (first start) or starts the
 host instance ``dev`` as soon as hostd is reachable and prints its AgentCard URL.
 
+SIGHUP: read the operator tokens file (``operator-tokens.toml``) again.
+
 SIGINT/SIGTERM: stop accepting, give open requests ``GRACEFUL_TIMEOUT_S``, cancel background work,
 close the store, exit 0. Instances keep running on hostd.
 
@@ -19,8 +21,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import ssl
 import sys
+from collections import Counter
 from functools import partial
 
 import trio
@@ -31,6 +36,8 @@ from quart_trio import QuartTrio
 from agentic_sandbox.proto import LogConfigError, configure_logging, logs_as_json
 
 from .app import create_app, startup_failure
+from .auth.mtls import record_client_certificates
+from .auth.operatortokens import reload_operator_tokens
 from .bindcheck import bind_error
 from .config import ConfigError, ControllerConfig, advertised_url, load_config
 from .guard import install_process_guard
@@ -46,13 +53,28 @@ GRACEFUL_TIMEOUT_S = 3.0
 DEV_INSTANCE = "dev"
 
 
-def hypercorn_config(config: ControllerConfig, *, graceful_timeout_s: float = GRACEFUL_TIMEOUT_S) -> HypercornConfig:
+class _ServerConfig(HypercornConfig):
+    """hypercorn's settings, with client certificates asked for and recorded (mTLS) when configured."""
+
+    client_auth: str = "none"
+    client_ca: str | None = None
+
+    def create_ssl_context(self) -> ssl.SSLContext | None:
+        context = super().create_ssl_context()
+        if context is not None and self.client_auth != "none" and self.client_ca:
+            record_client_certificates(context, self.client_auth, self.client_ca)
+        return context
+
+
+def hypercorn_config(config: ControllerConfig, *, graceful_timeout_s: float = GRACEFUL_TIMEOUT_S) -> _ServerConfig:
     """hypercorn's settings for ``config`` (the test fixtures serve the app with the same)."""
-    hc = HypercornConfig()
+    hc = _ServerConfig()
     hc.bind = [config.listen]
     if config.tls_cert and config.tls_key:
         hc.certfile = config.tls_cert
         hc.keyfile = config.tls_key
+        hc.client_auth = config.tls_client_auth
+        hc.client_ca = config.tls_client_ca
     hc.graceful_timeout = graceful_timeout_s
     hc.keep_alive_timeout = config.keep_alive_timeout_s
     hc.accesslog = None
@@ -93,6 +115,28 @@ async def _wait_for_signal(stop: trio.Event) -> None:
             return
 
 
+async def _reload_on_sighup(state: AppState) -> None:
+    """SIGHUP: read the operator tokens file again (a removed token stops working at once, an added
+    one starts); a file that is wrong changes nothing and says why."""
+    path, store = state.config.operator_tokens_file, state.store
+    if store is None:
+        return
+    with trio.open_signal_receiver(signal.SIGHUP) as signals:
+        async for _ in signals:
+            try:
+                tokens = await reload_operator_tokens(path, store.tokens, state.auth)
+            except ConfigError as exc:
+                log.error("SIGHUP: kept the tokens in use: %s", exc)
+                continue
+            roles = Counter(t.role for t in tokens)
+            log.info(
+                "SIGHUP: operator tokens reloaded from %s: %d admin, %d operator",
+                path or "(no AIWG_OPERATOR_TOKENS_FILE)",
+                roles["admin"],
+                roles["operator"],
+            )
+
+
 async def serve_legacy_pty(
     app: QuartTrio, config: ControllerConfig, stop: trio.Event, task_status: trio.TaskStatus[list[str]]
 ) -> None:
@@ -100,6 +144,7 @@ async def serve_legacy_pty(
     hc = hypercorn_config(config)
     hc.bind = [config.legacy_pty_listen or ""]
     hc.certfile = hc.keyfile = None  # upstream's v1 port is plain ws://
+    hc.client_auth = "none"
     await serve(LegacyPort(app), hc, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
 
 
@@ -117,6 +162,7 @@ async def serve_app(app: QuartTrio, config: ControllerConfig) -> int:
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_wait_for_signal, stop)
+        nursery.start_soon(_reload_on_sighup, state)
 
         async def serve_then_stop(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
             await serve(app, hypercorn_config(config), shutdown_trigger=stop.wait, task_status=task_status)
@@ -137,8 +183,10 @@ async def serve_app(app: QuartTrio, config: ControllerConfig) -> int:
             _say(f"  A2A gRPC:    {host}:{state.a2a.grpc_port}  (tenant: the instance id)")
         _say(f"  admin API:   {base}/api/v2/admin/instances  (Authorization: Bearer <token>)")
         _say(f"  web console: {base}/console/  (sign in with a token)")
-        if config.admin_token is None:
+        if config.admin_token is None and os.path.exists(config.admin_token_file):
             _say(f"  admin token: {config.admin_token_file}")
+        if config.operator_tokens_file and os.path.exists(config.operator_tokens_file):
+            _say(f"  operator tokens: {config.operator_tokens_file} (reloaded on SIGHUP)")
         _say(f"  metrics:     {base}/metrics   readiness: {base}/readyz")
         if config.dev:
             nursery.start_soon(_dev_instance, state, base)

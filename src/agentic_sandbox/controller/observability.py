@@ -1,6 +1,9 @@
 """Surface 3, observability (no auth): ``/healthz``, ``/readyz``, ``/metrics``, the OpenAPI document.
 
-* ``/healthz``: ``{"status": "alive"}`` while the process serves.
+* ``/healthz`` (and upstream's ``/healthz/http`` and ``/health``): ``{"status": "alive"}`` while
+  the process serves.
+* ``/healthz/libvirt``: 200 ``{"status": "ok"}`` while hostd's libvirt provider can take a VM, else
+  503 with the reason (upstream's probe).
 * ``/readyz``: 200 ``{"ready": true}`` while the hostd link is up and, with PostgreSQL, the
   database answers (within :data:`READY_DATABASE_TIMEOUT_S`); else 503 ``{"ready": false,
   "reason": ...}``. It follows both, so it recovers by itself.
@@ -37,8 +40,27 @@ READY_DATABASE_TIMEOUT_S = 1.0
 
 
 @observability.get("/healthz")
+@observability.get("/healthz/http")  # upstream's CI liveness probe
+@observability.get("/health")
 async def healthz() -> Response:
     return json_response({"status": "alive"})
+
+
+@observability.get("/healthz/libvirt")
+async def healthz_libvirt() -> Response:
+    """Upstream's libvirt probe: whether hostd's libvirt provider can take a VM now."""
+    try:
+        with trio.fail_after(SCRAPE_HOSTD_TIMEOUT_S):
+            providers = await app_state().runtimes.providers()
+    except (ControllerError, trio.TooSlowError) as exc:
+        reason = exc.message if isinstance(exc, ControllerError) else "hostd did not answer"
+        return json_response({"status": "unavailable", "reason": reason}, 503)
+    libvirt = next((p for p in providers if p.provider == "libvirt"), None)
+    if libvirt is None:
+        return json_response({"status": "unavailable", "reason": "hostd offers no libvirt provider"}, 503)
+    if not libvirt.available:
+        return json_response({"status": "unavailable", "reason": libvirt.reason or "unavailable"}, 503)
+    return json_response({"status": "ok"})
 
 
 @observability.get("/readyz")

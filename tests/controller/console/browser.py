@@ -169,12 +169,12 @@ class Browser:
         await trio.to_thread.run_sync(self.driver.quit)
 
 
-def _start(profile: Path) -> webdriver.Chrome:
+def _start(profile: Path, flags: tuple[str, ...] = ()) -> webdriver.Chrome:
     if shutil.which(CHROMIUM) is None or shutil.which(CHROMEDRIVER) is None:
         raise BrowserUnavailable(f"{CHROMIUM} or {CHROMEDRIVER} is missing (Debian: chromium chromium-driver)")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in [*FLAGS, f"--user-data-dir={profile}"]:
+    for flag in [*FLAGS, *flags, f"--user-data-dir={profile}"]:
         options.add_argument(flag)
     try:
         driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
@@ -184,5 +184,5 @@ def _start(profile: Path) -> webdriver.Chrome:
     return driver
 
 
-async def start_browser(profile: Path) -> Browser:
-    return Browser(await trio.to_thread.run_sync(_start, profile))
+async def start_browser(profile: Path, flags: tuple[str, ...] = ()) -> Browser:
+    return Browser(await trio.to_thread.run_sync(_start, profile, flags))

@@ -9,10 +9,13 @@ Policy violations and uncaught errors, and the terminal page is saved as a scree
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import re
 import signal
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +23,13 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from ...pki import Pki
 from ..a2a.helpers import A2A_HEADERS
 from ..conftest import ADMIN_TOKEN, ROOT, ControllerProcess, LiveHostd, controller_env
-from .browser import Browser
+from .browser import Browser, BrowserUnavailable, start_browser
 
 #: Where the test leaves what a person may want to look at (kept after a passing run, unlike tmp dirs).
 ARTIFACTS = Path(os.environ.get("AIWG_TEST_ARTIFACTS") or ROOT / ".test-artifacts")
@@ -41,9 +47,12 @@ class Served:
     """``agentic-controller --dev`` (what ``make run`` starts) on a fixed port, killable and
     restartable on the same port and state, as a person's browser would see it."""
 
-    def __init__(self, hostd: LiveHostd, state_dir: Path, nursery: trio.Nursery) -> None:
-        self.env = controller_env(state_dir, hostd.socket_path, AIWG_LISTEN=f"127.0.0.1:{_free_port()}")
+    def __init__(
+        self, hostd: LiveHostd, state_dir: Path, nursery: trio.Nursery, *, ca: Path | None = None, **env: str
+    ) -> None:
+        self.env = controller_env(state_dir, hostd.socket_path, AIWG_LISTEN=f"127.0.0.1:{_free_port()}", **env)
         self.nursery = nursery
+        self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca)) if ca else True
         self.proc: ControllerProcess | None = None
         self.url = ""
 
@@ -64,7 +73,8 @@ class Served:
             await self.proc.stop()
 
     def admin(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=15)
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=15, verify=self.verify)
 
     async def dev_instance(self) -> str:
         """The id of ``dev`` once the controller's dev mode has it running."""
@@ -318,3 +328,46 @@ async def test_a_sleeping_instance_wears_its_badge_and_opening_it_wakes_it(serve
         body = (await admin.get(f"/api/v2/admin/instances/{dev_id}")).json()
     assert body["state"] == "running" and body["provider_state"]["last_wake"]["cause"] == "operator"
     await no_problems(browser)
+
+
+def spki_digest(cert: Path) -> str:
+    """Base64 SHA-256 of a certificate's public key: what Chromium is told to trust."""
+    public = x509.load_pem_x509_certificate(cert.read_bytes()).public_key()
+    der = public.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+
+@pytest.mark.slow
+async def test_the_console_over_https_types_through_wss(
+    hostd: LiveHostd, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """The console served over TLS: the page, its API calls and its terminal's wss:// socket, with
+    Chromium trusting exactly the server's key."""
+    server = Pki(tmp_path / "pki").server()
+    served = Served(
+        hostd,
+        tmp_path / "controller",
+        nursery,
+        ca=tmp_path / "pki" / "ca.pem",
+        AIWG_TLS_CERT=str(server.cert),
+        AIWG_TLS_KEY=str(server.key),
+    )
+    await served.start()
+    assert served.url.startswith("https://")
+    try:
+        browser = await start_browser(
+            tmp_path / "chromium", (f"--ignore-certificate-errors-spki-list={spki_digest(server.cert)}",)
+        )
+    except BrowserUnavailable as exc:
+        pytest.skip(f"Chromium cannot start here: {exc}")
+    try:
+        dev_id = await served.dev_instance()
+        terminal = await open_dev_and_start_a_session(browser, served, dev_id)
+        assert terminal["status"] == "live"
+        assert await browser.js("return location.protocol") == "https:"
+        await browser.keys("echo over-$((40+2))\n")
+        await browser.until_terminal(lambda t: "over-42" in [line.strip() for line in t["lines"]], "the echo over wss")
+        await no_problems(browser)
+    finally:
+        await browser.quit()
+        await served.stop()

@@ -7,6 +7,7 @@ import base64
 import json
 import struct
 from datetime import UTC, datetime
+from ssl import SSLContext
 from typing import Any
 
 import trio
@@ -45,6 +46,7 @@ class WS:
         token: str | None = ADMIN_TOKEN,
         subprotocols: tuple[str, ...] = ("pty-ws.v1",),
         headers: dict[str, str] | None = None,
+        ssl: SSLContext | None = None,
     ) -> WS:
         all_headers = dict(headers or {})
         if token is not None:
@@ -58,6 +60,7 @@ class WS:
                 open_timeout=10,
                 max_size=None,
                 close_timeout=2,
+                ssl=ssl,
             )
 
         return cls(await trio.to_thread.run_sync(open_))

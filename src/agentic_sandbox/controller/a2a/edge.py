@@ -30,12 +30,13 @@ from typing import Any
 import msgspec
 from quart import Response, has_request_context, request
 
-from ..auth.tokens import Principal, may_use_instance
+from ..auth.tokens import ROLE_REFUSED, Principal, may_use_instance
 from ..errors import (
     EXTENSION_REQUIRED,
     EXTENSION_UNSUPPORTED,
     VERSION_NOT_SUPPORTED,
     ControllerError,
+    Forbidden,
     Unauthenticated,
     ValidationFailed,
 )
@@ -132,6 +133,8 @@ def authenticate() -> Principal:
 
 
 async def instance_for(principal: Principal, instance_id: str) -> InstanceRecord:
+    if principal.role == ROLE_REFUSED:  # a client certificate not on the allow-list
+        raise Forbidden("auth.forbidden", f"the client certificate {principal.label!r} is not allowed")
     if not may_use_instance(principal, instance_id):
         raise not_found(instance_id)
     state = app_state()

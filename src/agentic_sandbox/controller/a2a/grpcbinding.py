@@ -32,12 +32,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import msgspec
 import trio
 from a2a.types import a2a_pb2
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 from google.protobuf import empty_pb2
 from google.protobuf.message import Message
 from quart import Response
@@ -45,6 +47,7 @@ from quart_trio import QuartTrio
 
 from agentic_sandbox.proto import bind_log_ids
 
+from ..auth.mtls import CLIENT_CERT, ClientCertificate
 from ..config import ControllerConfig
 from ..decoding import validation_failure
 from ..errors import ControllerError, ValidationFailed
@@ -187,6 +190,8 @@ class Request:
     authorization: str | None
     version: str | None
     extensions: list[str]
+    #: The verified client certificate (mTLS with AIWG_TLS_CLIENT_AUTH=required), before the token.
+    certificate: ClientCertificate | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +277,7 @@ class GrpcBinding:
             authorization=next(iter(values.get("authorization", [])), None),
             version=next(iter(values.get("a2a-version", [])), None),
             extensions=split_extensions(values.get(EXTENSIONS_KEY, [])),
+            certificate=_peer_certificate(context),
         )
 
     def _serve_unary(self, method: Method, raw: bytes, context: grpc.ServicerContext) -> bytes:
@@ -312,6 +318,7 @@ class GrpcBinding:
     # -- on the trio loop ------------------------------------------------------------------------
 
     async def _caller(self, method: Method, request: Request) -> Caller:
+        CLIENT_CERT.set(request.certificate)  # this call's task only: the token's precedence as on HTTP
         if not request.tenant:
             principal_of(request.authorization)  # an unauthenticated call learns nothing more
             message = "names the instance (the tenant of the card's GRPC interface)"
@@ -373,6 +380,16 @@ def http_origin(config: ControllerConfig) -> str:
     return f"{config.scheme}://{host}:{port}"
 
 
+def _peer_certificate(context: grpc.ServicerContext) -> ClientCertificate | None:
+    """The client certificate grpcio verified for this call, if it asked for one."""
+    # grpcio answers each property as a list of values (its stubs say otherwise).
+    values = cast(dict[str, list[bytes]], context.auth_context() or {}).get("x509_pem_cert") or []
+    pem = values[0] if values else None
+    if not pem:
+        return None
+    return ClientCertificate.from_der(x509.load_pem_x509_certificate(pem).public_bytes(Encoding.DER))
+
+
 async def serve_grpc(app: QuartTrio, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the gRPC binding on ``AIWG_GRPC_LISTEN`` for ``app`` until cancelled (reports the port);
     TLS with the HTTP certificate when one is configured."""
@@ -381,7 +398,13 @@ async def serve_grpc(app: QuartTrio, *, task_status: trio.TaskStatus[int] = trio
     credentials = None
     if config.tls_cert and config.tls_key:
         pair = (Path(config.tls_key).read_bytes(), Path(config.tls_cert).read_bytes())
-        credentials = grpc.ssl_server_credentials([pair])
+        if config.tls_client_auth == "required" and config.tls_client_ca:
+            # grpcio either demands and verifies a client certificate or asks for none: with
+            # ``optional``, gRPC callers present bearer tokens only.
+            ca = Path(config.tls_client_ca).read_bytes()
+            credentials = grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=True)
+        else:
+            credentials = grpc.ssl_server_credentials([pair])
     base_url = http_origin(config)
     await serve(
         lambda bridge: GrpcBinding(app, bridge, base_url=base_url).handlers(),

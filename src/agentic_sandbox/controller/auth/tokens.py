@@ -20,11 +20,17 @@ create loadouts (``POST /loadouts``)                            yes    no       
 
 Tokens come from configuration: the admin token (``AIWG_ADMIN_TOKEN``, else the admin token file,
 written with a fresh random token in dev mode) and the optional operator token
-(``AIWG_OPERATOR_TOKEN``). Only their SHA-256 digests are kept (in memory and in the store's
-``tokens`` table, replaced at every start so a rotated token stops working); a presented token is
-hashed and compared with every known digest by ``hmac.compare_digest``, without an early exit.
+(``AIWG_OPERATOR_TOKEN``), and upstream's operator tokens file (``operator-tokens.toml``,
+:mod:`controller.auth.operatortokens`; read again on SIGHUP). Only their SHA-256 digests are kept
+(in memory and in the store's ``tokens`` table, replaced at every start and reload so a rotated
+token stops working); a presented token is hashed and compared with every known digest by
+``hmac.compare_digest``, without an early exit.
 
 No or a wrong token → 401 with ``WWW-Authenticate: Bearer``; a role that may not → 403.
+
+A verified client certificate (mTLS, :mod:`controller.auth.mtls`) comes before any token: a name
+on the admin allow-list is the admin role, any other certificate the ``refused`` role, which may
+do nothing (403), whatever token is sent beside it.
 
 Instance tokens (role ``instance``): each instance has its own bearer token for the A2A surface
 (issued at provisioning, see :mod:`controller.auth.credentials`), valid under that instance's
@@ -57,10 +63,14 @@ import msgspec
 
 from ..config import ConfigError, ControllerConfig
 from ..store import TokenRecord
+from .mtls import CLIENT_CERT
 
 ROLE_ADMIN = "admin"
 ROLE_OPERATOR = "operator"
 ROLE_INSTANCE = "instance"
+#: A client certificate that is not on the admin allow-list: it may do nothing, and the bearer
+#: token beside it is not looked at (:mod:`controller.auth.mtls`).
+ROLE_REFUSED = "refused"
 
 #: Role sets used by the routes.
 READ = (ROLE_ADMIN, ROLE_OPERATOR)
@@ -99,8 +109,9 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def resolve_admin_token(config: ControllerConfig) -> str:
-    """The admin token: from the config, else the token file; dev mode writes a fresh one (0600)."""
+def resolve_admin_token(config: ControllerConfig, *, file_has_admin: bool = False) -> str | None:
+    """The admin token: from the config, else the token file; dev mode writes a fresh one (0600).
+    None when neither is there but the operator tokens file names an admin (``file_has_admin``)."""
     if config.admin_token:
         return config.admin_token
     path = config.admin_token_file
@@ -108,8 +119,13 @@ def resolve_admin_token(config: ControllerConfig) -> str:
         with open(path) as fh:
             token = fh.read().strip()
     except FileNotFoundError:
+        if file_has_admin:
+            return None
         if not config.dev:
-            raise ConfigError(f"no admin token: set AIWG_ADMIN_TOKEN or create AIWG_ADMIN_TOKEN_FILE={path}") from None
+            raise ConfigError(
+                f"no admin token: set AIWG_ADMIN_TOKEN, create AIWG_ADMIN_TOKEN_FILE={path}, "
+                "or name an admin in the operator tokens file"
+            ) from None
         token = secrets.token_urlsafe(32)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -123,8 +139,10 @@ def resolve_admin_token(config: ControllerConfig) -> str:
     return token
 
 
-def config_tokens(config: ControllerConfig, admin_token: str) -> list[TokenRecord]:
-    tokens = [TokenRecord(hash=hash_token(admin_token), role=ROLE_ADMIN, label="admin", source="config")]
+def config_tokens(config: ControllerConfig, admin_token: str | None) -> list[TokenRecord]:
+    tokens = []
+    if admin_token:
+        tokens.append(TokenRecord(hash=hash_token(admin_token), role=ROLE_ADMIN, label="admin", source="config"))
     if config.operator_token:
         tokens.append(
             TokenRecord(hash=hash_token(config.operator_token), role=ROLE_OPERATOR, label="operator", source="config")
@@ -140,12 +158,25 @@ class Authenticator:
     hit is compared in constant time again.
     """
 
-    def __init__(self, tokens: list[TokenRecord], instance_tokens: dict[str, str] | None = None) -> None:
-        self._tokens = [(bytes.fromhex(t.hash), Principal(role=t.role, label=t.label)) for t in tokens]
+    def __init__(
+        self,
+        tokens: list[TokenRecord],
+        instance_tokens: dict[str, str] | None = None,
+        *,
+        certificate_admins: frozenset[str] = frozenset(),
+    ) -> None:
+        self._tokens: list[tuple[bytes, Principal]] = []
+        self.replace_tokens(tokens)
+        self._certificate_admins = certificate_admins
         self._instances: dict[bytes, str] = {}
         self._digest_of: dict[str, bytes] = {}
         for instance_id, digest in (instance_tokens or {}).items():
             self.set_instance_token(instance_id, digest)
+
+    def replace_tokens(self, tokens: list[TokenRecord]) -> None:
+        """The operator tokens (admin, operator) from now on: a token not in ``tokens`` stops working
+        with the next request (a reload of the operator tokens file)."""
+        self._tokens = [(bytes.fromhex(t.hash), Principal(role=t.role, label=t.label)) for t in tokens]
 
     def set_instance_token(self, instance_id: str, digest: str) -> None:
         """Make ``digest`` the instance's only valid token (a previous one stops working)."""
@@ -173,6 +204,11 @@ class Authenticator:
         forwarded = FORWARDED.get()
         if forwarded is not None:
             return forwarded.principal
+        certificate = CLIENT_CERT.get()
+        if certificate is not None:  # it decides; the bearer token is not looked at
+            if certificate.allowed(self._certificate_admins):
+                return Principal(role=ROLE_ADMIN, label=f"mtls:{certificate.label}")
+            return Principal(role=ROLE_REFUSED, label=f"mtls:{certificate.label}")
         if not authorization:
             return None
         scheme, _, token = authorization.partition(" ")

@@ -57,7 +57,7 @@ from ..events.bus import EventBus
 from ..hostlink import HostdLink
 from ..loadouts.service import LoadoutService
 from ..metrics import Metrics
-from ..models import INSTANCE_STATES, RUNTIME_ALIASES, RUNTIMES, ProvisionRequest
+from ..models import INSTANCE_STATES, RUNTIME_ALIASES, RUNTIMES, ProvisionRequest, Runtime
 from ..operations import OperationService
 from ..store import InstanceRecord, NameTaken, OperationRecord, Store
 from .catalog import (
@@ -526,15 +526,20 @@ class InstanceService:
     # -- dev mode -----------------------------------------------------------------------------
 
     async def ensure_dev_instance(
-        self, name: str = "dev", *, instance_id: str | None = None, loadout: str | None = None
+        self,
+        name: str = "dev",
+        *,
+        instance_id: str | None = None,
+        runtime: Runtime = "host",
+        loadout: str | None = None,
     ) -> InstanceRecord | None:
         """Provision (first start) or start (if stopped) the dev host instance; wait for it.
-        (Also the conformance instance: a fixed id on the echo loadout.)"""
+        (Also the conformance instances: fixed ids, each on a built-in loadout of its runtime.)"""
         rec = await self.store.instances.get_by_name(name)
         if rec is not None and not self.catalog.ours(rec):
             return rec  # another host's (several hosts on one store): its controllers look after it
         if rec is None:
-            req = ProvisionRequest(name=name, runtime="host", start=True, loadout=loadout)
+            req = ProvisionRequest(name=name, runtime=runtime, start=True, loadout=loadout)
             op, _ = await self.provision(req, instance_id=instance_id)
         elif rec.state in ("stopped", "failed"):
             op = await self.lifecycle(rec.id, "start")

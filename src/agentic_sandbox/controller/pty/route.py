@@ -28,7 +28,7 @@ from quart_trio.asgi import TrioASGIWebsocketConnection
 
 from agentic_sandbox.proto import bind_log_ids
 
-from ..auth.tokens import may_use_instance
+from ..auth.tokens import ROLE_REFUSED, may_use_instance
 from ..errors import ControllerError, NotFound
 from ..state import state_of
 from . import frames as f
@@ -89,6 +89,9 @@ async def attach(app: Quart, ws: AsgiWebSocket, instance_id: str, session_id: st
     if principal is None:
         body = _error(401, "unauthenticated", "a valid bearer token is required")
         await ws.refuse(401, body, {"WWW-Authenticate": "Bearer"})
+        return
+    if principal.role == ROLE_REFUSED:  # a client certificate not on the allow-list
+        await ws.refuse(403, _error(403, "forbidden", f"the client certificate {principal.label!r} is not allowed"))
         return
     if not may_use_instance(principal, instance_id):
         # Another instance's token learns nothing of this one, not even that it exists.
