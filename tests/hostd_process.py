@@ -8,7 +8,10 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+
+from agentic_sandbox.proto import HostdClient, open_hostd
 
 ROOT = Path(__file__).resolve().parent.parent
 CGROUP_TEST_PARENT = Path("/sys/fs/cgroup/unified/agentic-sandbox-tests")
@@ -98,6 +101,11 @@ class HostdProcess:
             return False
         finally:
             s.close()
+
+    def client(self, connect_timeout: float = 20.0) -> AbstractAsyncContextManager[HostdClient]:
+        """A client connection; a connect made while an upgrade hands the socket over waits in
+        its backlog until the new image takes over (within a second)."""
+        return open_hostd(self.socket_path, connect_timeout=connect_timeout)
 
     def log(self) -> str:
         try:

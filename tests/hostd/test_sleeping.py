@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
 
-from agentic_sandbox.proto import ErrorCode, HostdClient, HostdRemoteError, new_id, open_hostd
+from agentic_sandbox.proto import ErrorCode, HostdClient, HostdRemoteError, new_id
 from agentic_sandbox.proto import messages as m
 from tests.hostd_process import HostdProcess
 
@@ -30,12 +29,6 @@ def hostd(tmp_path: Path) -> Iterator[HostdProcess]:
         pytest.skip("no cgroup v2 hierarchy to freeze in")
     yield proc
     proc.cleanup()
-
-
-@asynccontextmanager
-async def connected(hostd: HostdProcess) -> AsyncIterator[HostdClient]:
-    async with open_hostd(hostd.socket_path, connect_timeout=20) as client:
-        yield client
 
 
 async def provision(
@@ -86,7 +79,7 @@ async def assert_still(info: m.InstanceInfo) -> None:
 
 
 async def test_an_idle_instance_freezes_and_an_exec_wakes_it(hostd: HostdProcess) -> None:
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         providers = (await client.call(m.ProviderListRequest())).providers
         assert "instance.sleep.freeze" in next(p for p in providers if p.runtime == "host").capabilities
         info = await provision(client, idle=m.IdlePolicy(after_s=1))
@@ -111,7 +104,7 @@ async def test_an_idle_instance_freezes_and_an_exec_wakes_it(hostd: HostdProcess
 
 
 async def test_work_keeps_an_instance_awake_and_an_operator_sleep_is_refused_under_it(hostd: HostdProcess) -> None:
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         info = await provision(client, idle=m.IdlePolicy(after_s=1))
         iid = info.instance_id
         # A running exec keeps it awake past after_s, and refuses an operator's sleep.
@@ -134,7 +127,7 @@ async def test_work_keeps_an_instance_awake_and_an_operator_sleep_is_refused_und
 async def test_a_parked_exec_does_not_keep_it_awake_and_its_timeout_does_not_count_the_sleep(
     hostd: HostdProcess,
 ) -> None:
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         info = await provision(client)
         iid = info.instance_id
         ex = (await client.call(m.ExecStartRequest(instance_id=iid, argv=["sleep", "30"], timeout_s=2.0))).exec
@@ -158,7 +151,7 @@ async def test_a_parked_exec_does_not_keep_it_awake_and_its_timeout_does_not_cou
 
 
 async def test_concurrent_callers_share_one_wake(hostd: HostdProcess) -> None:
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         info = await provision(client)
         iid = info.instance_id
         await client.call(m.InstanceSleepRequest(instance_id=iid))
@@ -176,7 +169,7 @@ async def test_concurrent_callers_share_one_wake(hostd: HostdProcess) -> None:
 
 
 async def test_a_keystroke_wakes_the_instance_without_waiting(hostd: HostdProcess) -> None:
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         info = await provision(client)
         iid = info.instance_id
         session = (await client.call(m.SessionCreateRequest(instance_id=iid, argv=["cat"]))).session
@@ -195,7 +188,7 @@ async def test_a_keystroke_wakes_the_instance_without_waiting(hostd: HostdProces
 
 
 async def test_an_instance_that_does_not_wake_on_traffic_refuses_until_woken(hostd: HostdProcess) -> None:
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         info = await provision(client, idle=m.IdlePolicy(after_s=1, wake_on_traffic=False))
         iid = info.instance_id
         await wait_state(client, iid, "sleeping")
@@ -212,7 +205,7 @@ async def test_an_instance_that_does_not_wake_on_traffic_refuses_until_woken(hos
 
 
 async def test_refusals(hostd: HostdProcess) -> None:
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         info = await provision(client)
         iid = info.instance_id
         with pytest.raises(HostdRemoteError) as refused:
@@ -234,17 +227,17 @@ async def test_refusals(hostd: HostdProcess) -> None:
 
 
 async def test_a_hostd_restart_or_upgrade_keeps_it_asleep_and_wakeable(hostd: HostdProcess) -> None:
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         info = await provision(client)
         iid = info.instance_id
         await client.call(m.InstanceSleepRequest(instance_id=iid))
         await client.call(m.UpgradeRequest())
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         info = await wait_state(client, iid, "sleeping")
         assert frozen(info)
     hostd.stop()
     hostd.start()
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         info = await get(client, iid)
         assert info.state == "sleeping" and info.sleep is not None and frozen(info)
         await assert_still(info)
@@ -257,7 +250,7 @@ async def test_a_hostd_restart_or_upgrade_keeps_it_asleep_and_wakeable(hostd: Ho
     assert info.host is not None and info.host.cgroup is not None
     (Path(info.host.cgroup) / "cgroup.freeze").write_text("1")
     hostd.start()
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         info = await get(client, iid)
         assert info.state == "running" and not frozen(info)
         # Destroying a sleeping instance leaves nothing frozen behind.
@@ -268,7 +261,7 @@ async def test_a_hostd_restart_or_upgrade_keeps_it_asleep_and_wakeable(hostd: Ho
 
 
 async def test_an_attach_wakes_the_instance_and_keeps_it_awake(hostd: HostdProcess) -> None:
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         info = await provision(client, idle=m.IdlePolicy(after_s=1))
         iid = info.instance_id
         session = (await client.call(m.SessionCreateRequest(instance_id=iid, argv=["cat"]))).session
@@ -289,7 +282,7 @@ async def test_an_attach_wakes_the_instance_and_keeps_it_awake(hostd: HostdProce
 
 
 async def test_ending_a_child_of_a_sleeping_instance_wakes_it_first(hostd: HostdProcess) -> None:
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         info = await provision(client, idle=m.IdlePolicy(after_s=3600, wake_on_traffic=False))
         iid = info.instance_id
         ex = (await client.call(m.ExecStartRequest(instance_id=iid, argv=["sleep", "60"]))).exec

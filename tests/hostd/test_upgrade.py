@@ -16,7 +16,7 @@ import psutil
 import pytest
 import trio
 
-from agentic_sandbox.proto import HostdClient, HostdConnectionLost, HostdRemoteError, open_hostd
+from agentic_sandbox.proto import HostdClient, HostdConnectionLost, HostdRemoteError
 from agentic_sandbox.proto import messages as m
 from tests.hostd_process import ROOT, HostdProcess
 
@@ -41,13 +41,6 @@ def hostd(tmp_path: Path) -> Iterator[HostdProcess]:
     proc = HostdProcess(tmp_path / "state").start()
     yield proc
     proc.cleanup()
-
-
-@asynccontextmanager
-async def connected(hostd: HostdProcess) -> AsyncIterator[HostdClient]:
-    # The new image takes over within a second; until then a connect waits in the socket's backlog.
-    async with open_hostd(hostd.socket_path, connect_timeout=20) as client:
-        yield client
 
 
 class Transcripts:
@@ -98,7 +91,7 @@ async def _upgrade(client: HostdClient, transcripts: Transcripts, sessions: list
 
 async def test_sessions_and_execs_go_on_across_upgrades_byte_for_byte(hostd: HostdProcess) -> None:
     transcripts = Transcripts()
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         pid = (await client.call(m.StatusRequest())).pid
         await _provision(client)
         flood = (
@@ -133,7 +126,7 @@ async def test_sessions_and_execs_go_on_across_upgrades_byte_for_byte(hostd: Hos
         await client.call(m.SessionWriteRequest(session_id=cat.session_id, data=b"one\n"))
         await _upgrade(client, transcripts, sessions, execs)
 
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         status = await client.call(m.StatusRequest())
         assert (status.pid, status.upgrades, status.sessions) == (pid, 1, 3)
         assert (await client.call(m.SessionGetRequest(session_id=pending.session_id))).session.pending
@@ -142,7 +135,7 @@ async def test_sessions_and_execs_go_on_across_upgrades_byte_for_byte(hostd: Hos
         os.kill(hostd.proc.pid, signal.SIGHUP)  # systemctl reload
         await transcripts.follow(client, sessions, execs)
 
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         assert (await client.call(m.StatusRequest())).upgrades == 2
         await client.call(m.ExecWriteRequest(exec_id=echo.exec_id, data=b"third\n", eof=True))
         await client.call(m.ExecWriteRequest(exec_id=agent.exec_id, data=b"go\n", eof=True))
@@ -174,7 +167,7 @@ async def test_fifty_upgrades_with_a_hundred_live_sessions_and_running_tasks(hos
     tasks running through them; every transcript exact, every exit code true, nothing leaked."""
     transcripts = Transcripts()
     typed: dict[str, bytes] = defaultdict(bytes)
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         pid = (await client.call(m.StatusRequest())).pid
         await _provision(client)
         floods = [
@@ -187,7 +180,7 @@ async def test_fifty_upgrades_with_a_hundred_live_sessions_and_running_tasks(hos
         codes: dict[str, int] = {}
 
     for round_ in range(50):
-        async with connected(hostd) as client:
+        async with hostd.client() as client:
             if round_ % 5 == 0:
                 # A task that outlives a few upgrades and ends with its own exit code.
                 code = round_ // 5 + 1
@@ -206,7 +199,7 @@ async def test_fifty_upgrades_with_a_hundred_live_sessions_and_running_tasks(hos
                 await client.call(m.SessionWriteRequest(session_id=cat.session_id, data=line))
             await _upgrade(client, transcripts, sessions, execs)
 
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         status = await client.call(m.StatusRequest())
         assert (status.pid, status.upgrades, status.sessions) == (pid, 50, 100)
         for s in floods:
@@ -244,7 +237,7 @@ def _install_copy(tmp_path: Path) -> Path:
 
 
 async def _refused_then_serving(hostd: HostdProcess, session_id: str, message: str) -> None:
-    async with connected(hostd) as client:
+    async with hostd.client() as client:
         with pytest.raises(HostdRemoteError) as refused:
             await client.call(m.UpgradeRequest())
         assert refused.value.code == "hostd.upgrade_refused"
@@ -274,7 +267,7 @@ async def _from_copy(tmp_path: Path) -> AsyncIterator[tuple[HostdProcess, Path, 
     install = _install_copy(tmp_path)
     hostd = HostdProcess(tmp_path / "state", env={"PYTHONPATH": f"{install}:{ROOT}"}).start()
     try:
-        async with connected(hostd) as client:
+        async with hostd.client() as client:
             await _provision(client)
             cat = (await client.call(m.SessionCreateRequest(instance_id="i1", argv=["cat"]))).session
         yield hostd, install / "agentic_sandbox" / "hostd", cat.session_id
@@ -290,9 +283,9 @@ async def test_a_broken_install_fails_the_upgrade_and_the_old_image_serves_on(tm
         await _refused_then_serving(hostd, session_id, "SyntaxError")
         # Fixed: the same hostd upgrades, the session with it.
         main.write_text(good)
-        async with connected(hostd) as client:
+        async with hostd.client() as client:
             await client.call(m.UpgradeRequest())
-        async with connected(hostd) as client:
+        async with hostd.client() as client:
             assert (await client.call(m.StatusRequest())).upgrades == 1
             assert (await client.call(m.SessionGetRequest(session_id=session_id))).session.state == "running"
 
