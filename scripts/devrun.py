@@ -51,6 +51,7 @@ from pathlib import Path
 
 import busybox_image  # beside this script
 
+from agentic_sandbox.controller.config import upstream_settings
 from agentic_sandbox.proto import dev_hostd_socket
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,7 +196,9 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def _base_url(env: dict[str, str]) -> str:
-    return f"http://{env.get('AIWG_LISTEN') or '127.0.0.1:8122'}"
+    # Upstream's LISTEN_ADDR=host:P puts HTTP on P+2 (AIWG_LISTEN wins, as in the controller).
+    listen = env.get("AIWG_LISTEN") or upstream_settings(env).get("listen") or "127.0.0.1:8122"
+    return f"http://{listen}"
 
 
 def ensure_dev_token(env: dict[str, str], state_dir: str) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -25,8 +26,8 @@ from tests.processes import alive
 from tests.shells import type_into_a_session
 
 
-def devrun_podman_env(state_dir: str) -> dict[str, str]:
-    """scripts/devrun.py's podman settings for ``state_dir`` (the script is not a package)."""
+def devrun_module() -> Any:
+    """scripts/devrun.py as a module (the script is not a package)."""
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         spec = importlib.util.spec_from_file_location("devrun", ROOT / "scripts" / "devrun.py")
@@ -35,8 +36,20 @@ def devrun_podman_env(state_dir: str) -> dict[str, str]:
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(ROOT / "scripts"))
-    result: dict[str, str] = module.podman_env(state_dir)
+    return module
+
+
+def devrun_podman_env(state_dir: str) -> dict[str, str]:
+    """scripts/devrun.py's podman settings for ``state_dir``."""
+    result: dict[str, str] = devrun_module().podman_env(state_dir)
     return result
+
+
+def test_the_wrapper_finds_the_controller_where_upstreams_listen_addr_puts_it() -> None:
+    base_url = devrun_module()._base_url
+    assert base_url({}) == "http://127.0.0.1:8122"
+    assert base_url({"LISTEN_ADDR": "127.0.0.1:9120"}) == "http://127.0.0.1:9122"
+    assert base_url({"LISTEN_ADDR": "127.0.0.1:9120", "AIWG_LISTEN": "127.0.0.1:7000"}) == "http://127.0.0.1:7000"
 
 
 def _free_port() -> int:
