@@ -195,3 +195,21 @@ def test_an_unreachable_controller() -> None:
     with pytest.raises(ApiError, match=r"cannot reach the controller at http://127\.0\.0\.1:9") as caught:
         Api("http://127.0.0.1:9", "tok").request("GET", "/json")  # the discard port: nothing listens
     assert caught.value.status == 0
+
+
+def test_a_client_certificate_may_stand_in_for_the_token(tmp_path: Path) -> None:
+    from tests.pki import Pki
+
+    pki = Pki(tmp_path)
+    robot = pki.client("robot")
+    env = {"AIWG_STATE_DIR": str(tmp_path / "none"), "AIWG_CA_FILE": str(pki.ca)}
+    api = resolve(
+        "https://h:1", None, None, {**env, "AIWG_CLIENT_CERT": str(robot.cert), "AIWG_CLIENT_KEY": str(robot.key)}
+    )
+    assert api.token == "" and api.auth_headers == {} and api.tls is not None
+    with pytest.raises(ApiError, match="needs both --cert and --key"):
+        resolve("https://h:1", None, None, env, cert=str(robot.cert))
+    with pytest.raises(ApiError, match="no token"):
+        resolve("https://h:1", None, None, env)  # a CA alone is no credential
+    with pytest.raises(ApiError, match="TLS files"):
+        resolve("https://h:1", "t", None, env, cacert=str(tmp_path / "missing.pem"))

@@ -30,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--token-file",
         help="file holding the token (AIWG_TOKEN_FILE; dev: .run/admin-token or .run/instances/dev.token)",
     )
+    parser.add_argument(
+        "--cacert", help="PEM CAs to verify an https controller with (AIWG_CA_FILE; default: the system's)"
+    )
+    parser.add_argument("--cert", help="client certificate (PEM) for mTLS (AIWG_CLIENT_CERT); needs --key")
+    parser.add_argument("--key", help="the client certificate's private key (AIWG_CLIENT_KEY)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.register(sub)
@@ -50,7 +55,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        api = resolve(args.url, args.token, args.token_file)
+        api = resolve(args.url, args.token, args.token_file, cacert=args.cacert, cert=args.cert, key=args.key)
         if inspect.iscoroutinefunction(args.func):
             status: int = trio.run(args.func, api, args)
         else:

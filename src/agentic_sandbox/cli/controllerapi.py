@@ -6,6 +6,10 @@
   token ``admin-token``, or the dev instance's A2A token ``instances/dev.token``. An instance's own
   token works on its instance (A2A); the admin API and PTY sessions need an operator token.
 
+* TLS: ``https://`` URLs are verified against the system's CAs, or ``--cacert`` / ``AIWG_CA_FILE``;
+  ``--cert`` and ``--key`` (``AIWG_CLIENT_CERT``, ``AIWG_CLIENT_KEY``) present a client certificate
+  (mTLS). A controller that takes the certificate as the caller needs no token beside it.
+
 HTTP is the standard library's (``urllib``: the client needs nothing beyond ``proto``'s
 dependencies). Calls block; async commands run them in a worker thread (:meth:`Api.call`): a
 handful per command, nothing here is a hot path. Every failure is :class:`ApiError`, with the
@@ -17,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -63,6 +68,13 @@ class Api:
     token: str
     #: Sent with every request besides the bearer token (A2A: ``A2A-Version``, ``A2A-Extensions``).
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: How ``https``/``wss`` are verified, and the client certificate shown (None: the defaults).
+    tls: ssl.SSLContext | None = field(default=None, compare=False)
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """The bearer token, if there is one (a client certificate may stand in for it)."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def __repr__(self) -> str:
         return f"Api(url={self.url!r}, token='***')"
@@ -79,11 +91,12 @@ class Api:
         request = urllib.request.Request(self.url + path, data=data, method=method)
         for name, value in {**self.headers, **(headers or {})}.items():
             request.add_header(name, value)
-        request.add_header("Authorization", f"Bearer {self.token}")
+        for name, value in self.auth_headers.items():
+            request.add_header(name, value)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:
-            return urllib.request.urlopen(request, timeout=TIMEOUT_S)
+            return urllib.request.urlopen(request, timeout=TIMEOUT_S, context=self.tls)
         except urllib.error.HTTPError as exc:
             raise _http_error(exc) from None
         except (urllib.error.URLError, OSError) as exc:
@@ -140,12 +153,40 @@ def _dev_token_file(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def resolve(url: str | None, token: str | None, token_file: str | None, env: Mapping[str, str] | None = None) -> Api:
+def tls_context(cacert: str | None, cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """The TLS context of ``--cacert``/``--cert``/``--key``; None when none is given."""
+    if not (cacert or cert or key):
+        return None
+    if bool(cert) != bool(key):
+        raise ApiError(0, "", "a client certificate needs both --cert and --key (AIWG_CLIENT_CERT, AIWG_CLIENT_KEY)")
+    try:
+        context = ssl.create_default_context(cafile=cacert)
+        if cert and key:
+            context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ApiError(0, "", f"TLS files: {exc}") from None
+    return context
+
+
+def resolve(
+    url: str | None,
+    token: str | None,
+    token_file: str | None,
+    env: Mapping[str, str] | None = None,
+    *,
+    cacert: str | None = None,
+    cert: str | None = None,
+    key: str | None = None,
+) -> Api:
     environ = os.environ if env is None else env
     base = (url or environ.get("AIWG_CONTROLLER_URL") or DEFAULT_URL).rstrip("/")
+    cert = cert or environ.get("AIWG_CLIENT_CERT")
+    tls = tls_context(cacert or environ.get("AIWG_CA_FILE"), cert, key or environ.get("AIWG_CLIENT_KEY"))
     secret = token or environ.get("AIWG_TOKEN")
     if not secret:
         path = token_file or environ.get("AIWG_TOKEN_FILE") or _dev_token_file(environ)
+        if path is None and cert:
+            return Api(base, "", tls=tls)  # the certificate is the credential
         if path is None:
             raise ApiError(0, "", "no token: pass --token or --token-file, or set AIWG_TOKEN or AIWG_TOKEN_FILE")
         try:
@@ -154,4 +195,4 @@ def resolve(url: str | None, token: str | None, token_file: str | None, env: Map
             raise ApiError(0, "", f"token file {path}: {exc.strerror}") from None
         if not secret:
             raise ApiError(0, "", f"token file {path} is empty")
-    return Api(base, secret)
+    return Api(base, secret, tls=tls)

@@ -115,9 +115,10 @@ async def _output(ws: WebSocketConnection, st: _Attach, term: Terminal, scope: t
 
 async def _connection(api: Api, url: str, st: _Attach, term: Terminal) -> None:
     query = "" if st.cursor is None else f"?replay_from={st.cursor}"
-    headers = [(b"Authorization", f"Bearer {api.token}".encode())]
+    headers = [(name.encode(), value.encode()) for name, value in api.auth_headers.items()]
     async with open_websocket_url(
         url + query,
+        ssl_context=api.tls,
         subprotocols=[SUBPROTOCOL],
         extra_headers=headers,
         max_message_size=MAX_MESSAGE_BYTES,

@@ -10,7 +10,10 @@ it: allowed is the admin, not allowed is 403 with no fallback to the token.
 
 from __future__ import annotations
 
+import os
 import ssl
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,3 +224,21 @@ def test_names_are_the_common_name_then_dns_and_uri_alternative_names(tmp_path: 
     cert = ClientCertificate.from_der(der)
     assert cert.names == ("robot", "robot.example", "spiffe://example/robot")
     assert cert.allowed(frozenset({"spiffe://example/robot"})) and not cert.allowed(frozenset({"other"}))
+
+
+async def test_the_cli_speaks_mtls_with_a_certificate_for_a_token(setup: Setup) -> None:
+    """``agentic --cacert --cert --key``: the certificate is the credential; a refused one says so."""
+
+    def agentic(cert: Issued | None) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "agentic_sandbox.cli.agentic", "--url", setup.live.url]
+        argv += ["--cacert", str(setup.pki.ca)]
+        if cert is not None:
+            argv += ["--cert", str(cert.cert), "--key", str(cert.key)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIWG_")}
+        env["AIWG_STATE_DIR"] = str(Path(setup.live.config.state_dir) / "nowhere")  # no dev token to find
+        return subprocess.run([*argv, "tasks", setup.instance_id], capture_output=True, text=True, env=env, timeout=60)
+
+    allowed = await trio.to_thread.run_sync(agentic, setup.certs["allowed"])
+    assert allowed.returncode == 0, allowed.stderr
+    refused = await trio.to_thread.run_sync(agentic, setup.certs["not-allowed"])
+    assert refused.returncode == 1 and "auth.forbidden" in refused.stderr, refused.stderr
