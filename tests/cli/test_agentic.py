@@ -39,7 +39,12 @@ def test_every_command_has_a_function() -> None:
     assert {("send",), ("tasks",), ("attach",), ("session", "new")} <= set(commands)
     for command in commands:
         required = {"send": ["i", "t"], "answer": ["i", "t"], "task": ["i", "t"], "attach": ["i", "s"]}
-        argv = [*command, *required.get(command[0], ["i"])]
+        fleet = {
+            ("fleet", "dispatch"): ["--file", "w.json"],
+            ("fleet", "inventory"): [],
+            ("fleet", "reconcile"): ["--before-revision", "0", "--child-id", "c"],
+        }
+        argv = [*command, *fleet.get(command, required.get(command[0], ["i"]))]
         assert callable(parse_args(argv).func), command
 
 

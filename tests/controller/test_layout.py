@@ -43,6 +43,7 @@ SURFACE = (
     "a2a.idempotency",
     "a2a.sse",
     "a2a.v1hitl",
+    "fleet.routes",
     "pty.blueprint",
     "pty.surface",
     "pty.route",

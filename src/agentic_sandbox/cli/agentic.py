@@ -15,11 +15,11 @@ import sys
 
 import trio
 
-from . import ptyattach, tasks
+from . import fleet, ptyattach, tasks
 from .controllerapi import ApiError, resolve
 
 #: Modules that add subcommands.
-COMMANDS = (tasks, ptyattach)
+COMMANDS = (tasks, ptyattach, fleet)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -105,9 +105,14 @@ class Api:
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One call; the JSON answer (None for an empty one)."""
+        return self.exchange(method, path, body)[1]
+
+    def exchange(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """One call; its status and JSON answer (None for an empty one)."""
         with self._open(method, path, body) as response:
             raw = response.read()
-        return json.loads(raw) if raw else None
+            status = int(response.status)
+        return status, (json.loads(raw) if raw else None)
 
     def sse(self, path: str, body: Any) -> Iterator[dict[str, Any]]:
         """The ``data:`` events of a POST answered with SSE, parsed; ``event: error`` raises ApiError."""

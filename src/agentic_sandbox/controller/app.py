@@ -48,6 +48,7 @@ from .console import install_console
 from .console.assets import ConsoleAssets, describe
 from .events.bus import EventBus
 from .events.logs import LogRing
+from .fleet.service import FleetService
 from .hostlink import HostdLink
 from .hosts.forward import Forwarder
 from .hosts.registry import HostRegistry
@@ -105,7 +106,7 @@ def conformance_member(index: int) -> tuple[str, str, Runtime, str]:
 
 
 def _surface(blueprint: str | None, path: str) -> str:
-    if blueprint in ("admin", "v1", "observability", "a2a", "console"):
+    if blueprint in ("admin", "fleet", "v1", "observability", "a2a", "console"):
         return blueprint
     if path.startswith("/api/v1/"):
         return "v1"
@@ -288,6 +289,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         idempotency=idempotency,
         hosts=hosts,
         activity=activity,
+        fleet=FleetService(store),
         store=store,
         console=ConsoleAssets.load(),
     )
@@ -295,12 +297,14 @@ def create_app(config: ControllerConfig) -> QuartTrio:
     from .a2a.surface import a2a, error_response
     from .a2a.surface import from_http_exception as a2a_http_error
     from .admin import admin
+    from .fleet.routes import fleet
     from .observability import observability
     from .pty.surface import pty
     from .v1 import v1
 
     app.register_blueprint(observability)
     app.register_blueprint(admin)
+    app.register_blueprint(fleet)
     app.register_blueprint(v1)
     app.register_blueprint(pty)
     app.register_blueprint(a2a)

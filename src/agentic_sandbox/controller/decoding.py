@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import jsonschema_rs
 import msgspec
 
 from .errors import MalformedInput, ValidationFailed
@@ -58,3 +59,28 @@ def decode_json(body: bytes, type_: type[Any]) -> Any:
         raise MalformedInput(
             f"$: {message}", fields=[{"field": "$", "message": message, "code": "json.invalid"}]
         ) from None
+
+
+def json_pointer(path: list[str | int]) -> str:
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
+
+
+def schema_errors(validator: Any, payload: Any) -> list[dict[str, str]]:
+    """``{field: JSON pointer, code: keyword, message}`` for each way ``payload`` breaks the JSON
+    Schema of ``validator`` (jsonschema-rs); [] when it fits."""
+    out: list[dict[str, str]] = []
+    for error in validator.iter_errors(payload):
+        keyword = next((str(p) for p in reversed(error.schema_path) if isinstance(p, str)), "schema")
+        path = list(error.instance_path)
+        kind = error.kind
+        if isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
+            # One error per property that is not allowed, at the property (what a form can show).
+            out += [
+                {"field": json_pointer([*path, name]), "code": keyword, "message": f"property {name!r} is not allowed"}
+                for name in kind.unexpected
+            ]
+            continue
+        if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
+            path.append(str(kind.property))
+        out.append({"field": json_pointer(path), "code": keyword, "message": error.message})
+    return out

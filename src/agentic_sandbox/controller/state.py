@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .console.assets import ConsoleAssets
     from .events.bus import EventBus
     from .events.logs import LogRing
+    from .fleet.service import FleetService
     from .hostlink import HostdLink
     from .hosts.registry import HostRegistry
     from .instances.activity import ActivityReport
@@ -74,6 +75,8 @@ class AppState:
     hosts: HostRegistry
     #: What keeps instances awake that hostd cannot see (docs/sleep.md).
     activity: ActivityReport
+    #: fleet-workload/v1 records (docs/fleet.md).
+    fleet: FleetService
     #: The store itself, for what asks the database directly (readiness).
     store: Store | None = field(default=None)
     openapi: dict[str, Any] | None = field(default=None)

@@ -20,6 +20,7 @@ import pytest
 from agentic_sandbox.controller.store import (
     Append,
     CachedResponse,
+    FleetRow,
     HostFacts,
     OperationRecord,
     PushConfigRecord,
@@ -112,6 +113,19 @@ async def fill(path: Path) -> None:
         await store.hosts.heartbeat(facts, "ctl-old", "http://127.0.0.1:8080", NOW)
         await store.hosts.set_flags("h1", cordoned=True)
         await store.hosts.secret()
+        workload = {"lineage": {"child_id": "c1"}, "status": {"revision": 0}}
+        row = FleetRow(
+            child_id="c1",
+            orchestrator_id="o",
+            idempotency_key="k",
+            payload_hash="h",
+            record=workload,
+            revision=0,
+            admitted_at=NOW,
+            updated_at=NOW,
+        )
+        await store.fleet.admit(row)
+        assert await store.fleet.advance("c1", 0, {**workload, "status": {"revision": 1}})
         # The admin event stream is stored only when the store is shared: no table API writes it here.
         store.db.locked(lambda db: db.execute("INSERT INTO admin_events VALUES (?,?,?)", (7, NOW, b'{"kind":"x"}')))
     finally:
@@ -157,6 +171,7 @@ async def test_every_row_arrives_and_reads_back_through_the_tables(tmp_path: Pat
             assert await after.operations.get(op_id) == await before.operations.get(op_id)
         assert [o.id for o in await after.operations.unfinished()] == ["op_2"]
         assert after.tokens.list() == before.tokens.list()
+        assert await after.fleet.inventory() == await before.fleet.inventory() != (0, [])
         assert after.credentials.token_digests() == {"i1": "digest-1", "i2": "digest-2"}
         assert await after.credentials.signing_keys() == await before.credentials.signing_keys()
         assert (await after.credentials.signing_key("i1")).private_key == KEY  # type: ignore[union-attr]
@@ -279,7 +294,7 @@ async def test_the_command_migrates_and_says_what_it_copied(tmp_path: Path, pg_u
     assert done.stderr == ""
     assert "  task_events                   6 rows" in done.stdout
     assert "leases" in done.stdout and "not copied" in done.stdout
-    assert "27 rows of 15 tables copied" in done.stdout, done.stdout
+    assert "29 rows of 17 tables copied" in done.stdout, done.stdout
     store = Store.connect(pg_url)
     try:
         assert len(await store.instances.list()) == 2

@@ -175,7 +175,7 @@ async def test_step_10_leaves_the_instances_of_a_version_9_file_unplaced(tmp_pat
         db.execute(*_V9_INSTANCE)
     store = Store.open(path)
     try:
-        assert _version(path) == len(STEPS) == 11
+        assert _version(path) == len(STEPS) == 12
         await _step_10_left_the_rows_unplaced(store)
     finally:
         store.close()
@@ -190,7 +190,7 @@ async def test_step_10_leaves_the_instances_of_a_version_9_server_database_unpla
     store = Store.connect(pg_url)
     try:
         version = await store.db.run(lambda db: db.execute("SELECT version FROM schema_version").fetchone()[0])
-        assert version == 11
+        assert version == 12
         await _step_10_left_the_rows_unplaced(store)
     finally:
         store.close()

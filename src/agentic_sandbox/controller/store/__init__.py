@@ -8,7 +8,7 @@ advisory lock), ``schema`` (the ordered migration steps, one set for both), then
 record: ``operations``, ``instances``, ``tokens``, ``credentials`` (instance token digests and
 signing keys), ``hosts`` (the hosts sharing the store, their controllers, the cluster secret).
 :class:`Store` holds one table object per kind (``store.operations``, ``store.instances``,
-``store.tokens``, ``store.credentials``, ``store.hosts``) over one :class:`Database`; a server
+``store.tokens``, ``store.credentials``, ``store.hosts``, ``store.fleet``) over one :class:`Database`; a server
 database replaces it behind the same table methods. Timestamps are Unix seconds (floats); the
 HTTP edge formats them.
 
@@ -26,6 +26,7 @@ from .adminevents import AdminEventTable
 from .controlqueue import OutboxItem, OutboxTable
 from .credentials import CredentialTable, SigningKeyRecord
 from .database import Database, SchemaTooNew, StoreClosed, StoreUnavailable
+from .fleet import Admission, FleetRow, FleetTable
 from .hosts import ControllerRecord, HostCapacity, HostFacts, HostRecord, HostTable
 from .idempotency import CachedResponse, IdempotencyTable
 from .instances import InstanceRecord, InstanceTable, NameTaken
@@ -41,9 +42,11 @@ from .tokens import TokenRecord, TokenTable
 __all__ = [
     "TERMINAL_STATES",
     "AdminEventTable",
+    "Admission",
     "Append",
     "CachedResponse",
     "ControllerRecord",
+    "FleetRow",
     "HostCapacity",
     "HostFacts",
     "HostRecord",
@@ -82,6 +85,7 @@ class Store:
         self.leases = LeaseTable(db)
         self.admin_events = AdminEventTable(db)
         self.hosts = HostTable(db)
+        self.fleet = FleetTable(db)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Store:

@@ -300,6 +300,27 @@ ALTER TABLE instances ADD COLUMN sleeps INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE instances ADD COLUMN wakes INTEGER NOT NULL DEFAULT 0;
 """
 
+#: Step 12: fleet-workload/v1 (issue 28): one row per admitted workload, its whole record (JSON) and
+#: its revision beside it for the compare-and-set; the one-row inventory counter every change bumps
+#: (no row yet: revision 0, so a new database holds no rows and can take a migrated store).
+STEP_12 = """
+CREATE TABLE fleet_workloads (
+    child_id TEXT PRIMARY KEY,
+    orchestrator_id TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    payload_hash TEXT NOT NULL,
+    record TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    admitted_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    UNIQUE (orchestrator_id, idempotency_key)
+);
+CREATE TABLE fleet_inventory (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    revision INTEGER NOT NULL
+);
+"""
+
 STEPS: tuple[str, ...] = (
     STEP_1,
     STEP_2,
@@ -312,6 +333,7 @@ STEPS: tuple[str, ...] = (
     STEP_9,
     STEP_10,
     STEP_11,
+    STEP_12,
 )
 #: What PostgreSQL runs after a step's common SQL, by step number.
 POSTGRES_ONLY: dict[int, str] = {8: POSTGRES_STEP_8}

@@ -32,6 +32,7 @@ import msgspec
 
 from agentic_sandbox.proto import messages as m
 
+from ..decoding import schema_errors
 from ..errors import HITL_RESPONSE_INVALID, HITL_UNKNOWN, Conflict, TooLarge, ValidationFailed
 from ..store import TaskEvent
 from ..store.tasks import HITL_EXTENSION
@@ -170,28 +171,9 @@ def unknown_prompt(prompt_id: str, why: str) -> Conflict:
     )
 
 
-def _pointer(path: list[str | int]) -> str:
-    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
-
-
 def validation_errors(schema: dict[str, Any], payload: dict[str, Any]) -> list[dict[str, str]]:
     """``{field: JSON pointer, code: keyword, message}`` for each way ``payload`` breaks ``schema``."""
-    out: list[dict[str, str]] = []
-    for error in _validator(schema).iter_errors(payload):
-        keyword = next((str(p) for p in reversed(error.schema_path) if isinstance(p, str)), "schema")
-        path = list(error.instance_path)
-        kind = error.kind
-        if isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
-            # One error per property that is not allowed, at the property (what a form can show).
-            out += [
-                {"field": _pointer([*path, name]), "code": keyword, "message": f"property {name!r} is not allowed"}
-                for name in kind.unexpected
-            ]
-            continue
-        if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
-            path.append(str(kind.property))
-        out.append({"field": _pointer(path), "code": keyword, "message": error.message})
-    return out
+    return schema_errors(_validator(schema), payload)
 
 
 def check_answer(envelope: dict[str, Any] | None, answer: Answer, now: float) -> None:

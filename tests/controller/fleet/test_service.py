@@ -1,0 +1,181 @@
+"""The fleet rules on each real store: admission and replay, observations that advance exactly one
+revision under concurrent observers, identities bound once, a bound A2A task projected into its
+record, and reconciliation's five classifications; every document the service answers validates
+against upstream's schema."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import pytest
+import trio
+
+from agentic_sandbox.controller.errors import Conflict, NotFound, ValidationFailed
+from agentic_sandbox.controller.fleet.documents import Observation, ReconcileRequest, RuntimeIdentity, errors
+from agentic_sandbox.controller.fleet.service import FleetService
+from agentic_sandbox.controller.store import Append, Store
+from tests.controller.fleet.workloads import admission, fixture, records
+from tests.controller.store.conftest import OpenStore
+from tests.controller.store.records import task
+
+FIRST = Append(kind="message", body={"messageId": "m", "role": "ROLE_USER", "parts": []})
+
+
+def observation(revision: int, state: str, **extra: Any) -> Observation:
+    status: dict[str, Any] = {"observed_state": state, "revision": revision + 1, "last_seen": "2026-08-02T15:00:00Z"}
+    status["artifacts"] = []
+    identity = extra.pop("identity", None)
+    status.update(extra)
+    return Observation(expected_revision=revision, status=status, runtime_identity=identity)
+
+
+async def end_task(store: Store, task_id: str, state: str) -> None:
+    status = {"state": state}
+    await store.tasks.append(task_id, Append(kind="status", body={"status": status}, status=status), time.time())
+
+
+async def test_the_mixed_inventory_is_admitted_and_observed_into_its_fixture(store: Store) -> None:
+    fleet = FleetService(store)
+    wanted = records()
+    for record in wanted.values():
+        doc = admission(record)
+        assert await fleet.admit(doc) == (True, doc)
+        # A retry with a new transport timestamp is the same admission.
+        retry = copy.deepcopy(doc)
+        retry["status"]["last_seen"] = "2026-08-02T14:59:00Z"
+        assert await fleet.admit(retry) == (False, doc)
+    for child, record in wanted.items():
+        target = record["status"]
+        for revision in range(target["revision"]):
+            rest = {k: v for k, v in target.items() if k not in ("revision", "observed_state")}
+            await fleet.observe(child, observation(revision, target["observed_state"], **rest))
+        assert await fleet.get(child) == record
+    inventory = await fleet.inventory()
+    assert errors("inventory_snapshot", inventory) == []
+    assert inventory["records"] == list(wanted.values())
+    # 4 admissions and one per revision observed: the inventory moved once for each.
+    assert inventory["inventory_revision"] == 4 + sum(r["status"]["revision"] for r in wanted.values())
+
+
+async def test_admission_refusals(store: Store) -> None:
+    fleet = FleetService(store)
+    doc = admission(records()["child-command"])
+    await fleet.admit(doc)
+    clash = copy.deepcopy(doc)
+    clash["spec"]["budgets"]["timeout_seconds"] = 601
+    with pytest.raises(ValidationFailed) as caught:
+        await fleet.admit(clash)
+    assert caught.value.code == "fleet.idempotency_conflict"
+    other_key = admission(records()["child-command"], idempotency_key="idem-other")
+    with pytest.raises(Conflict, match="another idempotency key"):
+        await fleet.admit(other_key)
+    running = admission(records()["child-agent"], child_id="c-run", idempotency_key="k-run")
+    running["status"]["observed_state"] = "running"
+    with pytest.raises(ValidationFailed, match="/status/observed_state"):
+        await fleet.admit(running)
+    with pytest.raises(ValidationFailed) as caught:
+        await fleet.admit(fixture("invalid-credential-material"))
+    assert caught.value.code == "fleet.credential_material"
+    unknown = admission(records()["child-agent"], child_id="c-x", idempotency_key="k-x")
+    unknown["extra"] = 1
+    with pytest.raises(ValidationFailed, match="'extra' is not allowed"):
+        await fleet.admit(unknown)
+
+
+async def test_observations_advance_one_revision_and_bind_identities_once(store: Store) -> None:
+    fleet = FleetService(store)
+    await fleet.admit(admission(records()["child-collector"], task_id=None, command_id=None))
+    bound = await fleet.observe("child-collector", observation(0, "scheduled", identity=RuntimeIdentity(task_id="t-1")))
+    assert bound["lineage"]["task_id"] == "t-1" and bound["status"]["revision"] == 1
+    with pytest.raises(Conflict) as stale:
+        await fleet.observe("child-collector", observation(0, "running"))
+    assert stale.value.code == "fleet.revision_conflict"
+    with pytest.raises(ValidationFailed, match="must be 2"):
+        await fleet.observe(
+            "child-collector", Observation(expected_revision=1, status={**bound["status"], "revision": 3})
+        )
+    same = await fleet.observe("child-collector", observation(1, "running", identity=RuntimeIdentity(task_id="t-1")))
+    assert same["status"]["revision"] == 2
+    with pytest.raises(Conflict) as immutable:
+        await fleet.observe("child-collector", observation(2, "running", identity=RuntimeIdentity(task_id="t-2")))
+    assert immutable.value.code == "fleet.runtime_identity_immutable"
+    assert (await fleet.get("child-collector"))["status"]["revision"] == 2  # nothing advanced
+    with pytest.raises(NotFound):
+        await fleet.observe("nope", observation(0, "running"))
+
+
+async def test_concurrent_observers_one_wins_the_rest_are_stale(open_store: OpenStore) -> None:
+    fleets = [FleetService(open_store()) for _ in range(3)]  # three controllers on one database
+    await fleets[0].admit(admission(records()["child-agent"]))
+    outcomes: list[str] = []
+
+    async def observe(fleet: FleetService, n: int) -> None:
+        try:
+            await fleet.observe("child-agent", observation(0, "running", error_code=f"by-{n}"))
+            outcomes.append("won")
+        except Conflict as exc:
+            outcomes.append(exc.code)
+
+    async with trio.open_nursery() as nursery:
+        for n in range(9):
+            nursery.start_soon(observe, fleets[n % 3], n)
+    assert sorted(outcomes) == ["fleet.revision_conflict"] * 8 + ["won"]
+    assert (await fleets[2].get("child-agent"))["status"]["revision"] == 1
+
+
+async def test_a_bound_task_is_projected_once_per_change(store: Store) -> None:
+    fleet = FleetService(store)
+    now = time.time()
+    for tid in ("t-cmd", "t-daemon"):
+        await store.tasks.create(task(tid, now, {"state": "TASK_STATE_WORKING"}, instance_id="i-1"), FIRST)
+    await fleet.admit(admission(records()["child-command"], task_id="t-cmd"))
+    await fleet.admit(admission(records()["child-daemon"], task_id="t-daemon"))
+    running = await fleet.get("child-command")
+    assert (running["status"]["observed_state"], running["status"]["revision"]) == ("running", 1)
+    before = (await fleet.inventory())["inventory_revision"]
+    assert (await fleet.get("child-command"))["status"]["revision"] == 1  # unchanged: no new revision
+    assert (await fleet.inventory())["inventory_revision"] == before
+    await end_task(store, "t-cmd", "TASK_STATE_COMPLETED")
+    await end_task(store, "t-daemon", "TASK_STATE_FAILED")
+    done = await fleet.get("child-command")
+    assert done["status"]["observed_state"] == "succeeded" and done["status"]["exit_classification"] == "success"
+    [result] = done["status"]["artifacts"]
+    assert result["kind"] == "result" and result["uri"] == "/agents/i-1/v1/tasks/t-cmd" and len(result["sha256"]) == 64
+    daemon = await fleet.get("child-daemon")
+    assert daemon["status"]["observed_state"] == "operator-review-required" and daemon["status"]["health"] == "unknown"
+    assert errors("inventory_snapshot", await fleet.inventory()) == []
+
+
+async def test_reconcile_classifies_every_expected_child(store: Store) -> None:
+    fleet = FleetService(store)
+    now = time.time()
+    await store.tasks.create(task("t-agent", now, {"state": "TASK_STATE_WORKING"}), FIRST)
+    wanted = records()
+    await fleet.admit(admission(wanted["child-agent"], task_id="t-agent"))
+    await fleet.admit(admission(wanted["child-daemon"], task_id=None))
+    await fleet.admit(admission(wanted["child-collector"], task_id=None))
+    await fleet.admit(admission(wanted["child-command"], task_id="t-gone"))  # not in the task store
+    await fleet.observe("child-daemon", observation(0, "healthy", health="healthy"))
+    await fleet.observe("child-collector", observation(0, "missed"))
+    await fleet.admit(admission(wanted["child-agent"], child_id="c-done", idempotency_key="k-done", task_id=None))
+    await fleet.observe("c-done", observation(0, "succeeded", exit_classification="success"))
+    await fleet.admit(admission(wanted["child-agent"], child_id="c-failed", idempotency_key="k-f", task_id=None))
+    await fleet.observe("c-failed", observation(0, "failed", exit_classification="failure"))
+    before = (await fleet.inventory())["inventory_revision"]
+    children = ["child-agent", "child-daemon", "child-collector", "child-command", "c-done", "c-failed", "never"]
+    report = await fleet.reconcile(ReconcileRequest(before_revision=before, child_ids=children))
+    assert errors("reconciliation_report", report) == []
+    assert {r["child_id"]: r["classification"] for r in report["rows"]} == {
+        "child-agent": "re-adopted",
+        "child-daemon": "re-adopted",
+        "child-collector": "operator-review-required",
+        "child-command": "unknown",
+        "c-done": "terminal",
+        "c-failed": "failed-or-aborted",
+        "never": "unknown",
+    }
+    assert report["before_revision"] == before and report["after_revision"] >= before
+    with pytest.raises(ValidationFailed, match="twice"):
+        await fleet.reconcile(ReconcileRequest(before_revision=0, child_ids=["a", "a"]))
