@@ -44,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -51,7 +52,7 @@ from pathlib import Path
 
 import busybox_image  # beside this script
 
-from agentic_sandbox.controller.config import upstream_settings
+from agentic_sandbox.controller.config import load_config, upstream_settings
 from agentic_sandbox.proto import dev_hostd_socket
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,6 +202,26 @@ def _base_url(env: dict[str, str]) -> str:
     return f"http://{listen}"
 
 
+def admin_token(env: dict[str, str]) -> tuple[str, str]:
+    """The admin token the controller takes, and where it is: ``AIWG_ADMIN_TOKEN``, the admin token
+    file (``<secrets dir>/admin.token`` with upstream's ``SECRETS_DIR``), else the first admin of
+    upstream's ``operator-tokens.toml`` given as a token. OSError while none is there (yet)."""
+    if env.get("AIWG_ADMIN_TOKEN"):
+        return env["AIWG_ADMIN_TOKEN"], "$AIWG_ADMIN_TOKEN"
+    config = load_config(env=env, dev=True)
+    try:
+        return Path(config.admin_token_file).read_text().strip(), config.admin_token_file
+    except FileNotFoundError:
+        if not config.operator_tokens_file:
+            raise
+    with open(config.operator_tokens_file, "rb") as fh:
+        tables = tomllib.load(fh).get("tokens", [])
+    for table in tables:
+        if table.get("role") == "admin" and table.get("token"):
+            return str(table["token"]), config.operator_tokens_file
+    raise FileNotFoundError(f"no admin token in {config.admin_token_file} or {config.operator_tokens_file}")
+
+
 def ensure_dev_token(env: dict[str, str], state_dir: str) -> None:
     """Write a valid A2A token of the dev instance to <state>/instances/dev.token; print its path."""
     base = _base_url(env)
@@ -209,8 +230,8 @@ def ensure_dev_token(env: dict[str, str], state_dir: str) -> None:
     instance_id = None
     while time.monotonic() < deadline:
         try:
-            admin_token = env.get("AIWG_ADMIN_TOKEN") or (Path(state_dir) / "admin-token").read_text().strip()
-            instance_id = _dev_instance_id(base, admin_token)
+            token, _ = admin_token(env)
+            instance_id = _dev_instance_id(base, token)
         except (OSError, ValueError):
             instance_id = None
         if instance_id is not None:
@@ -225,7 +246,7 @@ def ensure_dev_token(env: dict[str, str], state_dir: str) -> None:
     except OSError:
         current = ""
     if not current or _http("GET", card, current, {"A2A-Version": "1.0"})[0] != 200:
-        status, body = _http("POST", f"{base}/api/v2/admin/instances/{instance_id}/a2a-token", admin_token)
+        status, body = _http("POST", f"{base}/api/v2/admin/instances/{instance_id}/a2a-token", token)
         if status != 200:
             print(f"{PROG}: could not issue the dev instance's A2A token ({status})", file=sys.stderr)
             return
@@ -237,7 +258,10 @@ def announce(env: dict[str, str], state_dir: str) -> None:
     """The dev token (see :func:`ensure_dev_token`), then the console's URL and how to sign in."""
     ensure_dev_token(env, state_dir)
     base = _base_url(env)
-    where = "$AIWG_ADMIN_TOKEN" if env.get("AIWG_ADMIN_TOKEN") else str(Path(state_dir) / "admin-token")
+    try:
+        _, where = admin_token(env)
+    except (OSError, ValueError):
+        where = str(Path(state_dir) / "admin-token")
     print(f"web console: {base}/console/  (sign in with the admin token in {where})", flush=True)
 
 

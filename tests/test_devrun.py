@@ -192,3 +192,21 @@ def test_make_run_serves_a_busybox_container(tmp_path: Path) -> None:
         if proc.stdout is not None:
             proc.stdout.close()
         shutil.rmtree(runroot, ignore_errors=True)
+
+
+def test_the_wrapper_finds_the_admin_token_where_the_controller_takes_it(tmp_path: Path) -> None:
+    admin_token = devrun_module().admin_token
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    env = {"AIWG_STATE_DIR": str(tmp_path / "run"), "SECRETS_DIR": str(secrets)}
+    with pytest.raises(FileNotFoundError):
+        admin_token(env)
+    tokens = secrets / "operator-tokens.toml"
+    tokens.write_text('[[tokens]]\ntoken = "an-operator-token-12345"\nrole = "operator"\n')
+    with pytest.raises(FileNotFoundError, match="no admin token"):
+        admin_token(env)
+    tokens.write_text(tokens.read_text() + '[[tokens]]\ntoken = "the-admin-token-123456"\nrole = "admin"\n')
+    assert admin_token(env) == ("the-admin-token-123456", str(tokens))
+    (secrets / "admin.token").write_text("from-the-file-0123456\n")
+    assert admin_token(env) == ("from-the-file-0123456", str(secrets / "admin.token"))
+    assert admin_token({**env, "AIWG_ADMIN_TOKEN": "x" * 16}) == ("x" * 16, "$AIWG_ADMIN_TOKEN")
