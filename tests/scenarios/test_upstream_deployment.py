@@ -11,9 +11,11 @@ import socket
 from pathlib import Path
 
 import httpx
+import pytest
 import trio
 
-from tests.controller.conftest import ControllerProcess, LiveHostd
+from agentic_sandbox.controller.config import load_config
+from tests.controller.conftest import ControllerProcess, LiveHostd, controller_env, serve_controller
 from tests.libvirt_service import fake_guest_image
 from tests.podman_service import PodmanStorage
 
@@ -103,3 +105,21 @@ async def test_the_preflight_of_upstreams_ci(short_dir: Path, tmp_path: Path, po
             assert await controller.stop() == 0
     finally:
         await hostd.close()
+
+
+async def test_a_host_without_containers_or_vms_still_serves_its_host_member(
+    hostd: LiveHostd, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = controller_env(tmp_path / "c", hostd.socket_path, AIWG_CONFORMANCE_MODE="1", AIWG_CONFORMANCE_FLEET_SIZE="3")
+    async with serve_controller(load_config(env=env)) as live, live.client() as admin:
+        with trio.fail_after(30):
+            while True:
+                items = {i["id"]: i for i in (await admin.get("/api/v2/admin/instances")).json()["items"]}
+                running = items.get(FLEET[0], {}).get("state") == "running"
+                if running and "'conformance-2'" in caplog.text and "'conformance-3'" in caplog.text:
+                    break
+                await trio.sleep(0.1)
+        assert "runtime.unavailable" in caplog.text  # each failed member says why
+        assert (await admin.get("/healthz/http")).status_code == 200  # the controller still serves
+        card = await admin.get(f"/agents/{FLEET[0]}/.well-known/agent-card.json")
+        assert card.status_code == 200

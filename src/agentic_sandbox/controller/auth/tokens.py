@@ -16,6 +16,8 @@ storage writes and deletes (inbox/outbox)                       yes    yes      
 provision, ``destroy``, decommission (DELETE), reprovision      yes    no        no
 Cloud Hypervisor verbs (answered 501 after the role check)      yes    no        no
 create loadouts (``POST /loadouts``)                            yes    no        no
+fleet-workload/v1: read workloads and the inventory             yes    yes       no
+fleet-workload/v1: admit, observe, reconcile                    yes    no        no
 ==============================================================  =====  ========  =========
 
 Tokens come from configuration: the admin token (``AIWG_ADMIN_TOKEN``, else the admin token file,

@@ -548,5 +548,5 @@ class InstanceService:
         await self.operations.wait(op.id)
         done = await self.operations.get(op.id)
         if done is not None and done.state != "succeeded":
-            log.error("dev instance %r: %s failed: %s", name, done.kind, done.error)
+            log.error("instance %r: %s failed: %s", name, done.kind, done.error)
         return await self.store.instances.get_by_name(name)
