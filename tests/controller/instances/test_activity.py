@@ -115,6 +115,22 @@ async def test_a_task_waiting_for_an_answer_lets_it_sleep_and_the_answer_wakes_i
         assert body["provider_state"]["last_wake"]["cause"] == "exec.control"
 
 
+async def test_a_subscriber_to_a_waiting_task_wakes_its_instance(live: LiveController) -> None:
+    async with live.client() as admin:
+        agent = await new_agent(admin, live, "watched", loadout="shell", idle={"after_s": 1})
+        async with agent.client(live, **ACTIVE) as client:
+            task = await waiting(client, ask_script())
+            await wait_state(admin, agent.instance_id, "sleeping", within=8)
+            async with client.stream("POST", f"/tasks/{task['id']}:subscribe") as stream:
+                assert stream.status_code == 200
+                body = await wait_state(admin, agent.instance_id, "running", within=5)
+                assert body["provider_state"]["last_wake"]["cause"] == "a2a.subscribe"
+            prompt_id = envelope_of(task)["prompt_id"]
+            response = await client.post("/message:send", json=answer(task["id"], prompt_id, {"approved": True}))
+            assert response.status_code == 200, response.text
+            assert (await settled(client, task["id"]))["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
 async def test_operator_sleep_wake_and_idle_policy(live: LiveController) -> None:
     async with live.client() as admin:
         agent: Agent = await new_agent(admin, live, "operated", loadout="shell")

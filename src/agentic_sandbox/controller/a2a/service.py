@@ -15,6 +15,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from agentic_sandbox.proto import messages as m
+
 from ..auth.credentials import InstanceCredentials
 from ..errors import TASK_FILE_NOT_FOUND, UNSUPPORTED_OPERATION, InvalidState, NotFound
 from ..instances.catalog import not_found
@@ -243,7 +245,16 @@ class A2AService:
         rec = await self._tasks.get(caller.instance.id, params.id)
         if rec.terminal:
             raise InvalidState(UNSUPPORTED_OPERATION, f"task {rec.id} is {rec.state}: there is nothing to subscribe to")
+        await self._wake_on_traffic(caller.instance, "a2a.subscribe")
         return self._streams.events(caller, rec.id, from_creation=False, framing=framing)
+
+    async def _wake_on_traffic(self, instance: InstanceRecord, cause: str) -> None:
+        """A subscriber to a task of a sleeping instance wakes it, as a send does (hostd wakes the
+        instance itself for what runs there); not one whose policy says it wakes only by hand.
+        A wake that fails is the caller's answer (503 ``instance.wake_failed``)."""
+        if instance.sleep is None or not (instance.idle or {}).get("wake_on_traffic", True):
+            return
+        await self._tasks.link.call(m.InstanceWakeRequest(instance_id=instance.id, cause=cause))
 
     async def create_push_config(self, caller: Caller, task_id: str, cfg: PushConfigIn) -> dict[str, Any]:
         rec = await self._tasks.get(caller.instance.id, task_id)
