@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from agentic_sandbox.hostd.providers.libvirt.guestexec import AGENT_TIMEOUT_S
 from agentic_sandbox.proto import HostdClient, open_hostd
 from agentic_sandbox.proto import messages as m
 from tests.hostd_process import HostdProcess
@@ -227,6 +228,39 @@ async def test_checkpoint_and_restore_keep_the_guest_memory(guest: Guest) -> Non
         code, out, _err = await run_exec(client, ["/bin/cat", "/tmp/marker"])
         assert (code, out) == (0, b"before-save\n")
         assert (await client.call(m.CheckpointListRequest())).checkpoints == []
+
+
+async def test_a_parked_exec_lives_through_a_frozen_guest_and_gets_its_answer(guest: Guest) -> None:
+    """A task's agent in the guest waits for an answer (its exec parked): the VM may freeze under
+    it, and the answer wakes the VM; the exec's status poll waits out the sleep instead of taking
+    it for a failure (it ended 125 once a sleep outlasted one agent call, 10 s)."""
+    script = 'echo \'{"type": "hello", "version": 2}\' >&3; read -r line <&3; echo "got $line"'
+    async with open_hostd(guest.proc.socket_path) as client:
+        started = await client.call(
+            m.ExecStartRequest(
+                instance_id=IID, argv=["/bin/sh", "-c", script], control=True, control_flow=True, timeout_s=BOOT_WAIT_S
+            )
+        )
+        exec_id = started.exec.exec_id
+        out, code = bytearray(), None
+        with trio.fail_after(BOOT_WAIT_S):
+            async with client.stream(m.ExecSubscribeRequest(exec_id=exec_id, from_seq=1)) as events:
+                async for ev in events:
+                    if isinstance(ev, m.ExecControlMessage) and ev.message.get("type") == "hello":
+                        await client.call(m.InstanceActivityRequest(parked_execs=[exec_id]))
+                        info = (await client.call(m.InstanceSleepRequest(instance_id=IID, how="freeze"))).instance
+                        assert info.state == "sleeping"
+                        await trio.sleep(AGENT_TIMEOUT_S + 2)  # longer than one agent call may wait
+                        state = (await client.call(m.ExecGetRequest(exec_id=exec_id))).exec.state
+                        assert state == "running"
+                        await client.call(m.ExecControlSendRequest(exec_id=exec_id, message={"type": "task"}))
+                    elif isinstance(ev, m.ExecOutput) and ev.stream == "stdout":
+                        out += ev.data
+                    elif isinstance(ev, m.ExecExited):
+                        code = ev.exit_code
+        assert (code, bytes(out)) == (0, b'got {"type":"task"}\n')
+        info = (await client.call(m.InstanceGetRequest(instance_id=IID))).instance
+        assert info.state == "running" and info.last_wake is not None and info.last_wake.cause == "exec.control"
 
 
 def qemu_of(domain_name: str) -> list[int]:

@@ -7,7 +7,7 @@ It waits for the guest agent to answer ``guest-ping`` (the guest may still be bo
 ``AIWG_GUEST_AGENT_WAIT_S``, default 60 s), starts ARGV with ``guest-exec`` (environment from the
 JSON object in ``AIWG_GUEST_ENV``, output captured), polls ``guest-exec-status`` and, once the
 guest process ended, writes its stdout and stderr and exits with its exit code (or dies of its
-signal).
+signal). While the VM sleeps (suspended or saved, docs/sleep.md) the poll waits for its wake.
 
 Not streamed: qemu-guest-agent hands over the output only when the process has ended, so an exec's
 output arrives all at once at the end (qemu-ga keeps at most 16 MiB of each stream). No stdin is
@@ -57,6 +57,40 @@ def _wait_for_agent(dom: Any, libvirt: Any, wait_s: float) -> None:
             time.sleep(0.2)
 
 
+def _asleep(dom: Any, libvirt: Any) -> bool:
+    """The domain sleeps (docs/sleep.md): suspended, or saved to disk (shut off with a managed save
+    image); its guest processes are as they were and go on at the wake."""
+    try:
+        state, _reason = dom.state()
+        if state == libvirt.VIR_DOMAIN_PAUSED:
+            return True
+        return bool(state == libvirt.VIR_DOMAIN_SHUTOFF and dom.hasManagedSaveImage(0))
+    except libvirt.libvirtError:
+        return False  # gone: the status poll's own error is the answer
+
+
+def _until_exited(dom: Any, libvirt: Any, pid: int) -> Any:
+    """Poll ``guest-exec-status`` until the guest process ended. While the VM sleeps the agent
+    cannot answer: wait for the wake (hostd moves the exec's timeout by the time slept) instead of
+    taking the sleep for a failure."""
+    delay = 0.01
+    while True:
+        try:
+            status = _agent(dom, "guest-exec-status", pid=pid)
+        except libvirt.libvirtError:
+            if not _asleep(dom, libvirt):
+                raise
+            while _asleep(dom, libvirt):
+                time.sleep(0.05)
+            _wait_for_agent(dom, libvirt, AGENT_TIMEOUT_S)  # a restored guest's agent takes a moment
+            delay = 0.01
+            continue
+        if status["exited"]:
+            return status
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
         print("usage: python -m agentic_sandbox.hostd.providers.libvirt.guestexec URI UUID -- ARGV...", file=sys.stderr)
@@ -83,10 +117,7 @@ def main(argv: list[str]) -> int:
             **{"capture-output": True},
         )
         pid = int(started["pid"])
-        delay = 0.01
-        while not (status := _agent(dom, "guest-exec-status", pid=pid))["exited"]:
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+        status = _until_exited(dom, libvirt, pid)
     except _Stop:
         if pid is not None:
             try:
