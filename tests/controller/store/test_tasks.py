@@ -387,3 +387,12 @@ async def test_the_instance_of_a_task(store: Store) -> None:
     await store.tasks.create(task("t1", 100.0, instance_id="i7"), FIRST)
     assert await store.tasks.instance_of("t1") == "i7"
     assert await store.tasks.instance_of("t2") is None
+
+
+async def test_many_tasks_are_read_at_once_by_id(store: Store) -> None:
+    now = time.time()
+    for n in range(3):
+        await store.tasks.create(task(f"t{n}", now), Append(kind="message", body={"messageId": f"m{n}", "parts": []}))
+    found = await store.tasks.get_many(["t0", "t2", "missing", "t0"])
+    assert sorted(found) == ["t0", "t2"] and found["t2"].id == "t2"
+    assert await store.tasks.get_many([]) == {}

@@ -132,10 +132,17 @@ class FleetService:
         return (await self._project(row)).record
 
     async def inventory(self) -> dict[str, Any]:
-        _, rows = await self.store.fleet.inventory()
+        revision, rows = await self.store.fleet.inventory()
+        # The bound tasks in one read; only a record whose task says something new is written.
+        bound = {row.child_id: row.record["lineage"].get("task_id") for row in rows}
+        tasks = await self.store.tasks.get_many(task_id for task_id in bound.values() if task_id)
+        changed = False
         for row in rows:
-            await self._project(row)
-        revision, rows = await self.store.fleet.inventory()  # the records and their revision, together
+            task = tasks.get(bound[row.child_id] or "")
+            if task is not None and await self._projected(row.record, task) is not None:
+                changed = (await self._project(row)) is not row or changed
+        if changed:
+            revision, rows = await self.store.fleet.inventory()  # the records and their revision, together
         return {
             "document_type": "inventory",
             "api_version": API_VERSION,
@@ -292,7 +299,9 @@ class FleetService:
         elif state == "TASK_STATE_COMPLETED":
             status["observed_state"] = "succeeded"
             status["exit_classification"] = "success"
-            status["artifacts"] = [await self._result(task)]
+            uri = _result_uri(task)
+            if not any(a.get("kind") == "result" and a.get("uri") == uri for a in current.get("artifacts", [])):
+                status["artifacts"] = [await self._result(task)]  # once: an ended task's artifacts stay
         elif state == "TASK_STATE_CANCELED":
             status["observed_state"] = "cancelled"
             status["exit_classification"] = "cancelled"
@@ -311,7 +320,11 @@ class FleetService:
         artifacts as the task store keeps them (RFC 8785), which do not change once it ended."""
         artifacts = await self.store.tasks.artifacts(task.id)
         digest = hashlib.sha256(rfc8785.dumps(artifacts)).hexdigest()
-        return {"kind": "result", "uri": f"/agents/{task.instance_id}/v1/tasks/{task.id}", "sha256": digest}
+        return {"kind": "result", "uri": _result_uri(task), "sha256": digest}
+
+
+def _result_uri(task: TaskRecord) -> str:
+    return f"/agents/{task.instance_id}/v1/tasks/{task.id}"
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:

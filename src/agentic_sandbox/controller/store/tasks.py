@@ -24,6 +24,7 @@ Event kinds: ``message`` (a Message of the history), ``status`` (a TaskStatusUpd
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -304,6 +305,21 @@ class TaskTable:
     async def get(self, task_id: str) -> TaskRecord | None:
         row = await self._db.quick(lambda db: db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone())
         return None if row is None else _record(row)
+
+    async def get_many(self, task_ids: Iterable[str]) -> dict[str, TaskRecord]:
+        """The tasks of ``task_ids`` that exist, by id, in one read per 500 ids."""
+        wanted = sorted(set(task_ids))
+
+        def read(db: Connection) -> dict[str, TaskRecord]:
+            found: dict[str, TaskRecord] = {}
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                for row in db.execute(f"SELECT * FROM tasks WHERE id IN ({marks})", chunk).fetchall():
+                    found[row["id"]] = _record(row)
+            return found
+
+        return await self._db.run(read) if wanted else {}
 
     async def snapshot(self, task_id: str, history_limit: int | None, *, artifacts: bool = True) -> TaskSnapshot | None:
         """The task with its artifacts (unless ``artifacts`` is false) and last ``history_limit``
