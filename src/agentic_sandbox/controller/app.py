@@ -290,7 +290,7 @@ def create_app(config: ControllerConfig) -> QuartTrio:
         idempotency=idempotency,
         hosts=hosts,
         activity=activity,
-        fleet=FleetService(store),
+        fleet=FleetService(store, events),
         store=store,
         console=ConsoleAssets.load(),
     )

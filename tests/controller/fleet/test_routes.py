@@ -90,3 +90,24 @@ async def test_every_route_needs_a_token(anon: httpx.AsyncClient) -> None:
     ):
         response = await anon.request(method, FLEET + path, json={})
         assert_problem(response, 401, "auth.unauthorized")
+
+
+async def test_each_change_is_an_event(admin: httpx.AsyncClient) -> None:
+    doc = admission(records()["child-daemon"])
+    assert (await admin.post(f"{FLEET}/workloads", json=doc)).status_code == 202
+    assert (await admin.post(f"{FLEET}/workloads", json=doc)).status_code == 200  # a replay: no event
+    body = {"expected_revision": 0, "status": {**doc["status"], "observed_state": "healthy", "revision": 1}}
+    assert (await admin.post(f"{FLEET}/workloads/child-daemon/observations", json=body)).status_code == 200
+    events = (await admin.get("/api/v2/admin/events", params={"kind": "fleet.*"})).json()["items"]
+    assert [(e["kind"], e["subject"], e["data"]) for e in events] == [
+        (
+            "fleet.workload_admitted",
+            "fleet/child-daemon",
+            {"revision": 0, "observed_state": "pending", "kind": "daemon"},
+        ),
+        (
+            "fleet.workload_observed",
+            "fleet/child-daemon",
+            {"revision": 1, "observed_state": "healthy", "kind": "daemon"},
+        ),
+    ]

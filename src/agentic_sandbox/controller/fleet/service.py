@@ -42,6 +42,7 @@ from typing import Any
 import rfc8785
 
 from ..errors import Conflict, NotFound, ValidationFailed
+from ..events.bus import EventBus
 from ..store import Admission, FleetRow, Store, TaskRecord
 from ..store.tasks import INTERRUPTED
 from .documents import (
@@ -75,8 +76,16 @@ def _field(field: str, message: str, code: str = "invalid") -> ValidationFailed:
 
 
 class FleetService:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, events: EventBus | None = None) -> None:
         self.store = store
+        #: Where each change is announced (``fleet.workload_admitted``, ``fleet.workload_observed``).
+        self.events = events
+
+    def _announce(self, kind: str, record: dict[str, Any]) -> None:
+        if self.events is not None:
+            status = record["status"]
+            data = {"revision": status["revision"], "observed_state": status["observed_state"], "kind": record["kind"]}
+            self.events.publish(kind, f"fleet/{record['lineage']['child_id']}", data)
 
     # -- admission --------------------------------------------------------------------------------
 
@@ -121,6 +130,8 @@ class FleetService:
                 f"child {row.child_id!r} was admitted with another idempotency key",
                 details={"child_id": row.child_id},
             )
+        if outcome is Admission.CREATED:
+            self._announce("fleet.workload_admitted", stored.record)
         return outcome is Admission.CREATED, stored.record
 
     # -- reads ------------------------------------------------------------------------------------
@@ -180,6 +191,7 @@ class FleetService:
         if not await self.store.fleet.advance(child_id, row.revision, record):
             current = await self.store.fleet.get(child_id)
             self._expect(current, observation.expected_revision, lost=True)
+        self._announce("fleet.workload_observed", record)
         return record
 
     def _expect(self, row: FleetRow | None, expected: int, *, lost: bool = False) -> None:
@@ -270,6 +282,7 @@ class FleetService:
                 return row
             record = {**row.record, "status": status}
             if await self.store.fleet.advance(row.child_id, row.revision, record):
+                self._announce("fleet.workload_projected", record)
                 return await self.store.fleet.get(row.child_id) or row
             fresh = await self.store.fleet.get(row.child_id)
             if fresh is None:
