@@ -99,15 +99,8 @@ async def test_each_change_is_an_event(admin: httpx.AsyncClient) -> None:
     body = {"expected_revision": 0, "status": {**doc["status"], "observed_state": "healthy", "revision": 1}}
     assert (await admin.post(f"{FLEET}/workloads/child-daemon/observations", json=body)).status_code == 200
     events = (await admin.get("/api/v2/admin/events", params={"kind": "fleet.*"})).json()["items"]
-    assert [(e["kind"], e["subject"], e["data"]) for e in events] == [
-        (
-            "fleet.workload_admitted",
-            "fleet/child-daemon",
-            {"revision": 0, "observed_state": "pending", "kind": "daemon"},
-        ),
-        (
-            "fleet.workload_observed",
-            "fleet/child-daemon",
-            {"revision": 1, "observed_state": "healthy", "kind": "daemon"},
-        ),
+    assert {e["subject"] for e in events} == {"fleet/child-daemon"}
+    assert [(e["kind"], e["data"]["revision"], e["data"]["observed_state"]) for e in events] == [
+        ("fleet.workload_admitted", 0, "pending"),
+        ("fleet.workload_observed", 1, "healthy"),
     ]
