@@ -182,6 +182,7 @@ def test_controller_unit() -> None:
     assert one(unit, "Service", "User") == "agentic-sandbox"
     assert one(unit, "Service", "Group") == "agentic-sandbox"
     assert one(unit, "Service", "ExecStart") == "/usr/bin/agentic-controller"
+    assert one(unit, "Service", "ExecReload") == "/bin/kill -HUP $MAINPID"  # operator-tokens.toml again
     assert one(unit, "Service", "Restart") == "on-failure"
     assert one(unit, "Service", "StateDirectory") == "agentic-sandbox-controller"
     assert "agentic-hostd.service" in one(unit, "Unit", "After").split()
