@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from agentic_sandbox.controller.errors import Conflict, NotFound, ValidationFailed
+from agentic_sandbox.controller.errors import Conflict, NotFound, TooLarge, ValidationFailed
 from agentic_sandbox.controller.fleet.documents import Observation, ReconcileRequest, RuntimeIdentity, errors
 from agentic_sandbox.controller.fleet.service import FleetService
 from agentic_sandbox.controller.store import Append, Store
@@ -179,3 +179,18 @@ async def test_reconcile_classifies_every_expected_child(store: Store) -> None:
     assert report["before_revision"] == before and report["after_revision"] >= before
     with pytest.raises(ValidationFailed, match="twice"):
         await fleet.reconcile(ReconcileRequest(before_revision=0, child_ids=["a", "a"]))
+
+
+async def test_a_record_is_small(store: Store) -> None:
+    fleet = FleetService(store)
+    doc = admission(records()["child-agent"])
+    doc["spec"]["orchestrator_metadata"] = {"notes": "x" * (300 * 1024)}
+    with pytest.raises(TooLarge) as caught:
+        await fleet.admit(doc)
+    assert caught.value.code == "fleet.record_too_large"
+    del doc["spec"]["orchestrator_metadata"]
+    await fleet.admit(doc)
+    big = observation(0, "running", error_code="e" * (300 * 1024))
+    with pytest.raises(TooLarge):
+        await fleet.observe("child-agent", big)
+    assert (await fleet.get("child-agent"))["status"]["revision"] == 0

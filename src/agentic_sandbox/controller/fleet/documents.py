@@ -27,7 +27,7 @@ import msgspec
 import rfc8785
 
 from ..decoding import json_pointer, schema_errors
-from ..errors import ValidationFailed
+from ..errors import TooLarge, ValidationFailed
 
 API_VERSION = "agentic-orchestration/v1"
 SCHEMA_FILE = "fleet-workload-v1.schema.json"
@@ -41,6 +41,8 @@ _SECRET_WORDS = frozenset(
 )
 _SECRET_PAIRS = ("api_key", "private_key", "access_key", "secret_key", "client_secret")
 MAX_DEPTH = 32
+#: The largest workload record kept (its JSON): intent and observations, not payloads.
+MAX_RECORD_BYTES = 256 * 1024
 
 
 @functools.cache
@@ -106,6 +108,17 @@ def refuse_credentials(document: Any) -> None:
     if found:
         found.sort(key=lambda e: e["field"])
         raise ValidationFailed(found, code=CREDENTIAL_MATERIAL)
+
+
+def check_size(record: dict[str, Any]) -> None:
+    """413 ``fleet.record_too_large`` for a record above :data:`MAX_RECORD_BYTES`."""
+    size = len(json.dumps(record, separators=(",", ":")))
+    if size > MAX_RECORD_BYTES:
+        raise TooLarge(
+            "fleet.record_too_large",
+            f"a workload record is at most {MAX_RECORD_BYTES // 1024} KiB as JSON (this one: {size} bytes); "
+            "artifacts are references, metadata is small",
+        )
 
 
 def payload_hash(workload: dict[str, Any]) -> str:

@@ -52,6 +52,7 @@ from .documents import (
     Observation,
     ReconcileRequest,
     check,
+    check_size,
     now_stamp,
     payload_hash,
     refuse_credentials,
@@ -93,6 +94,7 @@ class FleetService:
         """Store a new workload: (True, record), or (False, record) for an identical replay."""
         refuse_credentials(document)
         check("workload_record", document)
+        check_size(document)
         status = document["status"]
         if status["revision"] != 0:
             raise _field("/status/revision", "an admitted workload starts at revision 0")
@@ -188,6 +190,7 @@ class FleetService:
             )
         record["status"] = observation.status
         check("workload_record", record)  # the whole: a daemon's health, the identities' form
+        check_size(record)
         if not await self.store.fleet.advance(child_id, row.revision, record):
             current = await self.store.fleet.get(child_id)
             self._expect(current, observation.expected_revision, lost=True)
