@@ -63,5 +63,47 @@ async def test_the_mux_relays_each_execs_lines_both_ways(tmp_path: Path) -> None
     listener.close()
 
 
+async def test_a_channel_outlives_the_ports_reconnect(tmp_path: Path) -> None:
+    """A VM saved and restored has a new QEMU (a new port socket) but the same guest, whose helper
+    kept its channels: the relay goes on over the new connection, both ways."""
+    control_dir = tmp_path / "control"
+    control_dir.mkdir()
+    port_path = tmp_path / "port.sock"
+    listener = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    await listener.bind(str(port_path))
+    listener.listen(1)
+    alive = True
+    mux = AgentMux("vm-1", lambda: _path(port_path), lambda: control_dir, lambda: alive)
+    channel = ControlChannel(
+        "x1", listener=control.listen(str(control_dir / "x1.sock")), path=str(control_dir / "x1.sock")
+    )
+    delivered: list[bytes] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(mux.run)
+            conn, _ = await listener.accept()
+            guest = trio.SocketStream(conn)
+            nursery.start_soon(lambda: channel.receive(delivered.append, leader_exited=trio.Event()))
+            await guest.send_all(b'O x1\nD x1 {"type": "hello", "version": 2}\n')
+            with trio.fail_after(5):
+                while not delivered:
+                    await trio.sleep(0.01)
+            await guest.aclose()  # the save: the old QEMU and its socket are gone
+            await channel.send({"type": "task"})  # the answer, sent while the port is away
+            conn, _ = await listener.accept()  # the restore: the mux connects to the new port
+            guest, buf = trio.SocketStream(conn), bytearray()
+            assert await read_line(guest, buf) == b'D x1 {"type":"task"}'
+            await guest.send_all(b'D x1 {"type": "bye"}\n')
+            with trio.fail_after(5):
+                while len(delivered) < 2:
+                    await trio.sleep(0.01)
+            channel.close()
+            assert await read_line(guest, buf) == b"C x1"
+            alive = False
+            await guest.aclose()
+    assert delivered == [b'{"type": "hello", "version": 2}', b'{"type": "bye"}']
+    listener.close()
+
+
 async def _path(path: Path) -> str:
     return str(path)

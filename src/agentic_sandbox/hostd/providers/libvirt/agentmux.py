@@ -16,7 +16,8 @@ closes the channel the guest is told ``C <id>``. Lines are the protocol's JSON l
 inside), bounded as hostd bounds them; a relay whose exec socket is gone is refused with ``C``.
 
 One mux per running VM, started the first time an exec asks for a channel; it reconnects when the
-port's socket goes away (a reboot) and ends when the provider forgets the instance.
+port's socket goes away (a reboot, a VM restored from a save: its relays go on over the new
+connection) and ends when the provider forgets the instance.
 """
 
 from __future__ import annotations
@@ -75,44 +76,69 @@ class AgentMux:
         self._control_dir = control_dir
         self._alive = alive
         self._relays: dict[str, trio.SocketStream] = {}
+        #: The port while it is connected; ``_connected`` is set then (a fresh event once it drops).
+        self._port: trio.SocketStream | None = None
+        self._connected = trio.Event()
+        self._send_lock = trio.Lock()
 
     async def run(self) -> None:
-        """Hold the port while the instance lives, reconnecting when it drops."""
-        while self._alive():
-            path = await self._port_path()
-            if path is not None:
-                try:
-                    port = await trio.open_unix_socket(path)
-                except OSError as exc:
-                    log.debug("instance %s: agent channel %s not there yet: %s", self.instance_id, path, exc)
-                else:
-                    async with port:
-                        await self._serve(port)
-            await trio.sleep(_RETRY_S)
+        """Hold the port while the instance lives, reconnecting when it drops.
 
-    async def _serve(self, port: trio.SocketStream) -> None:
-        send_lock = trio.Lock()
+        The relays outlive a reconnect: the guest's helper keeps its end of every channel while
+        the host side is away (a VM restored from a save has a new QEMU, and a new socket, but the
+        same guest), so a parked agent still gets its answer. They end when hostd closes an exec's
+        channel, when the guest closes one, or with the instance."""
+        try:
+            async with trio.open_nursery() as relays:
+                while self._alive():
+                    path = await self._port_path()
+                    if path is not None:
+                        try:
+                            port = await trio.open_unix_socket(path)
+                        except OSError as exc:
+                            log.debug("instance %s: agent channel %s not there yet: %s", self.instance_id, path, exc)
+                        else:
+                            async with port:
+                                await self._serve(port, relays)
+                    await trio.sleep(_RETRY_S)
+                relays.cancel_scope.cancel()
+        finally:
+            for relay in self._relays.values():
+                relay.socket.close()
+            self._relays.clear()
 
-        async def to_guest(line: bytes) -> None:
-            async with send_lock:
-                await port.send_all(line)
-
-        async with trio.open_nursery() as nursery:
+    async def _serve(self, port: trio.SocketStream, relays: trio.Nursery) -> None:
+        self._port = port
+        self._connected.set()
+        try:
             async for line in _lines(port):
-                await self._from_guest(line, nursery, to_guest)
-            nursery.cancel_scope.cancel()  # the guest went away: its relays with it
-        for relay in self._relays.values():
-            relay.socket.close()
-        self._relays.clear()
+                await self._from_guest(line, relays)
+        finally:
+            self._port = None
+            self._connected = trio.Event()
 
-    async def _from_guest(
-        self, line: bytes, nursery: trio.Nursery, to_guest: Callable[[bytes], Awaitable[None]]
-    ) -> None:
+    async def _to_guest(self, line: bytes) -> None:
+        """Send ``line`` on the port, waiting for it to be connected (again)."""
+        while True:
+            connected = self._connected
+            await connected.wait()
+            port = self._port
+            if port is None:
+                continue
+            try:
+                async with self._send_lock:
+                    await port.send_all(line)
+                return
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                while self._port is port:  # the reader notices the drop
+                    await trio.sleep(_RETRY_S / 10)
+
+    async def _from_guest(self, line: bytes, relays: trio.Nursery) -> None:
         kind, _, rest = line.partition(b" ")
         exec_id, _, payload = rest.partition(b" ")
         name = exec_id.decode(errors="replace")
         if kind == b"O":
-            await self._open(name, nursery, to_guest)
+            await self._open(name, relays)
         elif kind == b"D" and (relay := self._relays.get(name)) is not None:
             try:
                 await relay.send_all(payload + b"\n")
@@ -124,7 +150,7 @@ class AgentMux:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
 
-    async def _open(self, exec_id: str, nursery: trio.Nursery, to_guest: Callable[[bytes], Awaitable[None]]) -> None:
+    async def _open(self, exec_id: str, relays: trio.Nursery) -> None:
         path = self._control_dir() / f"{exec_id}.sock"
         if "/" in exec_id or exec_id in self._relays:
             return
@@ -138,20 +164,18 @@ class AgentMux:
                 exec_id,
                 exc,
             )
-            await to_guest(f"C {exec_id}\n".encode())
+            await self._to_guest(f"C {exec_id}\n".encode())
             return
         self._relays[exec_id] = relay
-        nursery.start_soon(self._to_guest, exec_id, relay, to_guest)
+        relays.start_soon(self._relay, exec_id, relay)
 
-    async def _to_guest(
-        self, exec_id: str, relay: trio.SocketStream, to_guest: Callable[[bytes], Awaitable[None]]
-    ) -> None:
+    async def _relay(self, exec_id: str, relay: trio.SocketStream) -> None:
         """What hostd writes on the exec's channel, line by line, to the guest; then ``C``."""
         prefix = f"D {exec_id} ".encode()
         try:
             async for line in _lines(relay):
-                await to_guest(prefix + line + b"\n")
-            await to_guest(f"C {exec_id}\n".encode())
+                await self._to_guest(prefix + line + b"\n")
+            await self._to_guest(f"C {exec_id}\n".encode())
         finally:
             self._relays.pop(exec_id, None)
             relay.socket.close()
