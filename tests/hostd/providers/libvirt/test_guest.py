@@ -230,37 +230,45 @@ async def test_checkpoint_and_restore_keep_the_guest_memory(guest: Guest) -> Non
         assert (await client.call(m.CheckpointListRequest())).checkpoints == []
 
 
-async def test_a_parked_exec_lives_through_a_frozen_guest_and_gets_its_answer(guest: Guest) -> None:
-    """A task's agent in the guest waits for an answer (its exec parked): the VM may freeze under
-    it, and the answer wakes the VM; the exec's status poll waits out the sleep instead of taking
-    it for a failure (it ended 125 once a sleep outlasted one agent call, 10 s)."""
+async def test_a_parked_exec_lives_through_a_sleeping_guest_and_gets_its_answer(guest: Guest) -> None:
+    """A task's agent in the guest waits for an answer (its exec parked): the VM may sleep under it,
+    frozen or saved to disk, and the answer wakes the VM and reaches the agent. The exec's status
+    poll waits out the sleep (it ended 125 once a sleep outlasted one agent call, 10 s), and the
+    agent channel's relay outlives the new QEMU of a restore."""
     script = 'echo \'{"type": "hello", "version": 2}\' >&3; read -r line <&3; echo "got $line"'
     async with open_hostd(guest.proc.socket_path) as client:
-        started = await client.call(
-            m.ExecStartRequest(
-                instance_id=IID, argv=["/bin/sh", "-c", script], control=True, control_flow=True, timeout_s=BOOT_WAIT_S
+        for how in ("freeze", "save"):
+            started = await client.call(
+                m.ExecStartRequest(
+                    instance_id=IID,
+                    argv=["/bin/sh", "-c", script],
+                    control=True,
+                    control_flow=True,
+                    timeout_s=BOOT_WAIT_S,
+                )
             )
-        )
-        exec_id = started.exec.exec_id
-        out, code = bytearray(), None
-        with trio.fail_after(BOOT_WAIT_S):
-            async with client.stream(m.ExecSubscribeRequest(exec_id=exec_id, from_seq=1)) as events:
-                async for ev in events:
-                    if isinstance(ev, m.ExecControlMessage) and ev.message.get("type") == "hello":
-                        await client.call(m.InstanceActivityRequest(parked_execs=[exec_id]))
-                        info = (await client.call(m.InstanceSleepRequest(instance_id=IID, how="freeze"))).instance
-                        assert info.state == "sleeping"
-                        await trio.sleep(AGENT_TIMEOUT_S + 2)  # longer than one agent call may wait
-                        state = (await client.call(m.ExecGetRequest(exec_id=exec_id))).exec.state
-                        assert state == "running"
-                        await client.call(m.ExecControlSendRequest(exec_id=exec_id, message={"type": "task"}))
-                    elif isinstance(ev, m.ExecOutput) and ev.stream == "stdout":
-                        out += ev.data
-                    elif isinstance(ev, m.ExecExited):
-                        code = ev.exit_code
-        assert (code, bytes(out)) == (0, b'got {"type":"task"}\n')
-        info = (await client.call(m.InstanceGetRequest(instance_id=IID))).instance
-        assert info.state == "running" and info.last_wake is not None and info.last_wake.cause == "exec.control"
+            exec_id = started.exec.exec_id
+            out, code = bytearray(), None
+            with trio.fail_after(BOOT_WAIT_S):
+                async with client.stream(m.ExecSubscribeRequest(exec_id=exec_id, from_seq=1)) as events:
+                    async for ev in events:
+                        if isinstance(ev, m.ExecControlMessage) and ev.message.get("type") == "hello":
+                            await client.call(m.InstanceActivityRequest(parked_execs=[exec_id]))
+                            sleep = m.InstanceSleepRequest(instance_id=IID, how=how)
+                            assert (await client.call(sleep, timeout=120)).instance.state == "sleeping"
+                            await trio.sleep(AGENT_TIMEOUT_S + 2)  # longer than one agent call may wait
+                            state = (await client.call(m.ExecGetRequest(exec_id=exec_id))).exec.state
+                            assert state == "running", how
+                            answer = m.ExecControlSendRequest(exec_id=exec_id, message={"type": "task"})
+                            await client.call(answer, timeout=120)
+                        elif isinstance(ev, m.ExecOutput) and ev.stream == "stdout":
+                            out += ev.data
+                        elif isinstance(ev, m.ExecExited):
+                            code = ev.exit_code
+            assert (code, bytes(out)) == (0, b'got {"type":"task"}\n'), how
+            info = (await client.call(m.InstanceGetRequest(instance_id=IID))).instance
+            assert info.state == "running" and info.last_wake is not None
+            assert (info.last_wake.cause, info.last_wake.how) == ("exec.control", how)
 
 
 def qemu_of(domain_name: str) -> list[int]:
