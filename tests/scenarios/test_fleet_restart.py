@@ -104,4 +104,8 @@ async def test_admitted_work_survives_a_controller_sigkill(hostd: LiveHostd, tmp
             "child-command": "terminal",
         }
         assert report["after_revision"] == inventory["inventory_revision"]  # nothing changed meanwhile
+        async with httpx.AsyncClient(base_url=f"{url}/agents/{instance_id}", headers=A2A, timeout=20) as client:
+            listed = await client.get("/tasks")
+        assert listed.status_code == 200, listed.text
+        assert sorted(t["id"] for t in listed.json()["tasks"]) == sorted([long_task, short_task])  # none added
         assert await second.stop() == 0

@@ -148,6 +148,89 @@ async def test_a_bound_task_is_projected_once_per_change(store: Store) -> None:
     assert errors("inventory_snapshot", await fleet.inventory()) == []
 
 
+@pytest.mark.parametrize(
+    ("kind", "task_state", "observed", "exit_classification", "classification"),
+    [
+        ("one-shot-command", "TASK_STATE_SUBMITTED", "running", None, "re-adopted"),
+        ("one-shot-command", "TASK_STATE_INPUT_REQUIRED", "blocked", None, "re-adopted"),
+        ("one-shot-command", "TASK_STATE_AUTH_REQUIRED", "blocked", None, "re-adopted"),
+        ("one-shot-command", "TASK_STATE_COMPLETED", "succeeded", "success", "terminal"),
+        ("one-shot-command", "TASK_STATE_FAILED", "failed", "failure", "failed-or-aborted"),
+        ("one-shot-command", "TASK_STATE_REJECTED", "failed", "failure", "failed-or-aborted"),
+        ("one-shot-command", "TASK_STATE_CANCELED", "cancelled", "cancelled", "failed-or-aborted"),
+        ("daemon", "TASK_STATE_WORKING", "healthy", None, "re-adopted"),
+        ("daemon", "TASK_STATE_COMPLETED", "operator-review-required", None, "operator-review-required"),
+        ("persistent-agent", "TASK_STATE_WORKING", "detached", None, "re-adopted"),
+        ("persistent-agent", "TASK_STATE_FAILED", "failed", "failure", "failed-or-aborted"),
+    ],
+)
+async def test_each_task_state_is_projected_and_classified(
+    store: Store, kind: str, task_state: str, observed: str, exit_classification: str | None, classification: str
+) -> None:
+    """A record the orchestrator last saw live (running; a daemon healthy; an agent detached) whose
+    bound task is now in ``task_state``."""
+    fleet = FleetService(store)
+    child = {"one-shot-command": "child-command", "daemon": "child-daemon", "persistent-agent": "child-agent"}[kind]
+    await store.tasks.create(task("t-1", time.time(), {"state": "TASK_STATE_WORKING"}, instance_id="i-1"), FIRST)
+    await fleet.admit(admission(records()[child], task_id="t-1"))
+    live = {"daemon": "healthy", "persistent-agent": "detached"}.get(kind, "running")
+    extra = {"health": "healthy"} if kind == "daemon" else {}
+    log = {"kind": "log", "uri": "/logs/1", "sha256": "0" * 64}
+    await fleet.observe(child, observation(0, live, artifacts=[log], **extra))
+    if task_state != "TASK_STATE_WORKING":
+        await end_task(store, "t-1", task_state)
+    before = (await fleet.inventory())["inventory_revision"]
+    status = (await fleet.get(child))["status"]
+    assert (status["observed_state"], status.get("exit_classification")) == (observed, exit_classification)
+    assert status["revision"] == (1 if observed == live else 2)
+    if observed == "blocked":
+        assert status["backpressure"] == {"reason": "approval", "retryable": True}
+    if observed == "succeeded":
+        assert [a["kind"] for a in status["artifacts"]] == ["log", "result"]  # the reported one stays
+    report = await fleet.reconcile(ReconcileRequest(before_revision=before, child_ids=[child]))
+    assert errors("reconciliation_report", report) == []
+    [row] = report["rows"]
+    assert (row["classification"], row["observed_state"], row["revision"]) == (
+        classification,
+        observed,
+        status["revision"],
+    )
+    assert report["after_revision"] == before  # read, projected and reconciled again: no churn
+
+
+async def test_a_daemon_observed_healthy_after_its_task_ended_stays_re_adopted(store: Store) -> None:
+    fleet = FleetService(store)
+    await store.tasks.create(task("t-d", time.time(), {"state": "TASK_STATE_WORKING"}), FIRST)
+    await fleet.admit(admission(records()["child-daemon"], task_id="t-d"))
+    await fleet.observe("child-daemon", observation(0, "healthy", health="healthy"))
+    await end_task(store, "t-d", "TASK_STATE_COMPLETED")
+    # Healthy before the task ended is no evidence: operator review.
+    ended = (await fleet.get("child-daemon"))["status"]
+    assert (ended["observed_state"], ended["health"], ended["revision"]) == ("operator-review-required", "unknown", 2)
+    # An observation since it ended says it is healthy: that stands, reads do not undo it.
+    await fleet.observe("child-daemon", observation(2, "healthy", health="healthy"))
+    before = (await fleet.inventory())["inventory_revision"]
+    assert (await fleet.get("child-daemon"))["status"]["observed_state"] == "healthy"
+    report = await fleet.reconcile(ReconcileRequest(before_revision=before, child_ids=["child-daemon"]))
+    assert [(r["classification"], r["revision"]) for r in report["rows"]] == [("re-adopted", 3)]
+    assert report["after_revision"] == before
+
+
+async def test_a_vanished_task_is_unknown_never_terminal_success(store: Store) -> None:
+    fleet = FleetService(store)
+    await fleet.admit(admission(records()["child-command"], task_id="t-vanished"))
+    await fleet.observe("child-command", observation(0, "running"))
+    await fleet.admit(admission(records()["child-agent"], task_id=None))
+    await fleet.observe("child-agent", observation(0, "unknown"))
+    report = await fleet.reconcile(ReconcileRequest(before_revision=0, child_ids=["child-command", "child-agent"]))
+    assert errors("reconciliation_report", report) == []
+    assert [(r["classification"], r["observed_state"]) for r in report["rows"]] == [
+        ("unknown", "running"),
+        ("unknown", "unknown"),
+    ]
+    assert all(r["reason"] for r in report["rows"])
+
+
 async def test_reconcile_classifies_every_expected_child(store: Store) -> None:
     fleet = FleetService(store)
     now = time.time()

@@ -40,6 +40,12 @@ _SECRET_WORDS = frozenset(
     | {"bearer", "cookie", "privatekey"}
 )
 _SECRET_PAIRS = ("api_key", "private_key", "access_key", "secret_key", "client_secret")
+#: How a word run together from others ends when it holds a secret (``ACCESSTOKEN``, ``dbpassword``,
+#: ``clientsecrets``). Not ``tokens``: ``max_tokens`` counts a model's tokens.
+_SECRET_ENDINGS = (
+    *("token", "secret", "secrets", "password", "passwords", "passwd", "apikey", "privatekey"),
+    *("credential", "credentials"),
+)
 MAX_DEPTH = 32
 #: The largest workload record kept (its JSON): intent and observations, not payloads.
 MAX_RECORD_BYTES = 256 * 1024
@@ -80,7 +86,9 @@ def names_a_secret(key: str) -> bool:
     if name.endswith("_ref"):
         return False
     words = name.split("_")
-    return any(word in _SECRET_WORDS for word in words) or any(pair in name for pair in _SECRET_PAIRS)
+    if any(word in _SECRET_WORDS or word.endswith(_SECRET_ENDINGS) for word in words):
+        return True
+    return any(pair in name for pair in _SECRET_PAIRS)
 
 
 def refuse_credentials(document: Any) -> None:

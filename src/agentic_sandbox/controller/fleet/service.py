@@ -24,7 +24,8 @@ Rules, where the contract leaves a choice, as decided here (docs/fleet.md says t
   nothing. Running -> ``running`` (a record already in a live state keeps it), waiting on input
   -> ``blocked`` (backpressure ``approval``), completed -> ``succeeded`` with a ``result``
   artifact, failed or rejected -> ``failed``, canceled -> ``cancelled``. A daemon whose task ended
-  is ``operator-review-required``: nothing here says it is still healthy.
+  is ``operator-review-required`` (health ``unknown``), unless an observation written since the
+  task ended says it is live and healthy: that independent evidence stands.
 * **Reconcile** classifies each expected child: not on record -> ``unknown``; in a terminal state
   -> ``terminal`` when it ended as desired (``succeeded``, or ``cancelled``/``stopped`` when that
   was the intent), else ``failed-or-aborted``; ``operator-review-required`` or ``missed`` ->
@@ -152,7 +153,7 @@ class FleetService:
         changed = False
         for row in rows:
             task = tasks.get(bound[row.child_id] or "")
-            if task is not None and await self._projected(row.record, task) is not None:
+            if task is not None and await self._projected(row, task) is not None:
                 changed = (await self._project(row)) is not row or changed
         if changed:
             revision, rows = await self.store.fleet.inventory()  # the records and their revision, together
@@ -280,7 +281,7 @@ class FleetService:
             task = await self._task(row.record)
             if not isinstance(task, TaskRecord):
                 return row
-            status = await self._projected(row.record, task)
+            status = await self._projected(row, task)
             if status is None:
                 return row
             record = {**row.record, "status": status}
@@ -293,8 +294,9 @@ class FleetService:
             row = fresh
         return row
 
-    async def _projected(self, record: dict[str, Any], task: TaskRecord) -> dict[str, Any] | None:
+    async def _projected(self, row: FleetRow, task: TaskRecord) -> dict[str, Any] | None:
         """The status the task says, or None when it says nothing new."""
+        record = row.record
         current = record["status"]
         kind = record["kind"]
         status: dict[str, Any] = {k: v for k, v in current.items() if k not in ("backpressure", "exit_classification")}
@@ -308,6 +310,8 @@ class FleetService:
         elif state in INTERRUPTED:
             status["observed_state"] = "blocked"
             status["backpressure"] = {"reason": "approval", "retryable": True}
+        elif kind == "daemon" and _healthy_since(row, task):
+            return None  # ended, but observed healthy since: that evidence stands
         elif kind == "daemon":  # ended: a daemon is not meant to
             status["observed_state"] = "operator-review-required"
             status["health"] = "unknown"
@@ -316,8 +320,10 @@ class FleetService:
             status["observed_state"] = "succeeded"
             status["exit_classification"] = "success"
             uri = _result_uri(task)
-            if not any(a.get("kind") == "result" and a.get("uri") == uri for a in current.get("artifacts", [])):
-                status["artifacts"] = [await self._result(task)]  # once: an ended task's artifacts stay
+            reported = current.get("artifacts", [])
+            if not any(a.get("kind") == "result" and a.get("uri") == uri for a in reported):
+                # Once (an ended task's artifacts stay), beside what the orchestrator reported.
+                status["artifacts"] = [*reported, await self._result(task)]
         elif state == "TASK_STATE_CANCELED":
             status["observed_state"] = "cancelled"
             status["exit_classification"] = "cancelled"
@@ -337,6 +343,15 @@ class FleetService:
         artifacts = await self.store.tasks.artifacts(task.id)
         digest = hashlib.sha256(rfc8785.dumps(artifacts)).hexdigest()
         return {"kind": "result", "uri": _result_uri(task), "sha256": digest}
+
+
+def _healthy_since(row: FleetRow, task: TaskRecord) -> bool:
+    """Whether an observation written after ``task`` ended says the daemon is live and healthy: the
+    independent health evidence that keeps it out of operator review. Only an observation can
+    write that (a projection of an ended task says health ``unknown``; an admission is pending)."""
+    status = row.record["status"]
+    live = status["observed_state"] in LIVE_STATES and status.get("health") == "healthy"
+    return live and row.updated_at > task.status_at
 
 
 def _result_uri(task: TaskRecord) -> str:
